@@ -1,0 +1,42 @@
+# rsieve: `make run` (the main job) and `make test` (the suite). Both create .venv if missing.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: help run test test-unit lint stack-up stack-down example-pool clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@command -v redis-server >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-server; }
+	@test -x $(PY) || python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+run: $(STAMP) ## process examples/pool on the local stack and export to out/rsieve-example
+	$(VENV)/bin/rsieve run examples/pool --out out --dataset rsieve-example
+
+test: $(STAMP) ## the whole suite (starts real Redis, SeaweedFS and Triton on free ports)
+	$(PY) -m pytest -q -ra
+
+test-unit: $(STAMP) ## the core's tests only (seconds, no services)
+	$(PY) -m pytest -q tests/unit
+
+lint: $(STAMP) ## ruff and mypy on the core
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy shared/rsieve --ignore-missing-imports
+
+stack-up: $(STAMP) ## start the local stack (kept running for the next `make run`)
+	$(VENV)/bin/rsieve stack up
+
+stack-down: $(STAMP) ## stop the local stack
+	$(VENV)/bin/rsieve stack down
+
+example-pool: $(STAMP) ## regenerate examples/pool (byte-identical)
+	$(PY) scripts/make_example_pool.py
+
+clean: stack-down ## stop the stack and remove its state and the export
+	rm -rf var out

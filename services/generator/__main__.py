@@ -1,0 +1,7 @@
+"""`python -m services.generator`: a worker on the generate queue (a GPU service)."""
+
+from services.common import run_worker
+from services.generator.tasks import register
+
+if __name__ == "__main__":
+    run_worker("generator", "generate", register)

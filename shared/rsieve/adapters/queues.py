@@ -1,0 +1,57 @@
+"""The Celery app: one queue per service, JSON only, late acks, prefetch 1.
+
+Messages are claim checks (`ShardTask`: run, shard, line count), never images or item
+bodies. A stage enqueues the next by task name, so no service imports another.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from rsieve.settings import Settings
+
+__all__ = ["QUEUES", "TASKS", "enqueue", "make_celery"]
+
+# Service -> (queue, task name). The queue is the unit KEDA scales on.
+TASKS: dict[str, str] = {
+    "ingest": "rsieve.ingest",
+    "clean": "rsieve.clean",
+    "generate": "rsieve.generate",
+    "verify": "rsieve.verify",
+    "judge": "rsieve.judge",
+    "compact": "rsieve.compact",
+}
+QUEUES: dict[str, str] = {
+    "rsieve.ingest": "clean",
+    "rsieve.clean": "clean",
+    "rsieve.generate": "generate",
+    "rsieve.verify": "verify",
+    "rsieve.judge": "judge",
+    "rsieve.compact": "compact",
+}
+
+
+def make_celery(settings: Settings, name: str = "rsieve") -> Celery:
+    app = Celery(name, broker=settings.redis_url, backend=None)
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        task_ignore_result=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_routes={name: {"queue": queue} for name, queue in QUEUES.items()},
+        task_default_queue="clean",
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+    )
+    return app
+
+
+def enqueue(app: Celery, task: str, **kwargs: Any) -> None:
+    app.send_task(task, kwargs=kwargs, queue=QUEUES[task])

@@ -1,0 +1,108 @@
+"""Object storage behind one small interface; boto3 errors become rsieve errors.
+
+Keys (deterministic, so a redelivered message rewrites the same object):
+    pools/<pool_sha256>/...            an uploaded pool folder, `_complete` written last
+    images/<sha256>                    every image once, by content address
+    runs/<run>/run.json                the run's spec; runs/<run>/shards.json its shards
+    runs/<run>/<stage>/<shard>.json    a stage's output for a shard
+    datasets/<dataset>/...             the published dataset; manifest.json written last
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
+
+from rsieve.errors import NotFoundError, PermanentError, RetryableError
+from rsieve.settings import Settings
+
+__all__ = ["ObjectStore", "S3Store", "parse_s3_uri"]
+
+
+class ObjectStore(Protocol):
+    def get(self, key: str) -> bytes: ...
+    def put(self, key: str, data: bytes, *, content_type: str = ...) -> None: ...
+    def exists(self, key: str) -> bool: ...
+    def list(self, prefix: str) -> Iterator[str]: ...
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    if not uri.startswith("s3://"):
+        raise PermanentError(f"not an s3:// URI: {uri!r}")
+    bucket, _, prefix = uri[5:].partition("/")
+    return bucket, prefix
+
+
+def _translate(exc: Exception, key: str) -> Exception:
+    if isinstance(exc, ClientError):
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        if code in ("NoSuchKey", "404", "NotFound"):
+            return NotFoundError(key)
+        if status >= 500 or code in ("SlowDown", "ServiceUnavailable", "RequestTimeout"):
+            return RetryableError(f"S3 {code} on {key}")
+        return PermanentError(f"S3 {code} on {key}")
+    if isinstance(exc, EndpointConnectionError | BotoCoreError):
+        return RetryableError(f"S3 unreachable on {key}: {type(exc).__name__}")
+    return exc
+
+
+class S3Store:
+    """Any S3 endpoint (SeaweedFS locally). One bucket; keys as in the module docstring."""
+
+    def __init__(self, settings: Settings, *, bucket: str | None = None) -> None:
+        self.bucket = bucket or settings.s3_bucket
+        self._client: Any = boto3.client(
+            "s3",
+            endpoint_url=settings.s3_endpoint,
+            region_name=settings.s3_region,
+            aws_access_key_id=settings.s3_access_key.get_secret_value(),
+            aws_secret_access_key=settings.s3_secret_key.get_secret_value(),
+            config=Config(retries={"max_attempts": 5, "mode": "standard"},
+                          connect_timeout=5, read_timeout=60,
+                          s3={"addressing_style": "path"}),
+        )
+
+    def ensure_bucket(self) -> None:
+        try:
+            self._client.head_bucket(Bucket=self.bucket)
+        except ClientError:
+            self._client.create_bucket(Bucket=self.bucket)
+
+    def get(self, key: str) -> bytes:
+        try:
+            return bytes(self._client.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+        except Exception as exc:  # noqa: BLE001 - translated below
+            raise _translate(exc, key) from exc
+
+    def put(self, key: str, data: bytes, *, content_type: str = "application/octet-stream"
+            ) -> None:
+        try:
+            self._client.put_object(Bucket=self.bucket, Key=key, Body=data,
+                                    ContentType=content_type)
+        except Exception as exc:  # noqa: BLE001
+            raise _translate(exc, key) from exc
+
+    def exists(self, key: str) -> bool:
+        try:
+            self._client.head_object(Bucket=self.bucket, Key=key)
+            return True
+        except Exception as exc:  # noqa: BLE001
+            err = _translate(exc, key)
+            if isinstance(err, NotFoundError):
+                return False
+            raise err from exc
+
+    def list(self, prefix: str) -> Iterator[str]:
+        try:
+            pages = self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix)
+            for page in pages:
+                for obj in page.get("Contents", []):
+                    yield obj["Key"]
+        except Exception as exc:  # noqa: BLE001
+            raise _translate(exc, prefix) from exc

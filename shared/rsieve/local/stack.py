@@ -1,0 +1,169 @@
+"""The local stack as plain processes: Redis (AOF), SeaweedFS S3, Triton, one Celery
+worker per service and the API. `up` starts what is not running and reuses what is;
+pids, ports and logs live in the stack's state folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+
+from rsieve.local import processes as proc
+
+__all__ = ["REPO_ROOT", "SERVICES", "Stack", "StackConfig"]
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+# Service folder -> queue it consumes.
+SERVICES = {"cleaner": "clean", "generator": "generate", "verifier": "verify",
+            "judge": "judge", "compactor": "compact"}
+
+
+@dataclass
+class StackConfig:
+    state_dir: Path
+    redis_port: int = 16379
+    s3_port: int = 18333
+    triton_http_port: int = 18000
+    triton_grpc_port: int = 18001
+    triton_metrics_port: int = 18002
+    api_port: int = 18080
+    bucket: str = "rsieve"
+    access_key: str = "rsieve-local"
+    secret_key: str = "rsieve-local-secret"
+    model_repository: Path = REPO_ROOT / "deploy" / "triton" / "cpu"
+    models: list[str] = field(default_factory=lambda: ["rapidocr", "judge-abstain"])
+    settings_env: dict[str, str] = field(default_factory=dict)
+    triton_env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def free_ports(cls, state_dir: Path, **kwargs: object) -> StackConfig:
+        ports = {name: proc.free_port() for name in
+                 ("redis_port", "s3_port", "triton_http_port", "triton_grpc_port",
+                  "triton_metrics_port", "api_port")}
+        return cls(state_dir=state_dir, **ports, **kwargs)  # type: ignore[arg-type]
+
+    def env(self) -> dict[str, str]:
+        """RSIEVE_ settings that point every service at this stack."""
+        return {
+            "RSIEVE_REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
+            "RSIEVE_S3_ENDPOINT": f"http://127.0.0.1:{self.s3_port}",
+            "RSIEVE_S3_BUCKET": self.bucket,
+            "RSIEVE_S3_ACCESS_KEY": self.access_key,
+            "RSIEVE_S3_SECRET_KEY": self.secret_key,
+            "RSIEVE_TRITON_GRPC_URL": f"127.0.0.1:{self.triton_grpc_port}",
+            "RSIEVE_API_URL": f"http://127.0.0.1:{self.api_port}",
+            **self.settings_env,
+        }
+
+
+class Stack:
+    def __init__(self, config: StackConfig) -> None:
+        self.config = config
+        self.dir = config.state_dir
+        self.logs = self.dir / "logs"
+
+    # -- process bookkeeping -------------------------------------------------------------
+    def _pid_file(self, name: str) -> Path:
+        return self.dir / "pids" / f"{name}.pid"
+
+    def pid(self, name: str) -> int | None:
+        try:
+            pid = int(self._pid_file(name).read_text())
+            os.kill(pid, 0)
+        except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
+            return None
+        return pid if _not_zombie(pid) else None
+
+    def _record(self, name: str, popen: subprocess.Popen[bytes]) -> None:
+        self._pid_file(name).write_text(str(popen.pid))
+
+    def names(self) -> list[str]:
+        return ["redis", "s3", "triton", *SERVICES, "api"]
+
+    def status(self) -> dict[str, int | None]:
+        return {name: self.pid(name) for name in self.names()}
+
+    # -- up / down -----------------------------------------------------------------------
+    def up(self, timeout: float = 180.0) -> None:
+        c = self.config
+        for folder in (self.dir / "pids", self.logs):
+            folder.mkdir(parents=True, exist_ok=True)
+        (self.dir / "config.json").write_text(json.dumps(asdict(c), default=str, indent=1))
+        if self.pid("redis") is None:
+            p = proc.start_redis(state_dir=self.dir / "redis", port=c.redis_port,
+                                 log=self.logs / "redis.log")
+            self._record("redis", p)
+            proc.wait_redis(c.redis_port, timeout, proc=p)
+        if self.pid("s3") is None:
+            p = proc.start_s3(state_dir=self.dir / "s3", port=c.s3_port, bucket=c.bucket,
+                              access_key=c.access_key, secret_key=c.secret_key,
+                              log=self.logs / "s3.log")
+            self._record("s3", p)
+            proc.wait_s3(f"http://127.0.0.1:{c.s3_port}", c.access_key, c.secret_key,
+                         c.bucket, timeout, proc=p)
+        if self.pid("triton") is None:
+            p = proc.start_triton(model_repository=c.model_repository,
+                                  http_port=c.triton_http_port, grpc_port=c.triton_grpc_port,
+                                  metrics_port=c.triton_metrics_port,
+                                  log=self.logs / "triton.log", env_extra=c.triton_env)
+            self._record("triton", p)
+            proc.wait_triton(c.triton_http_port, c.models, timeout, proc=p,
+                             log=self.logs / "triton.log")
+        env = {**os.environ, **c.env()}
+        for service in [*SERVICES, "api"]:
+            if self.pid(service) is None:
+                log = (self.logs / f"{service}.log").open("ab")
+                p = subprocess.Popen([sys.executable, "-m", f"services.{service}"], env=env,
+                                     stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True,
+                                     cwd=REPO_ROOT)
+                self._record(service, p)
+        self._wait_api(timeout)
+
+    def _wait_api(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.config.api_port}/healthz",
+                             timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if self.pid("api") is None:
+                raise RuntimeError(f"the API exited; see {self.logs / 'api.log'}")
+            time.sleep(0.2)
+        raise TimeoutError("the API did not answer /healthz")
+
+    def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 20.0) -> None:
+        pid = self.pid(name)
+        if pid is None:
+            return
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.pid(name) is not None:
+            time.sleep(0.1)
+        if self.pid(name) is not None:
+            os.killpg(pid, signal.SIGKILL)
+
+    def down(self) -> None:
+        for name in reversed(self.names()):
+            self.stop(name)
+            self._pid_file(name).unlink(missing_ok=True)
+
+
+def _not_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

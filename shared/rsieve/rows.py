@@ -1,0 +1,145 @@
+"""Row assembly: outcomes to dataset rows, one row per image per split.
+
+Pure: rows carry `image_sha256`; the compactor puts the stored image bytes in. The `qa`
+schema is one union for all splits (fields that do not apply are null), so every split of
+the dataset shares one set of features.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from typing import Any
+
+import datasets
+
+from rsieve.schemas import Outcome
+
+__all__ = ["FEATURES", "SPLIT_KINDS", "assemble_rows", "split_name"]
+
+SPLIT_KINDS = ("RS_think", "RS_nothink", "rejected")
+
+_DECISION = {
+    "protocol": datasets.Value("string"),
+    "version": datasets.Value("string"),
+    "variant": datasets.Value("string"),
+    "score": datasets.Value("float64"),
+    "threshold": datasets.Value("float64"),
+    "accepted": datasets.Value("bool"),
+}
+_JUDGE = {
+    "verdict": datasets.Value("string"),
+    "cause": datasets.Value("string"),
+    "model": datasets.Value("string"),
+    "template_sha256": datasets.Value("string"),
+    "prompt_sha256": datasets.Value("string"),
+    "raw_output": datasets.Value("string"),
+}
+FEATURES = datasets.Features(
+    {
+        "image": datasets.Image(),
+        "qa": datasets.List(
+            {
+                "id": datasets.Value("string"),
+                "question": datasets.Value("string"),
+                "answer": datasets.Value("string"),
+                "org_answer": datasets.Value("string"),
+                "reasoning": datasets.Value("string"),
+                "wrong_vlm": datasets.Value("string"),
+                "reason": datasets.Value("string"),
+                "promoted_by": datasets.Value("string"),
+                "model": datasets.Value("string"),
+                "verification": _DECISION,
+                "judge": _JUDGE,
+            }
+        ),
+        "clean_meta": {
+            "pool": datasets.Value("string"),
+            "policy": datasets.Value("string"),
+            "provenance": datasets.List(
+                {
+                    "id": datasets.Value("string"),
+                    "line": datasets.Value("int64"),
+                    "source": datasets.Value("string"),
+                    "check": datasets.Value("string"),
+                }
+            ),
+        },
+        "image_sha256": datasets.Value("string"),
+    }
+)
+
+
+def split_name(family: str, kind: str) -> str:
+    """`<Family>_<kind>`, with characters `datasets` refuses in split names mapped to `_`."""
+    return f"{re.sub(r'[^0-9A-Za-z_]', '_', family)}_{kind}"
+
+
+def _qa(outcome: Outcome, kind: str) -> dict[str, Any]:
+    gen = outcome.generation
+    item = gen.item
+    reference = " | ".join(item.references) if len(item.references) > 1 else item.references[0]
+    decision = outcome.decision.model_dump(exclude={"constants"}) if outcome.decision else None
+    judge = outcome.verdict.model_dump(exclude={"prompt"}) if outcome.verdict else None
+    entry: dict[str, Any] = {
+        "id": item.id,
+        "question": item.question,
+        "answer": None,
+        "org_answer": None,
+        "reasoning": None,
+        "wrong_vlm": None,
+        "reason": None,
+        "promoted_by": outcome.promoted_by,
+        "model": gen.model,
+        "verification": decision,
+        "judge": judge,
+    }
+    if kind == "rejected":
+        entry.update(answer=reference, wrong_vlm=gen.answer if gen.answer is not None
+                     else gen.raw_output, reason=outcome.reason)
+    else:
+        entry.update(answer=gen.answer, org_answer=reference)
+        if kind == "RS_think":
+            entry["reasoning"] = gen.reasoning
+    return entry
+
+
+def _clean_meta(outcomes: list[Outcome]) -> dict[str, Any]:
+    first = outcomes[0].generation.item.clean_meta
+    return {
+        "pool": first["pool"],
+        "policy": json.dumps(first["policy"], sort_keys=True),
+        "provenance": [
+            {
+                "id": o.generation.item.id,
+                "line": o.generation.item.line,
+                "source": json.dumps(o.generation.item.clean_meta["source"], sort_keys=True,
+                                     ensure_ascii=False),
+                "check": o.generation.item.clean_meta["provenance"],
+            }
+            for o in outcomes
+        ],
+    }
+
+
+def assemble_rows(outcomes: list[Outcome]) -> dict[str, list[dict[str, Any]]]:
+    """Split name -> rows (without image bytes), deterministic order (first pool line)."""
+    groups: dict[tuple[str, str], list[Outcome]] = defaultdict(list)
+    for outcome in sorted(outcomes, key=lambda o: o.generation.item.line):
+        family = outcome.generation.item.family
+        kinds = ("RS_think", "RS_nothink") if outcome.place == "accepted" else ("rejected",)
+        for kind in kinds:
+            groups[(split_name(family, kind), outcome.generation.item.image_sha256)].append(
+                outcome)
+    splits: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for (split, sha), members in groups.items():
+        kind = next(k for k in SPLIT_KINDS if split.endswith("_" + k))
+        splits[split].append(
+            {
+                "image_sha256": sha,
+                "qa": [_qa(o, kind) for o in members],
+                "clean_meta": _clean_meta(members),
+            }
+        )
+    return dict(sorted(splits.items()))

@@ -1,0 +1,185 @@
+"""Pydantic models at every boundary: pool lines, stage records, messages, reports.
+
+Stage records nest: an `Item` (cleaned) is carried inside its `Generation`, which is
+carried inside its `Outcome`, so the compactor needs only the last stage's output to
+assemble rows, and every decision can be recomputed from what is stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "QUARANTINE_REASONS",
+    "REJECT_REASONS",
+    "Decision",
+    "Generation",
+    "Item",
+    "Outcome",
+    "PoolItem",
+    "Quarantined",
+    "RunRequest",
+    "RunSpec",
+    "ShardOutput",
+    "ShardTask",
+    "Verdict",
+]
+
+# Why an item reached no split. Every reason has a counter in the run report.
+QUARANTINE_REASONS: dict[str, str] = {
+    "invalid_utf8": "the pool line is not valid UTF-8",
+    "invalid_json": "the pool line is not a JSON object",
+    "invalid_item": "a required field is missing or has the wrong type",
+    "empty_question": "the question is empty or whitespace",
+    "empty_answer_reference": "the reference answer is empty",
+    "text_too_long": "question or reference longer than the text limit",
+    "duplicate_id": "an earlier line of the pool has the same id",
+    "unknown_protocol": "the family has no verification protocol and the item names none",
+    "image_outside_pool": "the image path leaves the pool folder",
+    "missing_image": "the image file named by the item does not exist",
+    "unreadable_image": "the image bytes do not decode as an image",
+    "image_too_large": "the image exceeds the pixel or byte limit",
+    "provenance": "the recorded source does not resolve to the attached image",
+    "model_error": "the model call failed after retries (infrastructure, never a verdict)",
+}
+
+# Why an item is in the rejected split.
+REJECT_REASONS: dict[str, str] = {
+    "wrong_answer": "the verifier rejected the answer and the judge said WRONG",
+    "judge_unsure": "the verifier rejected the answer and the judge said UNSURE or failed",
+    "truncated_reasoning": "the output was cut off inside the reasoning: no answer",
+    "empty_answer": "the model gave an empty answer after its reasoning",
+    "truncated_answer": "the output hit the token budget right after the reasoning",
+}
+
+Stage = Literal["ingest", "clean", "generate", "verify", "judge", "compact"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PoolItem(BaseModel):
+    """One line of a pool's items.jsonl, as the design's pool contract states it."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    id: str = Field(min_length=1, max_length=512)
+    family: str = Field(min_length=1, max_length=128)
+    image: str = Field(min_length=1, max_length=1024)
+    question: str
+    answer: str | list[str]
+    source: dict[str, Any] | str | None = None
+    options: dict[str, str] | None = None
+    protocol: str | None = None
+
+
+class Item(_Model):
+    """A cleaned item, ready for the model. `question` is exactly the prompt sent."""
+
+    id: str
+    line: int
+    family: str
+    protocol: str
+    question: str
+    pool_question: str
+    references: list[str]
+    options: dict[str, str] | None = None
+    image_sha256: str
+    clean_meta: dict[str, Any]
+
+
+class Quarantined(_Model):
+    """An item that reached no split, with where and why."""
+
+    id: str | None
+    line: int
+    family: str | None
+    stage: Stage
+    reason: str
+    detail: str = ""
+
+
+class Generation(_Model):
+    item: Item
+    model: str
+    raw_output: str
+    finish_reason: str
+    reasoning: str | None
+    answer: str | None
+    # Set when the output holds no scorable answer (truncated_reasoning, empty_answer).
+    failure: str | None = None
+    image_sent_sha256: str
+
+
+class Decision(_Model):
+    """The verifier's decision: enough to recompute it."""
+
+    protocol: str
+    version: str
+    constants: dict[str, Any]
+    accepted: bool
+    score: float
+    variant: str | None
+    threshold: float
+
+
+class Verdict(_Model):
+    """The judge's verdict on a verifier-rejected answer, with what produced it."""
+
+    verdict: Literal["CORRECT", "WRONG", "UNSURE"]
+    cause: str | None = None
+    model: str
+    prompt_sha256: str
+    template_sha256: str
+    prompt: str
+    raw_output: str
+
+
+class Outcome(_Model):
+    """Where an item that got an answer ends: accepted (think + nothink) or rejected."""
+
+    generation: Generation
+    decision: Decision | None
+    verdict: Verdict | None
+    place: Literal["accepted", "rejected"]
+    reason: str | None
+    promoted_by: Literal["verifier", "judge"] | None
+
+
+class ShardOutput(_Model):
+    """What one stage wrote for one shard (deterministic key: runs/<run>/<stage>/<shard>)."""
+
+    run: str
+    shard: str
+    stage: Stage
+    lines: int
+    items: list[Item] = []
+    generations: list[Generation] = []
+    verified: list[Outcome] = []
+    outcomes: list[Outcome] = []
+    quarantined: list[Quarantined] = []
+
+
+class ShardTask(_Model):
+    """A claim check: the message a stage receives. Never images, never item bodies."""
+
+    run: str
+    shard: str
+    lines: int
+
+
+class RunRequest(_Model):
+    pool_uri: str = Field(description="s3://bucket/prefix/ of an uploaded pool folder")
+    dataset: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+
+
+class RunSpec(_Model):
+    run: str
+    dataset: str
+    pool_uri: str
+    pool_sha256: str
+    settings: dict[str, Any]
+    protocols: dict[str, str]

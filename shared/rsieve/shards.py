@@ -1,0 +1,57 @@
+"""Cutting a pool file into shards of lines: the unit of work on the queues."""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["PoolLine", "ShardInput", "split_pool"]
+
+
+class PoolLine(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    line: int  # 1-based line in items.jsonl
+    raw: str  # the line, decoded with errors escaped, so invalid UTF-8 survives JSON
+    utf8: bool
+    duplicate_of: int | None = None
+
+
+class ShardInput(BaseModel):
+    run: str
+    shard: str
+    lines: list[PoolLine]
+
+
+def split_pool(data: bytes, shard_size: int) -> tuple[list[list[PoolLine]], int]:
+    """Non-blank lines in shards of `shard_size`, and the count of blank lines skipped.
+
+    An id seen on an earlier line marks the later line as its duplicate: ids are unique
+    across the whole pool, which no single shard can see."""
+    first_line_of: dict[str, int] = {}
+    lines: list[PoolLine] = []
+    blank = 0
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            blank += 1
+            continue
+        try:
+            text, utf8 = raw.decode("utf-8"), True
+        except UnicodeDecodeError:
+            text, utf8 = raw.decode("utf-8", "backslashreplace"), False
+        duplicate_of = None
+        if utf8:
+            try:
+                obj = json.loads(text)
+            except ValueError:
+                obj = None
+            item_id = obj.get("id") if isinstance(obj, dict) else None
+            if isinstance(item_id, str):
+                duplicate_of = first_line_of.setdefault(item_id, number)
+                duplicate_of = None if duplicate_of == number else duplicate_of
+        lines.append(PoolLine(line=number, raw=text, utf8=utf8, duplicate_of=duplicate_of))
+    if data.endswith(b"\n"):
+        blank -= 1  # the terminating newline is not a blank line
+    shards = [lines[i : i + shard_size] for i in range(0, len(lines), shard_size)]
+    return shards, blank
