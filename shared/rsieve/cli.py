@@ -25,6 +25,9 @@ def _stack():  # type: ignore[no-untyped-def]
     from rsieve.local.stack import Stack, StackConfig
 
     state = Path(os.environ.get("RSIEVE_STACK_DIR", "var/stack")).resolve()
+    saved = state / "config.json"
+    if saved.is_file():  # reuse the ports and models the stack was started with
+        return Stack(StackConfig.load(saved))
     return Stack(StackConfig(state_dir=state))
 
 
@@ -113,3 +116,7 @@ def run(
     if not report["adds_up"]:
         console.print("[red]the run's accounting does not add up[/]; see run_report.json")
         raise typer.Exit(2)
+
+
+if __name__ == "__main__":
+    app()

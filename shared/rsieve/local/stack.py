@@ -49,6 +49,13 @@ class StackConfig:
                   "triton_metrics_port", "api_port")}
         return cls(state_dir=state_dir, **ports, **kwargs)  # type: ignore[arg-type]
 
+    @classmethod
+    def load(cls, path: Path) -> StackConfig:
+        data = json.loads(path.read_text())
+        data["state_dir"] = Path(data["state_dir"])
+        data["model_repository"] = Path(data["model_repository"])
+        return cls(**data)
+
     def env(self) -> dict[str, str]:
         """RSIEVE_ settings that point every service at this stack."""
         return {

@@ -77,7 +77,9 @@ def decode_image(data: bytes, max_pixels: int) -> Image.Image:
     except RequestError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise RequestError(f"rapidocr: image refused: {exc}") from exc
+        raise RequestError(
+            f"rapidocr: image exceeds the limit of {max_pixels} pixels: {exc}"
+        ) from exc
     except Exception as exc:  # PIL raises many types for corrupt or unknown data
         raise RequestError(f"rapidocr: cannot decode image: {type(exc).__name__}: {exc}") from exc
     img = ImageOps.exif_transpose(img)
