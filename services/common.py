@@ -86,6 +86,6 @@ def run_worker(service: str, queue: str, register: Callable[[Context], None]) ->
                         format=f"%(asctime)s {service} %(levelname)s %(message)s")
     ctx = bootstrap()
     register(ctx)
-    concurrency = os.environ.get("RSIEVE_WORKER_CONCURRENCY", "1")
+    concurrency = str(ctx.settings.worker_concurrency)
     ctx.app.worker_main(["worker", "-Q", queue, "-c", concurrency, "-n", f"{service}@%h",
                          "--loglevel", "INFO", "--without-gossip", "--without-mingle"])

@@ -26,6 +26,7 @@ def register(ctx: Context) -> None:
                           ShardInput(run=run, shard=name, lines=lines).model_dump_json().encode())
             index = {"shards": {n: len(s) for n, s in zip(names, shards, strict=True)},
                      "lines": sum(map(len, shards)), "blank_lines": blank}
+            # Blank lines are not items; the report expects every other line placed.
             store.put(f"runs/{run}/shards.json", json.dumps(index).encode())  # commit point
         index = json.loads(store.get(f"runs/{run}/shards.json"))
         for name, count in index["shards"].items():

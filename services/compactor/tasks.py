@@ -30,8 +30,7 @@ def register(ctx: Context) -> None:
             quarantined += ctx.load(run, "generate", shard).quarantined
             outcomes += ctx.load(run, "judge", shard).outcomes
         report = run_report(run=run, lines=index["lines"], outcomes=outcomes,
-                            quarantined=quarantined)
-        report["blank_lines"] = index["blank_lines"]
+                            quarantined=quarantined, blank_lines=index["blank_lines"])
         splits = assemble_rows(outcomes)
         family_of = {o.generation.item.id: o.generation.item.family for o in outcomes}
         files, rows_per_split, families, examples = {}, {}, {}, {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import posixpath
+import re
 import warnings
 from typing import Any
 
@@ -30,6 +31,7 @@ __all__ = [
 ]
 
 POLICY_VERSION = "clean/1"
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
 
 def _quarantine(line: int, reason: str, detail: str = "", *, item_id: str | None = None,
@@ -74,7 +76,7 @@ def pool_image_path(image: str) -> str | None:
     if image.startswith(("/", "\\")) or "\\" in image or ":" in image.split("/", 1)[0]:
         return None
     norm = posixpath.normpath(image)
-    if norm.startswith("..") or norm in (".", ""):
+    if norm == ".." or norm.startswith("../") or norm in (".", ""):
         return None
     return norm
 
@@ -106,8 +108,13 @@ def check_provenance(source: Any, image_sha256: str, policy: str) -> tuple[bool,
     A recorded sha256 must equal the attached image's; a source that records where the item
     came from without a hash is admitted as `recorded`; no source at all is admitted only
     under the lenient policy."""
-    recorded = source.get("sha256") if isinstance(source, dict) else None
-    if isinstance(recorded, str) and recorded:
+    if isinstance(source, str) and _SHA256.fullmatch(source.strip()):
+        recorded: Any = source.strip()  # a bare content hash is a source too
+    else:
+        recorded = source.get("sha256") if isinstance(source, dict) else None
+    if recorded is not None:
+        if not isinstance(recorded, str) or not _SHA256.fullmatch(recorded):
+            return False, f"recorded sha256 is not a sha256: {str(recorded)[:70]!r}"
         if recorded.lower() == image_sha256:
             return True, "sha256_match"
         return False, f"sha256 mismatch: recorded {recorded[:16]}.., image {image_sha256[:16]}.."

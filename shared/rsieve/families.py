@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["FAMILY_PROTOCOLS", "INSTRUCTIONS", "family_key", "protocol_for"]
+__all__ = ["FAMILY_PROTOCOLS", "FULL_ANSWER_LISTS", "INSTRUCTIONS", "family_key",
+           "full_answer_list", "protocol_for"]
 
 _ALNUM = ["OrandCar", "ORAND-CAR", "ORAND-CAR-A", "ORAND-CAR-B", "IIIT5K", "SVT", "IC13",
           "IC15", "CUTE80", "WordArt", "Total-Text", "SynthWords", "SynthAmounts"]
@@ -21,6 +22,11 @@ FAMILY_PROTOCOLS: dict[str, str] = {
                             ("vqa", _VQA), ("mc", _MC), ("math", _MATH))
     for family_name in names
 }
+
+# Families scored by VQA soft accuracy need their full list of human answers: under the
+# official leave-one-out rule a single reference always scores 0, so a pool that gives such
+# a family fewer answers is reported per family, not silently rejected.
+FULL_ANSWER_LISTS: dict[str, int] = {"VQAv2": 10, "TextVQA": 10, "VizWiz": 10, "OK-VQA": 10}
 
 # Appended to the pool question unless the question already carries it, so the stored
 # question stays byte-identical to the prompt. Empty: the pool's wording is kept as is.
@@ -58,4 +64,22 @@ def protocol_for(family: str, item_protocol: str | None = None) -> str | None:
         prefix = family_key("".join(parts[:n]))
         if prefix in _BY_KEY:
             return _BY_KEY[prefix]
+    return None
+
+
+_FULL_BY_KEY = {family_key(name): n for name, n in FULL_ANSWER_LISTS.items()}
+
+
+def full_answer_list(family: str) -> int | None:
+    """How many reference answers the family's protocol expects (None: any number).
+
+    Matched like `protocol_for` (case and punctuation folded, or a leading part)."""
+    key = family_key(family)
+    if key in _FULL_BY_KEY:
+        return _FULL_BY_KEY[key]
+    parts = re.split(r"[-_ ]", family)
+    for n in range(len(parts) - 1, 0, -1):
+        prefix = family_key("".join(parts[:n]))
+        if prefix in _FULL_BY_KEY:
+            return _FULL_BY_KEY[prefix]
     return None

@@ -14,8 +14,11 @@ UNKNOWN_FAMILY = "(unknown)"
 
 
 def run_report(
-    *, run: str, lines: int, outcomes: list[Outcome], quarantined: list[Quarantined]
+    *, run: str, lines: int, outcomes: list[Outcome], quarantined: list[Quarantined],
+    blank_lines: list[int] | None = None,
 ) -> dict[str, Any]:
+    """`lines` items entered (non-blank lines); `blank_lines` are the pool's blank line
+    numbers, which hold no item. Every other line from 1 on must be placed exactly once."""
     families: dict[str, dict[str, Any]] = defaultdict(
         lambda: {"in": 0, "accepted": 0, "accepted_by_verifier": 0, "promoted_by_judge": 0,
                  "rejected": 0, "rejected_by_reason": Counter(), "quarantined": 0,
@@ -51,7 +54,10 @@ def run_report(
     placed = sum(placed_lines.values())
     duplicate_ids = sorted(i for i, n in ids.items() if n > 1)
     lines_twice = sorted(ln for ln, n in placed_lines.items() if n > 1)
-    missing = sorted(set(range(1, lines + 1)) - set(placed_lines)) if lines else []
+    blanks = set(blank_lines or ())
+    expected = set(range(1, lines + len(blanks) + 1)) - blanks
+    missing = sorted(expected - set(placed_lines))
+    outside = sorted(set(placed_lines) - expected)
     return {
         "run": run,
         "lines": lines,
@@ -60,5 +66,8 @@ def run_report(
         "duplicate_ids": duplicate_ids,
         "lines_placed_twice": lines_twice,
         "lines_missing": missing[:100],
-        "adds_up": placed == lines and not lines_twice and not missing and not duplicate_ids,
+        "lines_outside_pool": outside[:100],
+        "blank_lines": len(blanks),
+        "adds_up": placed == lines and not lines_twice and not missing and not outside
+        and not duplicate_ids,
     }

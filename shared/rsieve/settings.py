@@ -46,6 +46,9 @@ class Settings(BaseSettings):
     max_new_tokens: int = 1024
     temperature: float = 0.0
 
+    # Workers.
+    worker_concurrency: int = Field(1, ge=1, description="Celery prefork children per worker")
+
     # Work units and limits.
     shard_size: int = Field(32, ge=1, description="pool lines per shard message")
     image_max_pixels: int = 40_000_000

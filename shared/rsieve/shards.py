@@ -24,17 +24,20 @@ class ShardInput(BaseModel):
     lines: list[PoolLine]
 
 
-def split_pool(data: bytes, shard_size: int) -> tuple[list[list[PoolLine]], int]:
-    """Non-blank lines in shards of `shard_size`, and the count of blank lines skipped.
+def split_pool(data: bytes, shard_size: int) -> tuple[list[list[PoolLine]], list[int]]:
+    """Non-blank lines in shards of `shard_size`, and the numbers of the blank lines.
 
     An id seen on an earlier line marks the later line as its duplicate: ids are unique
     across the whole pool, which no single shard can see."""
     first_line_of: dict[str, int] = {}
     lines: list[PoolLine] = []
-    blank = 0
-    for number, raw in enumerate(data.split(b"\n"), start=1):
+    blank: list[int] = []
+    parts = data.split(b"\n")
+    if parts and parts[-1] == b"":
+        parts.pop()  # the terminating newline ends the last line; it opens no new one
+    for number, raw in enumerate(parts, start=1):
         if not raw.strip():
-            blank += 1
+            blank.append(number)
             continue
         try:
             text, utf8 = raw.decode("utf-8"), True
@@ -51,7 +54,5 @@ def split_pool(data: bytes, shard_size: int) -> tuple[list[list[PoolLine]], int]
                 duplicate_of = first_line_of.setdefault(item_id, number)
                 duplicate_of = None if duplicate_of == number else duplicate_of
         lines.append(PoolLine(line=number, raw=text, utf8=utf8, duplicate_of=duplicate_of))
-    if data.endswith(b"\n"):
-        blank -= 1  # the terminating newline is not a blank line
     shards = [lines[i : i + shard_size] for i in range(0, len(lines), shard_size)]
     return shards, blank

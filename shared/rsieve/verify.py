@@ -9,9 +9,10 @@ that matched, so any decision can be recomputed from what is stored.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,15 +85,24 @@ def exact(prediction: str, references: Sequence[str], **_: Any) -> float:
 _NUMBER = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
 
 
+_GROUPED = re.compile(r"^[-+]?\d{1,3}(,\d{3})+(\.\d*)?$")
+
+
 def parse_number(text: str) -> float | None:
-    t = unicodedata.normalize("NFKC", text or "").strip().rstrip(".").replace(",", "")
+    """NFKC, strip, trailing periods and one "%" dropped; commas only as thousands groups."""
+    t = unicodedata.normalize("NFKC", text or "").strip().rstrip(".")
     t = t.removesuffix("%").strip()
+    if "," in t:
+        if not _GROUPED.match(t):
+            return None  # "1,2,5" or "12,50" is not a number we can read without guessing
+        t = t.replace(",", "")
     if not _NUMBER.match(t):
         return None
     return float(t)
 
 
-@register("number", version="1", rel_tol=1e-6, abs_tol=1e-9)
+@register("number", version="2", rel_tol=1e-6, abs_tol=1e-9, number=_NUMBER.pattern,
+          thousands=_GROUPED.pattern)
 def number(prediction: str, references: Sequence[str], **_: Any) -> float:
     pred = parse_number(prediction)
     if pred is None:
@@ -104,61 +114,229 @@ def number(prediction: str, references: Sequence[str], **_: Any) -> float:
     return 0.0
 
 
-# --- anls: DocVQA / InfographicVQA ------------------------------------------------------
+# --- anls: DocVQA / InfographicVQA / ST-VQA --------------------------------------------
+#
+# The official script (RRC DocVQA/InfographicVQA evaluation, as copied into Qwen-VL's
+# infographicsvqa_eval.py and lmms-eval's `anls` metric): both sides lower-cased, stripped
+# and whitespace-collapsed (`" ".join(s.strip().lower().split())`), Levenshtein distance
+# over the longer length, best reference wins, NLS = 1 - distance. Two documented
+# deviations (docs/verifiers.md): the length is that of the normalised strings (the script
+# uses `len(raw.upper())`, so padding whitespace inflates it and admits wrong answers), and
+# a distance of exactly 0.5 scores 0 as the ANLS definition states (NL < tau); the script
+# keeps 0.5, which would admit "1" for "12".
+
+ANLS_TAU = 0.5
 
 
-@register("anls", version="1", threshold=0.5, tau=0.5, normalisation="lower, collapse spaces")
+def anls_norm(text: str) -> str:
+    return " ".join((text or "").strip().lower().split())
+
+
+@register("anls", version="1", threshold=0.5, tau=ANLS_TAU,
+          normalisation='" ".join(s.strip().lower().split())',
+          distance="Levenshtein (rapidfuzz) / max(len) of the normalised strings",
+          boundary="distance < 0.5 scores 1 - distance, else 0")
 def anls(prediction: str, references: Sequence[str], **_: Any) -> float:
-    pred = " ".join(prediction.strip().lower().split())
+    pred = anls_norm(prediction)
     best = 0.0
     for ref in references:
-        gold = " ".join(ref.strip().lower().split())
-        dist = Levenshtein.normalized_distance(pred, gold)
-        best = max(best, 1.0 - dist if dist < 0.5 else 0.0)
+        gold = anls_norm(ref)
+        longest = max(len(pred), len(gold))
+        dist = Levenshtein.distance(pred, gold) / longest if longest else 0.0
+        if dist < ANLS_TAU:
+            best = max(best, 1.0 - dist)
     return best
 
 
 # --- relaxed: ChartQA relaxed accuracy --------------------------------------------------
+#
+# lmms-eval's `relaxed_correctness` (from Qwen-VL evaluate_vqa.py; the ChartQA paper, 5.1):
+# both sides go through Python `float()` (a trailing "%" divides by 100); when the
+# prediction parses and the target parses to a non-zero number, the relative change
+# |p - t| / |t| must be <= 0.05; otherwise the strings must be equal after `.lower()`.
+# No stripping, no thousands separators: "1,000" is a string, as the toolkit has it.
+
+RELAXED_TOLERANCE = 0.05
 
 
-@register("relaxed", version="1", rel_tol=0.05)
+def relaxed_float(text: str) -> float | None:
+    try:
+        if text.endswith("%"):
+            return float(text.rstrip("%")) / 100.0
+        return float(text)
+    except ValueError:
+        return None
+
+
+def relaxed_pair(prediction: str, target: str) -> bool:
+    pred_f, target_f = relaxed_float(prediction), relaxed_float(target)
+    if pred_f is not None and target_f:
+        return abs(pred_f - target_f) / abs(target_f) <= RELAXED_TOLERANCE
+    return prediction.lower() == target.lower()
+
+
+@register("relaxed", version="2", max_relative_change=RELAXED_TOLERANCE,
+          numbers="float(); trailing % divides by 100; zero target compares as text",
+          text="str.lower() equality", source="lmms-eval chartqa relaxed_correctness")
 def relaxed(prediction: str, references: Sequence[str], **_: Any) -> float:
-    pred = prediction.strip()
-    for ref in references:
-        gold_n, pred_n = parse_number(ref), parse_number(pred)
-        if gold_n is not None and pred_n is not None:
-            if gold_n == 0.0 and pred_n == 0.0:
-                return 1.0
-            if gold_n != 0.0 and abs(pred_n - gold_n) / abs(gold_n) <= 0.05:
-                return 1.0
-        elif pred.lower() == ref.strip().lower():
-            return 1.0
-    return 0.0
+    pred = prediction or ""
+    return 1.0 if any(relaxed_pair(pred, ref) for ref in references) else 0.0
+
+
+# --- vqa: VQA v2 soft accuracy ----------------------------------------------------------
+#
+# The official evaluation (GT-Vision-Lab/VQA PythonEvaluationTools/vqaEvaluation/
+# vqaEval.py): newlines and tabs to spaces, strip, processPunctuation, processDigitArticle;
+# each of the n references is left out in turn and the answer scores
+# min(1, matches among the other n-1 / 3); the score is the mean. Deviation: the official
+# script trusts its annotation file to hold normalised answers; pool references may be raw,
+# so they go through the same normalisation as the prediction (idempotent on annotation
+# answers). The mean is computed as one exact division (sum of min(3, k) over 3n), equal to
+# the official float sum up to its rounding, so the 0.9 threshold is not at float's mercy.
+
+VQA_CONTRACTIONS = {
+    "aint": "ain't", "arent": "aren't", "cant": "can't", "couldve": "could've",
+    "couldnt": "couldn't", "couldn'tve": "couldn't've", "couldnt've": "couldn't've",
+    "didnt": "didn't", "doesnt": "doesn't", "dont": "don't", "hadnt": "hadn't",
+    "hadnt've": "hadn't've", "hadn'tve": "hadn't've", "hasnt": "hasn't", "havent": "haven't",
+    "hed": "he'd", "hed've": "he'd've", "he'dve": "he'd've", "hes": "he's", "howd": "how'd",
+    "howll": "how'll", "hows": "how's", "Id've": "I'd've", "I'dve": "I'd've", "Im": "I'm",
+    "Ive": "I've", "isnt": "isn't", "itd": "it'd", "itd've": "it'd've", "it'dve": "it'd've",
+    "itll": "it'll", "let's": "let's", "maam": "ma'am", "mightnt": "mightn't",
+    "mightnt've": "mightn't've", "mightn'tve": "mightn't've", "mightve": "might've",
+    "mustnt": "mustn't", "mustve": "must've", "neednt": "needn't", "notve": "not've",
+    "oclock": "o'clock", "oughtnt": "oughtn't", "ow's'at": "'ow's'at", "'ows'at": "'ow's'at",
+    "'ow'sat": "'ow's'at", "shant": "shan't", "shed've": "she'd've", "she'dve": "she'd've",
+    "she's": "she's", "shouldve": "should've", "shouldnt": "shouldn't",
+    "shouldnt've": "shouldn't've", "shouldn'tve": "shouldn't've", "somebody'd": "somebodyd",
+    "somebodyd've": "somebody'd've", "somebody'dve": "somebody'd've",
+    "somebodyll": "somebody'll", "somebodys": "somebody's", "someoned": "someone'd",
+    "someoned've": "someone'd've", "someone'dve": "someone'd've", "someonell": "someone'll",
+    "someones": "someone's", "somethingd": "something'd", "somethingd've": "something'd've",
+    "something'dve": "something'd've", "somethingll": "something'll", "thats": "that's",
+    "thered": "there'd", "thered've": "there'd've", "there'dve": "there'd've",
+    "therere": "there're", "theres": "there's", "theyd": "they'd", "theyd've": "they'd've",
+    "they'dve": "they'd've", "theyll": "they'll", "theyre": "they're", "theyve": "they've",
+    "twas": "'twas", "wasnt": "wasn't", "wed've": "we'd've", "we'dve": "we'd've",
+    "weve": "we've", "werent": "weren't", "whatll": "what'll", "whatre": "what're",
+    "whats": "what's", "whatve": "what've", "whens": "when's", "whered": "where'd",
+    "wheres": "where's", "whereve": "where've", "whod": "who'd", "whod've": "who'd've",
+    "who'dve": "who'd've", "wholl": "who'll", "whos": "who's", "whove": "who've",
+    "whyll": "why'll", "whyre": "why're", "whys": "why's", "wont": "won't",
+    "wouldve": "would've", "wouldnt": "wouldn't", "wouldnt've": "wouldn't've",
+    "wouldn'tve": "wouldn't've", "yall": "y'all", "yall'll": "y'all'll", "y'allll": "y'all'll",
+    "yall'd've": "y'all'd've", "y'alld've": "y'all'd've", "y'all'dve": "y'all'd've",
+    "youd": "you'd", "youd've": "you'd've", "you'dve": "you'd've", "youll": "you'll",
+    "youre": "you're", "youve": "you've",
+}
+VQA_MANUAL_MAP = {"none": "0", "zero": "0", "one": "1", "two": "2", "three": "3",
+                  "four": "4", "five": "5", "six": "6", "seven": "7", "eight": "8",
+                  "nine": "9", "ten": "10"}
+VQA_ARTICLES = ("a", "an", "the")
+VQA_PUNCT = (";", "/", "[", "]", '"', "{", "}", "(", ")", "=", "+", "\\", "_", "-", ">", "<",
+             "@", "`", ",", "?", "!")
+# The official pattern, kept verbatim: "(?!<=\d)" is a lookahead for the literal "<="
+# (a typo for a lookbehind), so a period is removed unless a digit follows it.
+_VQA_PERIOD_STRIP = re.compile(r"(?!<=\d)(\.)(?!\d)")
+_VQA_COMMA_STRIP = re.compile(r"(\d)(\,)(\d)")
+# The official call is periodStrip.sub("", text, re.UNICODE): re.UNICODE (32) lands in the
+# `count` argument, so at most 32 periods are removed. Kept for exact agreement.
+VQA_PERIOD_STRIP_COUNT = int(re.UNICODE)
+
+
+def vqa_punctuation(text: str) -> str:
+    out = text
+    comma = _VQA_COMMA_STRIP.search(text) is not None
+    for p in VQA_PUNCT:
+        if (p + " " in text or " " + p in text) or comma:
+            out = out.replace(p, "")
+        else:
+            out = out.replace(p, " ")
+    return _VQA_PERIOD_STRIP.sub("", out, count=VQA_PERIOD_STRIP_COUNT)
+
+
+def vqa_digit_article(text: str) -> str:
+    words = [VQA_MANUAL_MAP.get(w, w) for w in text.lower().split()]
+    words = [w for w in words if w not in VQA_ARTICLES]
+    return " ".join(VQA_CONTRACTIONS.get(w, w) for w in words)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def vqa_norm(text: str) -> str:
+    """Official normalisation; cached, since the ten references recur for every variant."""
+    text = (text or "").replace("\n", " ").replace("\t", " ").strip()
+    return vqa_digit_article(vqa_punctuation(text))
+
+
+@register("vqa", version="1", threshold=0.9, matches_for_full_credit=3,
+          aggregation="mean over leave-one-out subsets of min(1, matches / 3)",
+          normalisation="vqaEval.py processPunctuation + processDigitArticle, both sides",
+          punct="".join(VQA_PUNCT), period_strip=_VQA_PERIOD_STRIP.pattern,
+          comma_strip=_VQA_COMMA_STRIP.pattern, period_strip_count=VQA_PERIOD_STRIP_COUNT,
+          articles=list(VQA_ARTICLES), manual_map=VQA_MANUAL_MAP,
+          contractions=len(VQA_CONTRACTIONS))
+def vqa(prediction: str, references: Sequence[str], **_: Any) -> float:
+    refs = [vqa_norm(r) for r in references]
+    if len(refs) < 2:
+        return 0.0  # leave-one-out over a single reference leaves nothing to match
+    pred = vqa_norm(prediction)
+    matches = sum(1 for r in refs if r == pred)
+    # Leaving out a matching reference leaves matches - 1; any other leaves matches.
+    credit = matches * min(3, matches - 1) + (len(refs) - matches) * min(3, matches)
+    return credit / (3 * len(refs))
 
 
 # --- mc: multiple-choice letter ----------------------------------------------------------
+#
+# Extraction never guesses. A letter counts only when the answer *states* it: the bare
+# letter ("B", "(B)", "B.", "**B**", "\boxed{B}"), the letter followed by a delimiter and
+# text ("B. dog", "(B) dog"), or an answer statement ("The answer is B", "Answer: (B)").
+# With `options`, an answer equal to exactly one option's text names that option, and an
+# answer that states a letter and equals another option's text is a conflict. Two letters,
+# or none, give no letter. Deviations from VLMEvalKit's can_infer (docs/verifiers.md): a
+# lone capital letter somewhere in prose ("It is B because ...", "A cat") is not a choice,
+# and option text must equal the answer, not be a substring of it ("cat" in "concatenate").
 
-# Forms that state one letter as the answer. Extraction never guesses: text that names
-# two different letters, or none, yields no letter (and goes to the judge).
+_LETTER = r"[(\[]?([A-Z])[)\]]?"
 _LETTER_FORMS = [
-    re.compile(r"^\(?([A-Z])\)?[.:)]?$"),
-    re.compile(r"^\(?([A-Z])[.:)]\s+\S.*$", re.S),
-    re.compile(r"^(?:the\s+)?(?:correct\s+)?(?:answer|option|choice)(?:\s+is)?\s*[:：]?\s*"
-               r"\(?([A-Z])\)?(?:[.:)]|\s|$)", re.I),
+    re.compile(rf"^{_LETTER}\.?$"),
+    re.compile(r"^\\boxed\{([A-Z])\}\.?$"),
+    re.compile(rf"^{_LETTER}[.:)]\s*(\S.*)$", re.S),
+    re.compile(r"^\(([A-Z])\)\s+(\S.*)$", re.S),
+    re.compile(rf"^(?i:(?:the\s+)?(?:correct\s+|final\s+|best\s+|right\s+)?"
+               rf"(?:answer|option|choice)(?:\s+is)?\s*[:：]?\s*)"
+               rf"{_LETTER}(?:[.:)]\s*(.*))?$", re.S),
 ]
+
+
+def _mc_text(text: str) -> str:
+    return _normalise(text).strip(" .")
 
 
 def extract_letter(prediction: str, options: dict[str, str] | None = None) -> str | None:
     text = unicodedata.normalize("NFKC", prediction or "").strip()
-    letters = {m.group(1).upper() for form in _LETTER_FORMS if (m := form.match(text))}
-    if options:
-        letters &= {k.upper() for k in options} or letters
-        by_text = {k.upper() for k, v in options.items() if _normalise(v) == _normalise(text)}
-        letters |= by_text
+    text = re.sub(r"^\*\*(.*)\*\*\.?$", r"\1", text, flags=re.S).strip()
+    keys = {k.strip().upper(): v for k, v in (options or {}).items()}
+    by_text = {k for k, v in keys.items() if _mc_text(str(v)) == _mc_text(text)}
+    letters: set[str] = set()
+    for form in _LETTER_FORMS:
+        m = form.match(text)
+        if not m:
+            continue
+        letter, rest = m.group(1), (m.group(2) if m.re.groups >= 2 else None)
+        letters.add(letter)
+        if rest and keys:
+            letters |= {k for k, v in keys.items() if _mc_text(str(v)) == _mc_text(rest)}
+        break
+    letters |= by_text
+    if keys:
+        letters = {x for x in letters if x in keys} if letters <= set(keys) else set()
     return letters.pop() if len(letters) == 1 else None
 
 
-@register("mc", version="1", letter_forms=[f.pattern for f in _LETTER_FORMS])
+@register("mc", version="2", letter_forms=[f.pattern for f in _LETTER_FORMS],
+          option_text="NFKC, casefold, collapsed spaces, equality (never substring)",
+          ambiguity="two letters or none: no match")
 def mc(prediction: str, references: Sequence[str], **options: Any) -> float:
     letter = extract_letter(prediction, options.get("options"))
     if letter is None:
@@ -185,17 +363,26 @@ def math(prediction: str, references: Sequence[str], **_: Any) -> float:
 # --- the decision ----------------------------------------------------------------------
 
 
+_PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
+
+
+def _forms(prediction: str) -> Iterator[tuple[str, str]]:
+    """whole, first_line, first_paragraph: stripped, repeats skipped, computed lazily."""
+    text = (prediction or "").strip()
+    yield "whole", text
+    if "\n" not in text:
+        return
+    first_line = text.split("\n", 1)[0].strip()
+    if first_line != text:
+        yield "first_line", first_line
+    first_paragraph = _PARAGRAPH_BREAK.split(text, maxsplit=1)[0].strip()
+    if first_paragraph != text and first_paragraph != first_line:
+        yield "first_paragraph", first_paragraph
+
+
 def variants(prediction: str) -> list[tuple[str, str]]:
     """The forms of a prediction that are tried, in order, without repeats."""
-    text = (prediction or "").strip()
-    first_line = text.split("\n", 1)[0].strip()
-    first_paragraph = re.split(r"\n\s*\n", text, maxsplit=1)[0].strip()
-    out: list[tuple[str, str]] = []
-    for name, form in (("whole", text), ("first_line", first_line),
-                       ("first_paragraph", first_paragraph)):
-        if all(form != seen for _, seen in out):
-            out.append((name, form))
-    return out
+    return list(_forms(prediction))
 
 
 def verify(
@@ -204,8 +391,8 @@ def verify(
     """Score every variant; accept on the first that reaches the protocol's threshold."""
     proto = PROTOCOLS[protocol]
     best = 0.0
-    for name, form in variants(prediction):
-        score = float(proto(form, references, **options))
+    for name, form in _forms(prediction):
+        score = float(proto.fn(form, references, **options))
         if score >= proto.threshold:
             return _decision(proto, accepted=True, score=score, variant=name)
         best = max(best, score)

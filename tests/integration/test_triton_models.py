@@ -8,6 +8,7 @@ start their own processes with the same launchers (``rsieve.local.processes``).
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import re
@@ -114,7 +115,7 @@ def infer_concurrently(
         client.async_infer(
             model,
             make_inputs(prompt, image),
-            callback=lambda r, e, i=index: callback(i, r, e),
+            callback=functools.partial(callback, index),
             client_timeout=timeout,
         )
     for _ in requests:
@@ -126,6 +127,25 @@ def model_counts(client: grpcclient.InferenceServerClient, model: str) -> tuple[
     """(inference_count, execution_count) of ``model`` from Triton's statistics."""
     stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
     return int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
+
+
+def settled_counts(
+    client: grpcclient.InferenceServerClient, model: str, at_least: int = 0
+) -> tuple[int, int]:
+    """Counts once they stop moving (and reach ``at_least`` inferences).
+
+    Triton records a Python-backend batch's statistics only after ``execute`` returns,
+    which can be after the client has its responses.
+    """
+    deadline = time.monotonic() + 15
+    last = model_counts(client, model)
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        now = model_counts(client, model)
+        if now == last and now[0] >= at_least:
+            return now
+        last = now
+    return last
 
 
 # --------------------------------------------------------------------------- triton fixture
@@ -319,10 +339,10 @@ def test_sixteen_concurrent_requests_are_batched(
     client: grpcclient.InferenceServerClient,
 ) -> None:
     words = ["ESPLANADE", "HARBOUR", "KESTREL", "11850"] * 4
-    before = model_counts(client, "rapidocr")
+    before = settled_counts(client, "rapidocr")
     requests = [(f"q{i}", render_word(w)) for i, w in enumerate(words)]
     results = infer_concurrently(client, "rapidocr", requests)
-    after = model_counts(client, "rapidocr")
+    after = settled_counts(client, "rapidocr", at_least=before[0] + 16)
     for word, result in zip(words, results, strict=True):
         assert not isinstance(result, Exception), result
         text, finish = result
@@ -491,9 +511,15 @@ def test_two_s3_stacks_side_by_side(tmp_path: Path) -> None:
             # Loopback only, none of weed's default ports, only the ports chosen for it.
             ports = processes.s3_ports(tmp_path / name)
             expected = {s3_port[name], *ports.values(), ports["admin"] + 10000}
-            listening = _listening_ports(stacks[name].pid)
-            assert {ip for ip, _ in listening} == {"127.0.0.1"}, listening
-            assert {port for _, port in listening} == expected, (listening, expected)
+            deadline = time.monotonic() + 30  # the admin server comes up after S3
+            while True:
+                listening = _listening_ports(stacks[name].pid)
+                assert {ip for ip, _ in listening} == {"127.0.0.1"}, listening
+                assert {port for _, port in listening} <= expected, (listening, expected)
+                if {port for _, port in listening} == expected or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            assert {port for _, port in listening} == expected, (listening, expected, ports)
             assert not expected & WEED_DEFAULT_PORTS
         # Each stack works, with its own credentials and bucket.
         for name in names:

@@ -12,7 +12,10 @@ Facts these launchers rely on are in ``ENVIRONMENT.md``; the ones found while wr
   admin server (HTTP + gRPC) even with ``-admin.ui=false``. Its built-in plugin worker
   dials the admin gRPC port at *admin HTTP port + 10000* whatever ``-admin.port.grpc``
   says, so the admin gRPC port is always chosen as admin port + 10000. WebDAV, the
-  Iceberg catalog and the Lance namespace server are switched off.
+  Iceberg catalog and the Lance namespace server are switched off; ``-logtostderr`` keeps
+  glog from also writing ``weed.*`` log files into ``$TMPDIR``. Weed still leaves a few
+  ``/tmp/seaweedfs-*-<port>.sock`` files behind (paths it hard-codes); they do not stop a
+  restart on the same ports.
 * The Triton Python-backend stub embeds the *system* ``libpython3.11`` (Debian's 3.11.2),
   not the venv's interpreter, and runs it isolated: ``PYTHONPATH`` is ignored. The venv's
   site-packages travel in ``RSIEVE_TRITON_SITE_PACKAGES`` and each rsieve ``model.py``
@@ -57,10 +60,13 @@ __all__ = [
 
 
 def _port_is_free(port: int) -> bool:
-    """True when ``port`` can be bound on 127.0.0.1 right now."""
+    """True when a server could listen on 127.0.0.1:``port`` right now."""
     if not 0 < port < 65536:
         return False
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As servers bind (Go and Redis set SO_REUSEADDR): a port whose last connections
+        # linger in TIME_WAIT after a restart still counts as free; one listened on does not.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((HOST, port))
         except OSError:
@@ -68,11 +74,23 @@ def _port_is_free(port: int) -> bool:
     return True
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 now (the kernel's choice of an ephemeral port)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
+    """A TCP port that is free on 127.0.0.1 now (the kernel's choice of an ephemeral port).
+
+    Never the same port twice in one process, so ``free_port(), free_port()`` are distinct
+    even before anything listens on the first.
+    """
+    for _ in range(1000):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((HOST, 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError(f"no fresh free port on {HOST}")
 
 
 def _free_ports(count: int, *, exclude: Sequence[int] = ()) -> list[int]:
@@ -95,7 +113,10 @@ def _free_port_with_offset(offset: int, *, exclude: Sequence[int] = ()) -> int:
         port = rng.randrange(20000, 65535 - offset)
         if port in taken or port + offset in taken:
             continue
+        if port in _HANDED_OUT or port + offset in _HANDED_OUT:
+            continue
         if _port_is_free(port) and _port_is_free(port + offset):
+            _HANDED_OUT.update((port, port + offset))
             return port
     raise RuntimeError(f"no free port pair (p, p+{offset}) found on {HOST}")
 
@@ -305,6 +326,7 @@ def start_s3(
     p = _weed_ports(state_dir, port)
     cmd = [
         str(_weed_binary()),
+        "-logtostderr",  # glog would otherwise also write weed.* files into $TMPDIR
         "mini",
         f"-dir={state_dir}",
         f"-bucket={bucket}",

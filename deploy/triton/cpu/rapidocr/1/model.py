@@ -90,6 +90,11 @@ def decode_image(data: bytes, max_pixels: int) -> Image.Image:
     return img.convert("RGB")
 
 
+def _show(text: str) -> str:
+    """``text`` quoted for the trace; a recognised "</think>" must not close the trace."""
+    return repr(text.replace("<", "\u2039").replace(">", "\u203a"))
+
+
 def render(results: list[tuple[str, float]], text_score: float) -> str:
     """``<think>`` + an honest trace of what the recogniser saw + ``</think>`` + the text."""
     kept = [(t, s) for t, s in results if t.strip() and s >= text_score]
@@ -97,13 +102,13 @@ def render(results: list[tuple[str, float]], text_score: float) -> str:
     parts: list[str] = []
     if len(kept) == 1:
         text, score = kept[0]
-        parts.append(f"recognised {text!r} with confidence {score:.2f}")
+        parts.append(f"recognised {_show(text)} with confidence {score:.2f}")
     elif kept:
-        shown = ", ".join(f"{t!r} ({s:.2f})" for t, s in kept[:MAX_TRACE_ITEMS])
+        shown = ", ".join(f"{_show(t)} ({s:.2f})" for t, s in kept[:MAX_TRACE_ITEMS])
         more = f" and {len(kept) - MAX_TRACE_ITEMS} more" if len(kept) > MAX_TRACE_ITEMS else ""
         parts.append(f"recognised {len(kept)} lines: {shown}{more}")
     if dropped:
-        shown = ", ".join(f"{t!r} ({s:.2f})" for t, s in dropped[:MAX_TRACE_ITEMS])
+        shown = ", ".join(f"{_show(t)} ({s:.2f})" for t, s in dropped[:MAX_TRACE_ITEMS])
         parts.append(f"dropped below confidence {text_score:.2f}: {shown}")
     if not kept:
         parts.insert(0, "no text recognised")

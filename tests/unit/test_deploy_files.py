@@ -1,0 +1,526 @@
+"""The container files, checked as data (there is no Docker engine here): docker-compose.yml,
+.env.example, deploy/docker/Dockerfile and deploy/docker/entrypoint.sh agree with each other
+and with the code (service modules, settings fields, paths in the repository)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rsieve.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = REPO / "docker-compose.yml"
+ENV_EXAMPLE = REPO / ".env.example"
+DOCKERFILE = REPO / "deploy" / "docker" / "Dockerfile"
+ENTRYPOINT = REPO / "deploy" / "docker" / "entrypoint.sh"
+IMAGE_ENTRYPOINT = "/app/deploy/docker/entrypoint.sh"
+
+# Folders services/<name>/ that are runnable with `python -m services.<name>`.
+SERVICE_MODULES = sorted(p.parent.name for p in (REPO / "services").glob("*/__main__.py"))
+WORKERS = ("cleaner", "generator", "verifier", "judge", "compactor")
+
+# `${VAR}`, `${VAR:-default}`, `${VAR-default}`, `${VAR:?err}`, ...; `$${...}` is an escape.
+VAR_REF = re.compile(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(?::?[-?+])([^}]*))?\}")
+SECRET_NAME = re.compile(
+    r"PASSWORD|PASSWD|SECRET|TOKEN|ACCESS_KEY|API_KEY|PRIVATE|AUTH", re.IGNORECASE
+)
+URL_CREDENTIALS = re.compile(r"://([^/@\s]*)@")
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data = yaml.safe_load(COMPOSE_FILE.read_text())
+    assert isinstance(data, dict) and isinstance(data.get("services"), dict)
+    return data
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return dict(compose["services"])
+
+
+@pytest.fixture(scope="module")
+def env_example() -> dict[str, str]:
+    values: dict[str, str] = {}
+    for number, line in enumerate(ENV_EXAMPLE.read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        assert sep and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key), (
+            f".env.example line {number} is not KEY=VALUE: {line!r}"
+        )
+        assert key not in values, f".env.example defines {key} twice"
+        values[key] = value
+    return values
+
+
+def environment(service: dict[str, Any]) -> dict[str, str]:
+    """A service's `environment`, in either the mapping or the list form."""
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        pairs = (item.partition("=") for item in env)
+        return {key: value for key, _, value in pairs}
+    return {str(key): "" if value is None else str(value) for key, value in env.items()}
+
+
+def as_list(command: Any) -> list[str]:
+    if command is None:
+        return []
+    if isinstance(command, str):
+        return command.split()
+    return [str(part) for part in command]
+
+
+def interpolate(text: str, env: dict[str, str]) -> str:
+    def value(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in env and env[name] != "":
+            return env[name]
+        return default or ""
+
+    return VAR_REF.sub(value, text)
+
+
+def builds_rsieve_image(service: dict[str, Any]) -> bool:
+    build = service.get("build")
+    return isinstance(build, dict) and build.get("target") == "app"
+
+
+def dockerfile_stages() -> list[tuple[str, str, list[str]]]:
+    """(base image, stage name, instructions) per stage, continuation lines joined."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    stages: list[tuple[str, str, list[str]]] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = re.match(
+            r"FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?$", line, re.IGNORECASE
+        )
+        if match:
+            stages.append((match.group(1), match.group(2) or "", []))
+        elif stages:
+            stages[-1][2].append(line)
+    return stages
+
+
+def entrypoint_services() -> list[str]:
+    match = re.search(r'^SERVICES="([^"]*)"$', ENTRYPOINT.read_text(), re.MULTILINE)
+    assert match, 'entrypoint.sh has no SERVICES="..." line'
+    return match.group(1).split()
+
+
+# ---------------------------------------------------------------------------- compose
+
+
+def test_every_service_module_has_a_compose_service(services: dict[str, dict[str, Any]]) -> None:
+    assert set(WORKERS) <= set(SERVICE_MODULES), "a worker folder lost its __main__.py"
+    for name in SERVICE_MODULES:
+        assert name in services, f"docker-compose.yml has no service {name!r}"
+        assert builds_rsieve_image(services[name]), f"{name} is not built from the app stage"
+
+
+def test_rsieve_services_run_a_real_module(services: dict[str, dict[str, Any]]) -> None:
+    rsieve = {name: svc for name, svc in services.items() if builds_rsieve_image(svc)}
+    assert rsieve
+    for name, service in rsieve.items():
+        build = service["build"]
+        assert (REPO / build.get("context", ".") / build["dockerfile"]).resolve() == DOCKERFILE
+        entrypoint = as_list(service.get("entrypoint"))
+        assert entrypoint in ([], [IMAGE_ENTRYPOINT]), f"{name} overrides the entrypoint"
+        command = as_list(service.get("command"))
+        assert len(command) == 1, f"{name}: command must be one service name, got {command}"
+        module = REPO / "services" / command[0] / "__main__.py"
+        assert module.is_file(), f"{name} runs services.{command[0]}, which has no __main__.py"
+    for worker in WORKERS:
+        assert as_list(services[worker]["command"]) == [worker]
+
+
+def test_build_targets_are_dockerfile_stages(services: dict[str, dict[str, Any]]) -> None:
+    stages = {name for _, name, _ in dockerfile_stages()}
+    for name, service in services.items():
+        build = service.get("build")
+        if build is None:
+            continue
+        assert isinstance(build, dict), f"{name}: use the long build form"
+        assert (REPO / build.get("context", ".") / build["dockerfile"]).is_file()
+        assert build.get("target") in stages, f"{name}: no stage {build.get('target')!r}"
+
+
+def test_depends_on_targets_exist_and_are_health_checked(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    seen = 0
+    for name, service in services.items():
+        depends = service.get("depends_on") or {}
+        assert isinstance(depends, dict), f"{name}: depends_on must use conditions"
+        for target, rule in depends.items():
+            seen += 1
+            assert target in services, f"{name} depends on missing service {target!r}"
+            assert rule.get("condition") == "service_healthy", f"{name} -> {target}"
+            check = services[target].get("healthcheck") or {}
+            assert check.get("test") and not check.get("disable"), (
+                f"{name} waits for {target}, which has no healthcheck"
+            )
+    assert seen
+
+
+def test_workers_wait_for_queues_storage_and_models(services: dict[str, dict[str, Any]]) -> None:
+    for name in (*WORKERS, "api"):
+        assert {"redis", "s3"} <= set(services[name]["depends_on"]), name
+    for name in ("generator", "judge"):
+        depends = services[name]["depends_on"]
+        # One model server per profile: each is optional, both are waited for when present.
+        for server in ("triton", "triton-cpu"):
+            assert depends[server]["required"] is False, (name, server)
+
+
+def test_every_service_has_a_healthcheck(services: dict[str, dict[str, Any]]) -> None:
+    for name, service in services.items():
+        check = service.get("healthcheck") or {}
+        assert check.get("test"), f"{name} has no healthcheck"
+        test = as_list(check["test"])
+        assert not any("inspect" in part for part in test), (
+            f"{name}: health must not depend on Celery remote control (heartbeat-free)"
+        )
+    for name in WORKERS:
+        test = as_list(services[name]["healthcheck"]["test"])
+        assert test == ["CMD", IMAGE_ENTRYPOINT, "--healthcheck"], name
+
+
+def test_workers_stop_gracefully(services: dict[str, dict[str, Any]]) -> None:
+    def seconds(value: str) -> int:
+        units = {"s": 1, "m": 60, "h": 3600}
+        parts = re.findall(r"(\d+)([smh])", value)
+        assert parts and "".join(n + u for n, u in parts) == value, value
+        return sum(int(n) * units[u] for n, u in parts)
+
+    for name in WORKERS:
+        assert seconds(str(services[name]["stop_grace_period"])) >= 60, name
+    for name in ("generator", "judge"):
+        assert seconds(str(services[name]["stop_grace_period"])) >= 600, name
+    longest = max(seconds(str(services[n]["stop_grace_period"])) for n in WORKERS)
+    # A shard stopped anyway is redelivered after the visibility timeout: it must be longer.
+    assert Settings.model_fields["visibility_timeout_s"].default > longest
+
+
+def test_every_variable_is_defined_in_env_example(env_example: dict[str, str]) -> None:
+    used = set(VAR_REF.findall(COMPOSE_FILE.read_text()))
+    names = {name for name, _ in used}
+    assert names, "docker-compose.yml uses no variables: where do its secrets come from?"
+    missing = sorted(names - set(env_example))
+    assert not missing, f"used in docker-compose.yml, missing from .env.example: {missing}"
+
+
+def test_env_example_holds_placeholders_only(env_example: dict[str, str]) -> None:
+    for key, value in env_example.items():
+        if SECRET_NAME.search(key):
+            assert value.startswith("change-me"), f".env.example {key} must be a placeholder"
+
+
+def test_no_literal_secrets_in_compose(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    def check(where: str, value: str) -> None:
+        for userinfo in URL_CREDENTIALS.findall(value):
+            password = userinfo.partition(":")[2]
+            assert not password or VAR_REF.fullmatch(password), (
+                f"{where}: literal credentials in a URL"
+            )
+
+    for name, service in services.items():
+        for key, value in environment(service).items():
+            where = f"{name}.environment.{key}"
+            if SECRET_NAME.search(key):
+                assert VAR_REF.search(value), f"{where} must come from .env (${{...}})"
+            check(where, value)
+        command = as_list(service.get("command"))
+        for flag, value in zip(command, command[1:], strict=False):
+            if flag.lstrip("-").lower() in {"requirepass", "masterauth", "password"}:
+                assert VAR_REF.fullmatch(value), f"{name}: {flag} must come from .env"
+        for part in command:
+            check(f"{name}.command", part)
+            key, sep, value = part.lstrip("-").partition("=")
+            if sep and SECRET_NAME.search(key):
+                assert VAR_REF.search(value), f"{name}: {key} must come from .env"
+    assert "secrets" not in compose or all(
+        "file" not in spec or not str(spec["file"]).startswith(".env")
+        for spec in compose["secrets"].values()
+    )
+
+
+def test_rsieve_variables_are_settings_fields(
+    services: dict[str, dict[str, Any]], env_example: dict[str, str]
+) -> None:
+    fields = {f"RSIEVE_{name.upper()}" for name in Settings.model_fields}
+    used = {key for svc in services.values() for key in environment(svc)}
+    used |= set(env_example)
+    used |= {name for name, _ in VAR_REF.findall(COMPOSE_FILE.read_text())}
+    unknown = sorted(key for key in used if key.startswith("RSIEVE_") and key not in fields)
+    assert not unknown, f"not fields of rsieve.settings.Settings: {unknown}"
+
+
+def test_rsieve_services_get_valid_production_settings(
+    services: dict[str, dict[str, Any]], env_example: dict[str, str]
+) -> None:
+    required = {
+        "RSIEVE_REDIS_URL",
+        "RSIEVE_S3_ENDPOINT",
+        "RSIEVE_S3_ACCESS_KEY",
+        "RSIEVE_S3_SECRET_KEY",
+        "RSIEVE_TRITON_GRPC_URL",
+    }
+    for name in SERVICE_MODULES:
+        env = environment(services[name])
+        assert required <= set(env), f"{name} lacks {sorted(required - set(env))}"
+        assert env["RSIEVE_ENVIRONMENT"] == "production", name
+        assert "${REDIS_PASSWORD}@" in env["RSIEVE_REDIS_URL"], f"{name}: Redis without password"
+        values = {
+            key.removeprefix("RSIEVE_").lower(): interpolate(value, env_example)
+            for key, value in env.items()
+            if key.startswith("RSIEVE_")
+        }
+        # Validates every value's type, and that production refuses the development keys.
+        settings = Settings(**values)
+        assert settings.environment == "production"
+        host = settings.redis_url.rpartition("@")[2].split(":")[0]
+        assert host in services, f"{name}: Redis host {host!r} is not a service"
+        s3_host = settings.s3_endpoint.split("://")[1].split(":")[0]
+        assert s3_host in services, f"{name}: S3 host {s3_host!r} is not a service"
+
+
+def test_both_model_servers_answer_as_triton(services: dict[str, dict[str, Any]]) -> None:
+    gpu, cpu = services["triton"], services["triton-cpu"]
+    assert set(gpu["profiles"]).isdisjoint(cpu["profiles"])
+    assert "-vllm-python-py3" in gpu["image"] and gpu["image"].startswith("nvcr.io/nvidia/")
+    devices = gpu["deploy"]["resources"]["reservations"]["devices"]
+    assert any("gpu" in d.get("capabilities", []) for d in devices)
+    assert "triton" in cpu["networks"]["default"]["aliases"]
+    assert cpu["build"]["target"] == "triton-cpu"
+    for server in (gpu, cpu):
+        assert "/v2/health/ready" in " ".join(as_list(server["healthcheck"]["test"]))
+    for name in ("generator", "judge"):
+        url = environment(services[name])["RSIEVE_TRITON_GRPC_URL"]
+        assert url.split(":")[0] == "triton", name
+
+
+def test_redis_is_durable(services: dict[str, dict[str, Any]]) -> None:
+    command = " ".join(as_list(services["redis"]["command"]))
+    assert "--appendonly yes" in command and "--appendfsync everysec" in command
+    assert "--requirepass ${REDIS_PASSWORD}" in command
+    assert any(str(v).endswith(":/data") for v in services["redis"]["volumes"])
+
+
+def test_mounted_host_paths_exist(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]], env_example: dict[str, str]
+) -> None:
+    named = set(compose.get("volumes") or {})
+    for name, service in services.items():
+        for volume in service.get("volumes") or []:
+            if isinstance(volume, dict):
+                source, kind = str(volume.get("source", "")), volume.get("type")
+            else:
+                source = str(volume).split(":")[0]
+                kind = "bind" if source.startswith((".", "/", "~", "$")) else "volume"
+            if kind == "volume":
+                assert source in named, f"{name}: undeclared named volume {source!r}"
+                continue
+            variable = VAR_REF.fullmatch(source)
+            if variable:
+                # Outside the repository (e.g. MODELS_DIR): defined in .env.example.
+                assert variable.group(1) in env_example, f"{name}: {source} undefined"
+                continue
+            assert source.startswith("./"), f"{name}: host path {source!r} not in the repo"
+            path = (REPO / source).resolve()
+            assert path.is_relative_to(REPO) and path.exists(), (
+                f"{name}: mounted {source} does not exist in the repository"
+            )
+
+
+def test_vllm_repository_is_mounted_read_only(services: dict[str, dict[str, Any]]) -> None:
+    volumes = [str(v) for v in services["triton"]["volumes"]]
+    assert any(v.startswith("./deploy/triton/vllm:") and v.endswith(":ro") for v in volumes)
+    command = " ".join(as_list(services["triton"]["command"]))
+    target = next(v.split(":")[1] for v in volumes if v.startswith("./deploy/triton/vllm:"))
+    assert f"--model-repository={target}" in command
+
+
+# ---------------------------------------------------------------------------- entrypoint
+
+
+def test_entrypoint_allows_exactly_the_service_folders() -> None:
+    assert sorted(entrypoint_services()) == SERVICE_MODULES
+
+
+def test_entrypoint_is_an_executable_posix_script() -> None:
+    assert ENTRYPOINT.stat().st_mode & stat.S_IXUSR
+    assert ENTRYPOINT.read_text().startswith("#!/bin/sh\n")
+    subprocess.run(["sh", "-n", str(ENTRYPOINT)], check=True)
+
+
+@pytest.fixture()
+def fake_python(tmp_path: Path) -> dict[str, str]:
+    """A PATH whose `python` prints its working directory and arguments instead."""
+    (tmp_path / "python").write_text('#!/bin/sh\necho "$PWD|$*"\n')
+    (tmp_path / "python").chmod(0o755)
+    return {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
+
+
+@pytest.mark.parametrize("service", SERVICE_MODULES)
+def test_entrypoint_execs_the_service_module(service: str, fake_python: dict[str, str]) -> None:
+    out = subprocess.run(
+        [str(ENTRYPOINT), service],
+        env=fake_python,
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"{REPO}|-m services.{service}"
+
+
+@pytest.mark.parametrize("argv", [[], ["nope"], ["common"], ["../cleaner"], ["-h"]])
+def test_entrypoint_refuses_other_names(argv: list[str], fake_python: dict[str, str]) -> None:
+    out = subprocess.run(
+        [str(ENTRYPOINT), *argv], env=fake_python, capture_output=True, text=True, timeout=30
+    )
+    assert out.returncode == 64 and out.stdout == ""
+    assert "usage:" in out.stderr
+
+
+@pytest.fixture()
+def service_process() -> Iterator[subprocess.Popen[bytes]]:
+    """A live process whose command line reads like `python -m services.cleaner`."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "-m", "services.cleaner"]
+    )
+    yield proc
+    proc.kill()
+    proc.wait(timeout=10)
+
+
+def healthcheck(pid: int, **env: str) -> subprocess.CompletedProcess[str]:
+    python_dir = str(Path(sys.executable).parent)
+    full_env = {
+        **os.environ,
+        "HEALTHCHECK_PID": str(pid),
+        "PATH": f"{python_dir}{os.pathsep}{os.environ['PATH']}",
+        **env,
+    }
+    return subprocess.run(
+        [str(ENTRYPOINT), "--healthcheck"], env=full_env, capture_output=True, text=True, timeout=30
+    )
+
+
+def test_worker_healthcheck_follows_the_process(service_process: subprocess.Popen[bytes]) -> None:
+    assert healthcheck(service_process.pid).returncode == 0
+    service_process.send_signal(signal.SIGSTOP)
+    try:
+        out = healthcheck(service_process.pid)
+        assert out.returncode == 1 and "state" in out.stderr
+    finally:
+        service_process.send_signal(signal.SIGCONT)
+    service_process.kill()
+    service_process.wait(timeout=10)
+    assert healthcheck(service_process.pid).returncode == 1
+
+
+def test_healthcheck_refuses_a_process_that_is_not_a_service() -> None:
+    out = healthcheck(os.getpid())
+    assert out.returncode == 1 and "not an rsieve service" in out.stderr
+
+
+class _Healthz(BaseHTTPRequestHandler):
+    status = 200
+
+    def do_GET(self) -> None:
+        self.send_response(self.status if self.path == "/healthz" else 404)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_api_healthcheck_asks_healthz() -> None:
+    server = HTTPServer(("127.0.0.1", 0), _Healthz)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    api = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "-m", "services.api"]
+    )
+    try:
+        port = server.server_address[1]
+        ok = healthcheck(api.pid, RSIEVE_API_URL=f"http://0.0.0.0:{port}")
+        assert ok.returncode == 0, ok.stderr
+        server.shutdown()
+        down = healthcheck(api.pid, RSIEVE_API_URL=f"http://0.0.0.0:{port}")
+        assert down.returncode == 1 and "unhealthy" in down.stderr
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+        api.kill()
+        api.wait(timeout=10)
+
+
+# ---------------------------------------------------------------------------- Dockerfile
+
+
+def test_dockerfile_final_stage_is_slim_and_unprivileged() -> None:
+    stages = dockerfile_stages()
+    base, name, instructions = stages[-1]
+    assert base == "python:3.11-slim-bookworm" and name == "app"
+    users = [line.split(None, 1)[1] for line in instructions if line.upper().startswith("USER ")]
+    assert users, "the final stage sets no USER (it would run as root)"
+    user = users[-1].split(":")[0]
+    assert user not in {"root", "0"}
+    assert "useradd" in " ".join(instructions) and "rsieve" in users[-1]
+    body = "\n".join(instructions)
+    assert not re.search(r"build-essential|\bgcc\b|\bg\+\+|\bclang\b", body), "compilers"
+    assert f'ENTRYPOINT ["{IMAGE_ENTRYPOINT}"]' in instructions
+    assert any(line.startswith("HEALTHCHECK") and "--healthcheck" in line for line in instructions)
+    copies = [line for line in instructions if line.startswith("COPY")]
+    assert any("--from=builder" in line and "/opt/venv" in line for line in copies)
+
+
+def test_dockerfile_builder_installs_the_project() -> None:
+    stages = {name: (base, body) for base, name, body in dockerfile_stages()}
+    base, body = stages["builder"]
+    assert base == "python:3.11-slim-bookworm"
+    text = "\n".join(body)
+    assert "COPY pyproject.toml" in text and re.search(r"pip install (?:\S+ )*\.$", text, re.M)
+
+
+def test_dockerfile_triton_cpu_stage() -> None:
+    stages = {name: (base, body) for base, name, body in dockerfile_stages()}
+    base, body = stages["triton-cpu"]
+    assert re.fullmatch(r"nvcr\.io/nvidia/tritonserver:\S+-py3", base)
+    assert "-vllm-" not in base
+    text = "\n".join(body)
+    for requirement in ('"numpy>=1.26,<2"', "rapidocr-onnxruntime", "pillow"):
+        assert requirement in text, requirement
+    assert re.search(r"^COPY deploy/triton/cpu/? ", text, re.M)
+    assert (REPO / "deploy" / "triton" / "cpu").is_dir()
+
+
+def test_triton_version_is_one_value(env_example: dict[str, str]) -> None:
+    match = re.search(r"^ARG TRITON_VERSION=(\S+)$", DOCKERFILE.read_text(), re.M)
+    assert match and match.group(1) == env_example["TRITON_VERSION"]
