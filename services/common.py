@@ -4,6 +4,7 @@ entry point. Services stay one screen each."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -12,12 +13,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+import redis
 from celery import Celery, Task
 
 from rsieve.adapters.model import TritonModel
 from rsieve.adapters.queues import enqueue, make_celery
 from rsieve.adapters.storage import S3Store
-from rsieve.errors import RetryableError
+from rsieve.audit import STAGES, plan_reconcile
+from rsieve.errors import NotFoundError, RetryableError
 from rsieve.schemas import RunSpec, ShardOutput
 from rsieve.settings import Settings, get_settings
 
@@ -36,6 +39,14 @@ class Context:
     def store(self) -> S3Store:
         # boto3 clients are not fork-safe: each worker child builds its own on first use.
         return S3Store(self.settings)
+
+    @cached_property
+    def redis(self) -> redis.Redis:
+        return redis.Redis.from_url(self.settings.redis_url, socket_timeout=30,
+                                    health_check_interval=30)
+
+    def guard(self, task: str, run: str, shard: str) -> ItemGuard:
+        return ItemGuard(self, task, run, shard)
 
     def model(self, name: str) -> TritonModel:
         s = self.settings
@@ -60,6 +71,41 @@ class Context:
 
     def next(self, task: str, **kwargs: Any) -> None:
         enqueue(self.app, task, **kwargs)
+
+    def shard_index(self, run: str) -> dict[str, Any] | None:
+        try:
+            return dict(json.loads(self.store.get(f"runs/{run}/shards.json")))
+        except NotFoundError:
+            return None
+
+    def stored_shards(self, run: str, stage: str) -> set[str]:
+        prefix = f"runs/{run}/{stage}/"
+        return {k[len(prefix):].removesuffix(".json") for k in self.store.list(prefix)}
+
+    def load_run(self, run: str) -> tuple[dict[str, Any] | None, dict[str, dict[str, ShardOutput]]]:
+        """The shard index and every stored stage output of a run."""
+        index = self.shard_index(run)
+        outputs: dict[str, dict[str, ShardOutput]] = {}
+        for stage in STAGES:
+            outputs[stage] = {shard: self.load(run, stage, shard)
+                              for shard in sorted(self.stored_shards(run, stage))}
+        return index, outputs
+
+    def compacted(self, run: str) -> bool:
+        spec = self.spec(run)
+        try:
+            manifest = json.loads(self.store.get(f"datasets/{spec.dataset}/manifest.json"))
+        except NotFoundError:
+            return False
+        return bool(manifest.get("run") == run)
+
+    def reconcile(self, run: str) -> list[tuple[str, dict[str, Any]]]:
+        """Enqueue every shard's next missing stage; returns what was enqueued."""
+        present = {stage: self.stored_shards(run, stage) for stage in STAGES}
+        plan = plan_reconcile(self.shard_index(run), present, compacted=self.compacted(run))
+        for task, kwargs in plan:
+            self.next(task, run=run, **kwargs)
+        return plan
 
 
 class StageTask(Task):  # type: ignore[misc]
@@ -89,3 +135,67 @@ def run_worker(service: str, queue: str, register: Callable[[Context], None]) ->
     concurrency = str(ctx.settings.worker_concurrency)
     ctx.app.worker_main(["worker", "-Q", queue, "-c", concurrency, "-n", f"{service}@%h",
                          "--loglevel", "INFO", "--without-gossip", "--without-mingle"])
+
+
+class ItemGuard:
+    """Per-item poison isolation for one delivery of a shard.
+
+    Each delivery of a (task, run, shard) is counted in Redis. Up to `max_deliveries` the
+    shard runs normally. Past it, the stage runs item by item and marks the item in flight
+    before touching it; an item still marked from an earlier delivery is the one that
+    killed the worker, and is quarantined with reason `max_deliveries` instead of run."""
+
+    def __init__(self, ctx: Context, task: str, run: str, shard: str) -> None:
+        self._redis = ctx.redis
+        self._crash_ids = set(ctx.settings.fault_crash_item_ids)
+        base = f"rsieve:{task}:{run}:{shard}"
+        self._inflight = f"{base}:inflight"
+        self.deliveries = int(self._redis.incr(f"{base}:deliveries"))
+        self._redis.expire(f"{base}:deliveries", 7 * 24 * 3600)
+        self.isolating = self.deliveries > ctx.settings.max_deliveries
+
+    def run(self, items: list[Any], fn: Callable[[Any], Any], *,
+            poisoned: Callable[[Any], Any], key: Callable[[Any], int]) -> list[Any]:
+        """fn(item) for every item; in isolation, poisoned(item) for the item that kept
+        killing its worker."""
+        results = []
+        for item in items:
+            if self.isolating:
+                if self._redis.hexists(self._inflight, key(item)):
+                    log.error("quarantining poison item at line %s", key(item))
+                    results.append(poisoned(item))
+                    continue
+                self._redis.hset(self._inflight, key(item), 1)
+            try:
+                self._fault(item)
+                results.append(fn(item))
+            finally:
+                # Reached on success and on ordinary exceptions (a retry); a worker that
+                # dies leaves the mark, which is what identifies the poison item.
+                if self.isolating:
+                    self._redis.hdel(self._inflight, key(item))
+        return results
+
+    def batch(self, items: list[Any], fn: Callable[[list[Any]], list[Any]], *,
+              poisoned: Callable[[Any], Any], key: Callable[[Any], int]) -> list[Any]:
+        """fn(items) in one call (one Triton batch); item by item when isolating."""
+        if not self.isolating:
+            for item in items:
+                self._fault(item)
+            return fn(items)
+        return self.run(items, lambda item: fn([item])[0], poisoned=poisoned, key=key)
+
+    def _fault(self, item: Any) -> None:
+        if self._crash_ids and _item_id(item) in self._crash_ids:
+            log.error("fault injection: crashing on item %s", _item_id(item))
+            os._exit(70)
+
+
+def _item_id(record: Any) -> str | None:
+    for path in (("id",), ("item", "id"), ("generation", "item", "id")):
+        obj = record
+        for attr in path:
+            obj = getattr(obj, attr, None)
+        if isinstance(obj, str):
+            return obj
+    return None

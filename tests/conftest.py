@@ -15,12 +15,14 @@ TRITON_MODELS = {
     "rapidocr": REPO_ROOT / "deploy" / "triton" / "cpu" / "rapidocr",
     "judge-abstain": REPO_ROOT / "deploy" / "triton" / "cpu" / "judge-abstain",
     "replay": REPO_ROOT / "tests" / "triton_models" / "replay",
+    "vlm": REPO_ROOT / "deploy" / "triton" / "hf" / "vlm",
+    "vllm-mimic": REPO_ROOT / "tests" / "triton_models" / "vllm-mimic",
+    "inflight-probe": REPO_ROOT / "tests" / "triton_models" / "inflight-probe",
 }
 
 
 def stack_settings(stack: Stack) -> Settings:
-    return Settings(**{k.removeprefix("RSIEVE_").lower(): v
-                       for k, v in stack.config.env().items()})
+    return Settings.from_env_map(stack.config.env())
 
 
 @pytest.fixture(scope="session")

@@ -26,9 +26,10 @@ def register(ctx: Context) -> None:
         index = json.loads(store.get(f"runs/{run}/shards.json"))
         outcomes, quarantined = [], []
         for shard in index["shards"]:
-            quarantined += ctx.load(run, "clean", shard).quarantined
-            quarantined += ctx.load(run, "generate", shard).quarantined
-            outcomes += ctx.load(run, "judge", shard).outcomes
+            for stage in ("clean", "generate", "verify", "judge"):
+                stage_output = ctx.load(run, stage, shard)
+                quarantined += stage_output.quarantined
+            outcomes += stage_output.outcomes
         report = run_report(run=run, lines=index["lines"], outcomes=outcomes,
                             quarantined=quarantined, blank_lines=index["blank_lines"])
         splits = assemble_rows(outcomes)

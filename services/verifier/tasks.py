@@ -4,7 +4,7 @@ paragraph); what it accepts is final, what it rejects goes to the judge."""
 from __future__ import annotations
 
 from rsieve.cascade import verify_generation
-from rsieve.schemas import ShardOutput
+from rsieve.schemas import Generation, Outcome, Quarantined, ShardOutput
 from services.common import Context, StageTask
 
 
@@ -12,7 +12,17 @@ def register(ctx: Context) -> None:
     @ctx.app.task(name="rsieve.verify", base=StageTask)
     def verify(run: str, shard: str, lines: int) -> None:
         if not ctx.done(run, "verify", shard):
-            generated = ctx.load(run, "generate", shard)
-            ctx.save(ShardOutput(run=run, shard=shard, stage="verify", lines=lines,
-                                 verified=[verify_generation(g) for g in generated.generations]))
+            generations = ctx.load(run, "generate", shard).generations
+            results = ctx.guard("verify", run, shard).run(
+                generations, verify_generation, poisoned=_poisoned, key=lambda g: g.item.line)
+            ctx.save(ShardOutput(
+                run=run, shard=shard, stage="verify", lines=lines,
+                verified=[r for r in results if isinstance(r, Outcome)],
+                quarantined=[r for r in results if isinstance(r, Quarantined)]))
         ctx.next("rsieve.judge", run=run, shard=shard, lines=lines)
+
+
+def _poisoned(gen: Generation) -> Quarantined:
+    item = gen.item
+    return Quarantined(id=item.id, line=item.line, family=item.family, stage="verify",
+                       reason="max_deliveries")

@@ -31,6 +31,76 @@ def _stack():  # type: ignore[no-untyped-def]
     return Stack(StackConfig(state_dir=state))
 
 
+def _settings():  # type: ignore[no-untyped-def]
+    """Settings for the local stack when one was started here, else from RSIEVE_* env."""
+    from rsieve.settings import Settings
+
+    state = Path(os.environ.get("RSIEVE_STACK_DIR", "var/stack")).resolve()
+    if (state / "config.json").is_file():
+        env = _stack().config.env()
+        return Settings.from_env_map(env)
+    return Settings()
+
+
+def _context():  # type: ignore[no-untyped-def]
+    from services.common import bootstrap
+
+    return bootstrap(_settings())
+
+
+@app.command()
+def audit(
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="run id")],
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Prove from storage that every item of RUN ended in exactly one place (exit 0 if so)."""
+    from rsieve.audit import audit_run
+    from rsieve.errors import NotFoundError
+
+    ctx = _context()
+    try:
+        ctx.spec(run_id)
+    except NotFoundError:
+        console.print(f"[red]error:[/] no run {run_id!r} in s3://{ctx.settings.s3_bucket}/runs/")
+        raise typer.Exit(1) from None
+    index, outputs = ctx.load_run(run_id)
+    if index is None:
+        console.print(f"[red]error:[/] run {run_id} was never ingested; "
+                      f"fix: rsieve reconcile {run_id}")
+        raise typer.Exit(1)
+    result = audit_run(index, outputs)
+    if as_json:
+        typer.echo(json.dumps(result.as_dict(), indent=1))
+    else:
+        table = Table("family", *[f"{s} in/out/quar." for s in ("clean", "generate", "verify",
+                                                               "judge")], title=run_id)
+        for fam, stages in result.families.items():
+            table.add_row(fam, *[
+                "{in}/{out}/{quarantined}".format(**stages[s]) if s in stages else "-"
+                for s in ("clean", "generate", "verify", "judge")])
+        Console().print(table)
+        for problem in result.problems:
+            console.print(f"[red]problem:[/] {problem}")
+        console.print("[green]audit holds" if result.ok else "[red]audit fails")
+    raise typer.Exit(0 if result.ok else 1)
+
+
+@app.command()
+def reconcile(run_id: Annotated[str, typer.Argument(metavar="RUN", help="run id")]) -> None:
+    """Enqueue again every shard of RUN whose next stage output is missing (safe any time)."""
+    from rsieve.errors import NotFoundError
+
+    ctx = _context()
+    try:
+        plan = ctx.reconcile(run_id)
+    except NotFoundError:
+        console.print(f"[red]error:[/] no run {run_id!r}")
+        raise typer.Exit(1) from None
+    for task, kwargs in plan:
+        console.print(f"enqueued {task} {kwargs.get('shard', '')}")
+    console.print(f"{len(plan)} task(s) enqueued" if plan else "nothing missing")
+
+
 @stack_app.command("up")
 def stack_up() -> None:
     """Start every process of the local stack that is not running."""
@@ -81,8 +151,7 @@ def run(
         stack = _stack()
         with console.status("starting the local stack"):
             stack.up()
-        settings = Settings(**{k.removeprefix("RSIEVE_").lower(): v
-                               for k, v in stack.config.env().items()})
+        settings = Settings.from_env_map(stack.config.env())
         name = dataset or pool.resolve().name
         store = S3Store(settings)
         with console.status(f"uploading {pool}"):

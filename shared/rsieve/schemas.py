@@ -42,7 +42,12 @@ QUARANTINE_REASONS: dict[str, str] = {
     "unreadable_image": "the image bytes do not decode as an image",
     "image_too_large": "the image exceeds the pixel or byte limit",
     "provenance": "the recorded source does not resolve to the attached image",
+    "image_symlink": "the image is a symbolic link that leaves the pool folder (not uploaded)",
+    "duplicate_item": "an earlier line has the same image (sha256) and the same question",
+    "off_task": "the family measured off-task above the policy threshold and this item is "
+                "not its benchmark task (cleaning.json has the measurement)",
     "model_error": "the model call failed after retries (infrastructure, never a verdict)",
+    "max_deliveries": "the item was in flight each time its worker died, beyond the limit",
 }
 
 # Why an item is in the rejected split.
@@ -52,6 +57,9 @@ REJECT_REASONS: dict[str, str] = {
     "truncated_reasoning": "the output was cut off inside the reasoning: no answer",
     "empty_answer": "the model gave an empty answer after its reasoning",
     "truncated_answer": "the output hit the token budget right after the reasoning",
+    "refusal": "the model refused to answer (a refusal is never scored or judged)",
+    "judge_untrusted": "the judge said CORRECT, but its measured false-promotion rate for "
+    "the family exceeds the bound, so its promotions are held back",
 }
 
 Stage = Literal["ingest", "clean", "generate", "verify", "judge", "compact"]
@@ -112,6 +120,19 @@ class Generation(_Model):
     # Set when the output holds no scorable answer (truncated_reasoning, empty_answer).
     failure: str | None = None
     image_sent_sha256: str
+    # What answered and how (issue 3): Triton model version and interface, the sampling
+    # parameters sent, the chat template when the prompt was rendered client side, the
+    # sha256 of the exact prompt string on the wire, token counts when the model returns
+    # them, the request latency, and the shape of the image bytes sent.
+    model_version: str | None = None
+    interface: str | None = None
+    sampling: dict[str, Any] = {}
+    chat_template: str | None = None
+    prompt_sent_sha256: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    latency_s: float | None = None
+    image_sent: dict[str, Any] | None = None
 
 
 class Decision(_Model):

@@ -6,8 +6,9 @@ own with explicit values.
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, get_origin
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -27,7 +28,19 @@ class Settings(BaseSettings):
     redis_url: str = "redis://127.0.0.1:16379/0"
     # Seconds before a message delivered to a worker that died is redelivered. Must exceed
     # the longest shard; ENVIRONMENT.md measured redelivery at timeout + restore sweep.
-    visibility_timeout_s: int = 3600
+    visibility_timeout_s: int = 900
+    unacked_restore_interval_s: int = Field(5, ge=1)
+    # A shard delivered more often than this is processed item by item, and the item that
+    # was in flight when a worker died during such a delivery is quarantined (max_deliveries).
+    max_deliveries: int = Field(3, ge=1)
+    # Hard limit on one shard task: a hung task is killed and redelivered (then isolated).
+    task_time_limit_s: int = 600
+    # On SIGTERM a worker stops taking work and gives its running shard this long to finish
+    # before it is handed back to the queue (Celery soft shutdown).
+    soft_shutdown_s: float = 60.0
+    # Fault injection for the fault tests only: a worker that meets one of these item ids
+    # dies on the spot (os._exit), every time, like an item that crashes its decoder.
+    fault_crash_item_ids: list[str] = []
 
     # Object storage (any S3 endpoint; SeaweedFS locally).
     s3_endpoint: str = "http://127.0.0.1:18333"
@@ -45,6 +58,15 @@ class Settings(BaseSettings):
     model_retries: int = Field(3, ge=0)
     max_new_tokens: int = 1024
     temperature: float = 0.0
+    # "rsieve" (prompt/image -> text/finish_reason), "vllm" (Triton's vLLM backend, chat
+    # template rendered client side), or "auto" (read from the model's metadata).
+    model_interface: Literal["auto", "rsieve", "vllm"] = "auto"
+    chat_template: Literal["qwen2_5_vl", "qwen3_vl"] = "qwen2_5_vl"
+    reasoning: bool = True
+    # Images are sent at most this long on their longest side (resized, re-encoded PNG).
+    image_max_side: int = Field(1536, ge=16)
+    # First backoff (doubling) between retries of a model call or of the readiness wait.
+    model_backoff_s: float = Field(1.0, gt=0)
 
     # Workers.
     worker_concurrency: int = Field(1, ge=1, description="Celery prefork children per worker")
@@ -55,6 +77,19 @@ class Settings(BaseSettings):
     image_max_bytes: int = 32 * 1024 * 1024
     text_max_chars: int = 16_384
     provenance_policy: Literal["strict", "lenient"] = "strict"
+    # Task purity (docs/cleaning.md): a family whose measured off-task share exceeds the
+    # threshold keeps only its on-task items; families under min_items are measured only.
+    purity_threshold: float = Field(0.05, ge=0, le=1)
+    purity_min_items: int = Field(20, ge=1)
+    purity_embedding: bool = Field(True, description="settle open questions by embedding")
+
+    # Judge calibration (docs/judge.md): accepted items probed per family (a deterministic
+    # hash-ranked sample), the fraction of accepted items eligible for it, and the bound on
+    # the Wilson 95% upper bound of a family's false-promotion rate above which its judge
+    # promotions are held back (reason judge_untrusted).
+    judge_calibration_size: int = Field(60, ge=0, description="calibration sample per family")
+    judge_calibration_rate: float = Field(1.0, ge=0.0, le=1.0)
+    judge_false_promotion_bound: float = Field(0.05, ge=0.0, le=1.0)
 
     # API.
     api_url: str = "http://127.0.0.1:18080"
@@ -69,6 +104,21 @@ class Settings(BaseSettings):
             raise ValueError("production needs real S3 credentials (RSIEVE_S3_ACCESS_KEY/..)")
         return self
 
+    @classmethod
+    def from_env_map(cls, env: dict[str, str]) -> Settings:
+        """Settings from RSIEVE_* variables given as a mapping (a stack's environment),
+        decoded as pydantic-settings decodes the process environment."""
+        values: dict[str, object] = {}
+        for key, raw in env.items():
+            name = key.removeprefix("RSIEVE_").lower()
+            field = cls.model_fields.get(name)
+            if field is None:
+                continue
+            complex_ = get_origin(field.annotation) in (list, dict) or field.annotation in (
+                list, dict)
+            values[name] = json.loads(raw) if complex_ else raw
+        return cls(**values)  # type: ignore[arg-type]
+
     def fingerprint(self) -> dict[str, object]:
         """The settings that change decisions: part of a run's identity."""
         return {
@@ -78,6 +128,9 @@ class Settings(BaseSettings):
             "max_new_tokens": self.max_new_tokens,
             "provenance_policy": self.provenance_policy,
             "image_max_pixels": self.image_max_pixels,
+            "image_max_side": self.image_max_side,
+            "chat_template": self.chat_template,
+            "reasoning": self.reasoning,
         }
 
 

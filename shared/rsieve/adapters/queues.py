@@ -45,7 +45,18 @@ def make_celery(settings: Settings, name: str = "rsieve") -> Celery:
         worker_prefetch_multiplier=1,
         task_routes={name: {"queue": queue} for name, queue in QUEUES.items()},
         task_default_queue="clean",
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        # Messages a dead worker held are restored once older than the visibility timeout;
+        # kombu only looks every interval x throttle seconds (100 s by default), so the
+        # sweep runs every `unacked_restore_interval_s` instead.
+        broker_transport_options={
+            "visibility_timeout": settings.visibility_timeout_s,
+            "unacked_restore_interval": settings.unacked_restore_interval_s,
+            "unacked_restore_throttle": 1,
+        },
+        task_time_limit=settings.task_time_limit_s,
+        worker_soft_shutdown_timeout=settings.soft_shutdown_s,
+        worker_enable_soft_shutdown_on_idle=True,
+        worker_cancel_long_running_tasks_on_connection_loss=True,
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         worker_send_task_events=False,

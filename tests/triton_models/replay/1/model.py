@@ -15,6 +15,7 @@ import json
 import os
 import site
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,11 @@ class TritonPythonModel:
         )
 
     def execute(self, requests: list[Any]) -> list[Any]:
+        # RSIEVE_REPLAY_DELAY_S stands in for a real model's time per batch, so fault tests
+        # can stop a worker while its shard is in flight.
+        delay = float(os.environ.get("RSIEVE_REPLAY_DELAY_S", "0") or 0)
+        if delay > 0:
+            time.sleep(delay)
         responses = []
         for request in requests:
             try:

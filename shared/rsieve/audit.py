@@ -1,0 +1,123 @@
+"""The run's proof of accounting, recomputed from what is stored (S3 is the source of
+truth), and the plan that re-enqueues shards whose stage output is missing.
+
+Pure: the shell loads the shard index and the stage outputs and hands them in.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from rsieve.schemas import QUARANTINE_REASONS, REJECT_REASONS, ShardOutput
+
+__all__ = ["STAGES", "AuditResult", "audit_run", "plan_reconcile"]
+
+STAGES = ("clean", "generate", "verify", "judge")
+_TASK = {"clean": "rsieve.clean", "generate": "rsieve.generate", "verify": "rsieve.verify",
+         "judge": "rsieve.judge"}
+
+
+@dataclass
+class AuditResult:
+    ok: bool
+    problems: list[str]
+    # family -> stage -> {"in": n, "out": n, "quarantined": n}
+    families: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
+    missing: dict[str, list[str]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "problems": self.problems, "families": self.families,
+                "missing": self.missing}
+
+
+def _stage_counts(out: ShardOutput) -> tuple[list[str | None], list[str | None], list[str]]:
+    """(families in, families passed on, quarantine reasons) of one stage output."""
+    if out.stage == "clean":
+        passed = [i.family for i in out.items]
+    elif out.stage == "generate":
+        passed = [g.item.family for g in out.generations]
+    elif out.stage == "verify":
+        passed = [o.generation.item.family for o in out.verified]
+    else:
+        passed = [o.generation.item.family for o in out.outcomes]
+    quarantined = [q.family for q in out.quarantined]
+    return passed + quarantined, passed, [q.reason for q in out.quarantined]
+
+
+def audit_run(index: dict[str, Any], outputs: dict[str, dict[str, ShardOutput]]
+              ) -> AuditResult:
+    """Per shard and stage: items in = items passed on + quarantined; per family the same;
+    no id placed twice; every reason documented; no stage output missing."""
+    problems: list[str] = []
+    families: dict[str, dict[str, dict[str, int]]] = defaultdict(
+        lambda: defaultdict(lambda: {"in": 0, "out": 0, "quarantined": 0}))
+    missing: dict[str, list[str]] = {}
+    for shard, lines in index["shards"].items():
+        expected = lines
+        previous: list[str | None] | None = None
+        for stage in STAGES:
+            out = outputs.get(stage, {}).get(shard)
+            if out is None:
+                missing.setdefault(stage, []).append(shard)
+                break
+            entered, passed, reasons = _stage_counts(out)
+            if len(entered) != expected:
+                problems.append(f"shard {shard} {stage}: {len(entered)} items accounted, "
+                                f"{expected} entered")
+            if previous is not None and Counter(entered) != Counter(previous):
+                problems.append(f"shard {shard} {stage}: families differ from the stage before")
+            for fam in entered:
+                families[fam or "(unknown)"][stage]["in"] += 1
+            for fam in passed:
+                families[fam or "(unknown)"][stage]["out"] += 1
+            for q in out.quarantined:
+                families[q.family or "(unknown)"][stage]["quarantined"] += 1
+            problems += [f"shard {shard} {stage}: undocumented quarantine reason {r!r}"
+                         for r in reasons if r not in QUARANTINE_REASONS]
+            expected, previous = len(passed), passed
+    ids: Counter[str] = Counter()
+    lines: Counter[int] = Counter()
+    for stage in STAGES:
+        for out in outputs.get(stage, {}).values():
+            for q in out.quarantined:
+                lines[q.line] += 1
+                if q.id is not None and q.reason != "duplicate_id":
+                    ids[q.id] += 1
+    for out in outputs.get("judge", {}).values():
+        for o in out.outcomes:
+            ids[o.generation.item.id] += 1
+            lines[o.generation.item.line] += 1
+            if o.place == "rejected" and o.reason not in REJECT_REASONS:
+                problems.append(f"item {o.generation.item.id}: undocumented reject reason "
+                                f"{o.reason!r}")
+    problems += [f"id {i!r} placed {n} times" for i, n in sorted(ids.items()) if n > 1]
+    problems += [f"pool line {ln} placed {n} times" for ln, n in sorted(lines.items()) if n > 1]
+    if missing:
+        problems.append("stage outputs missing: " + ", ".join(
+            f"{stage} {len(shards)} shard(s)" for stage, shards in missing.items()))
+    placed = sum(lines.values())
+    if not missing and placed != index["lines"]:
+        problems.append(f"{placed} items placed, {index['lines']} entered")
+    fams = {f: dict(s) for f, s in sorted(families.items())}
+    return AuditResult(ok=not problems, problems=problems, families=fams, missing=missing)
+
+
+def plan_reconcile(index: dict[str, Any] | None, present: dict[str, set[str]],
+                   *, compacted: bool) -> list[tuple[str, dict[str, Any]]]:
+    """The tasks to enqueue so every shard reaches its next missing stage: (task, kwargs).
+
+    Safe to run any time: every stage skips shards whose output exists, so a task
+    enqueued for a shard already in flight does no work twice."""
+    if index is None:
+        return [("rsieve.ingest", {})]
+    plan: list[tuple[str, dict[str, Any]]] = []
+    for shard, lines in index["shards"].items():
+        for stage in STAGES:
+            if shard not in present.get(stage, set()):
+                plan.append((_TASK[stage], {"shard": shard, "lines": lines}))
+                break
+    if not plan and not compacted:
+        plan.append(("rsieve.compact", {}))
+    return plan

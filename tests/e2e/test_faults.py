@@ -1,0 +1,227 @@
+"""Faults a long unattended run meets, each ending in a passing audit: workers killed
+(child or whole), stopped for scale-in, Redis and Triton restarted mid-run, messages
+delivered twice, the compactor dying before its commit, and a poison item."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image, ImageDraw
+
+from rsieve.adapters.storage import S3Store
+from rsieve.audit import audit_run
+from rsieve.client import export_dataset, submit, upload_pool, wait_for_run
+from rsieve.local.replay import replay_key
+from rsieve.local.stack import Stack
+from services.common import bootstrap
+from tests.conftest import stack_settings
+
+QUESTION = "What word is shown? Answer with the text only."
+ITEMS = 24  # 6 shards of 4
+
+
+
+def _png(text: str) -> bytes:
+    img = Image.new("RGB", (120, 40), "white")
+    ImageDraw.Draw(img).text((6, 12), text, fill="black")
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _pool(folder: Path, tag: str, replay: dict[str, dict[str, str]],
+          extra_ids: tuple[str, ...] = ()) -> Path:
+    """ITEMS items the verifier accepts (and any `extra_ids`), recorded for the replay
+    model; `tag` makes the pool, and so the run, unique to the test."""
+    folder.mkdir(parents=True)
+    lines = []
+    for n, item_id in enumerate([f"{tag}-{i:03d}" for i in range(ITEMS)] + list(extra_ids)):
+        word = f"{tag}{n}".upper()
+        data = _png(word)
+        (folder / f"{n}.png").write_bytes(data)
+        lines.append(json.dumps({"id": item_id, "family": "SynthWords", "image": f"{n}.png",
+                                 "question": QUESTION, "answer": word.lower(),
+                                 "source": {"sha256": hashlib.sha256(data).hexdigest()}}))
+        replay[replay_key(QUESTION, data)] = {"text": f"<think>{n}</think>{word}",
+                                              "finish_reason": "stop"}
+    (folder / "items.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def fault_stack(start_stack: Any, tmp_path_factory: pytest.TempPathFactory
+                ) -> tuple[Stack, dict[str, Path]]:
+    root = tmp_path_factory.mktemp("faults")
+    replay: dict[str, dict[str, str]] = {}
+    pools = {tag: _pool(root / tag, tag, replay,
+                        ("poison-1",) if tag == "poison" else ())
+             for tag in ("childkill", "workerkill", "sigterm", "redis", "triton", "twice",
+                         "compactor", "poison")}
+    replay_file = root / "replay.json"
+    replay_file.write_text(json.dumps(replay))
+    stack = start_stack(
+        ["replay"],
+        triton_env={"RSIEVE_REPLAY_FILE": str(replay_file), "RSIEVE_REPLAY_DELAY_S": "0.7"},
+        settings_env={"RSIEVE_GENERATOR_MODEL": "replay", "RSIEVE_JUDGE_MODEL": "replay",
+                      "RSIEVE_SHARD_SIZE": "4", "RSIEVE_VISIBILITY_TIMEOUT_S": "15",
+                      "RSIEVE_MAX_DELIVERIES": "2", "RSIEVE_MODEL_RETRIES": "2",
+                      "RSIEVE_SOFT_SHUTDOWN_S": "30",
+                      "RSIEVE_FAULT_CRASH_ITEM_IDS": '["poison-1"]'})
+    return stack, pools
+
+
+def _submit(stack: Stack, pool: Path) -> str:
+    settings = stack_settings(stack)
+    return submit(settings.api_url, upload_pool(S3Store(settings), pool), pool.name)
+
+
+def _finish(stack: Stack, run: str, started: float) -> dict[str, Any]:
+    """Wait for the run, then prove its accounting from storage."""
+    settings = stack_settings(stack)
+    wait_for_run(settings.api_url, run, timeout=240)
+    ctx = bootstrap(settings)
+    index, outputs = ctx.load_run(run)
+    assert index is not None
+    result = audit_run(index, outputs)
+    assert result.ok, result.problems
+    report = json.loads(S3Store(settings).get(f"datasets/{ctx.spec(run).dataset}/"
+                                              "run_report.json"))
+    assert report["adds_up"]
+    print(f"{run}: recovered and compacted {time.monotonic() - started:.1f}s after submit")
+    return report
+
+
+def _wait_stage(stack: Stack, run: str, stage: str, count: int = 1, timeout: float = 60
+                ) -> None:
+    ctx = bootstrap(stack_settings(stack))
+    deadline = time.monotonic() + timeout
+    while len(ctx.stored_shards(run, stage)) < count:
+        assert time.monotonic() < deadline, f"{stage} never reached {count} shards"
+        time.sleep(0.1)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children = (task / "children").read_text().split()
+        out += [int(c) for c in children]
+    return out
+
+
+def _accepted_all(report: dict[str, Any], expected: int = ITEMS) -> None:
+    assert report["families"]["SynthWords"]["accepted"] == expected
+
+
+def test_worker_child_killed_mid_shard(fault_stack: tuple[Stack, dict[str, Path]]) -> None:
+    stack, pools = fault_stack
+    started = time.monotonic()
+    run = _submit(stack, pools["childkill"])
+    _wait_stage(stack, run, "clean")
+    time.sleep(0.3)  # a generate shard is now waiting on the model
+    for child in _children(stack.pid("generator") or 0):
+        os.kill(child, signal.SIGKILL)
+    _accepted_all(_finish(stack, run, started))
+
+
+def test_whole_worker_killed_and_replaced(fault_stack: tuple[Stack, dict[str, Path]]) -> None:
+    stack, pools = fault_stack
+    started = time.monotonic()
+    run = _submit(stack, pools["workerkill"])
+    _wait_stage(stack, run, "clean")
+    time.sleep(0.3)
+    stack.stop("generator", signal.SIGKILL)
+    stack.up()  # a new worker; the dead one's unacked shard returns after the timeout
+    _accepted_all(_finish(stack, run, started))
+
+
+def test_worker_stopped_for_scale_in(fault_stack: tuple[Stack, dict[str, Path]]) -> None:
+    stack, pools = fault_stack
+    started = time.monotonic()
+    run = _submit(stack, pools["sigterm"])
+    _wait_stage(stack, run, "clean")
+    time.sleep(0.3)
+    stack.stop("generator", signal.SIGTERM, timeout=60)
+    stack.up()
+    _accepted_all(_finish(stack, run, started))
+
+
+def test_redis_restarted_mid_run(fault_stack: tuple[Stack, dict[str, Path]]) -> None:
+    stack, pools = fault_stack
+    started = time.monotonic()
+    run = _submit(stack, pools["redis"])
+    _wait_stage(stack, run, "clean")
+    stack.stop("redis")
+    time.sleep(1)
+    stack.up()
+    _accepted_all(_finish(stack, run, started))
+
+
+def test_triton_restarted_mid_run(fault_stack: tuple[Stack, dict[str, Path]]) -> None:
+    stack, pools = fault_stack
+    started = time.monotonic()
+    run = _submit(stack, pools["triton"])
+    _wait_stage(stack, run, "clean")
+    stack.stop("triton", signal.SIGKILL)
+    time.sleep(3)
+    stack.up()
+    _accepted_all(_finish(stack, run, started))
+
+
+def test_messages_delivered_twice_change_nothing(
+        fault_stack: tuple[Stack, dict[str, Path]], tmp_path: Path) -> None:
+    stack, pools = fault_stack
+    started = time.monotonic()
+    run = _submit(stack, pools["twice"])
+    _finish(stack, run, started)
+    settings = stack_settings(stack)
+    store = S3Store(settings)
+    before = export_dataset(store, "twice", tmp_path / "before")
+    ctx = bootstrap(settings)
+    index = ctx.shard_index(run)
+    assert index is not None
+    for shard, lines in index["shards"].items():
+        for task in ("rsieve.clean", "rsieve.generate", "rsieve.verify", "rsieve.judge"):
+            ctx.next(task, run=run, shard=shard, lines=lines)
+    ctx.next("rsieve.compact", run=run)
+    time.sleep(5)
+    _accepted_all(_finish(stack, run, started))
+    after = export_dataset(store, "twice", tmp_path / "after")
+    for path in sorted(before.rglob("*.parquet")):
+        assert path.read_bytes() == (after / path.relative_to(before)).read_bytes()
+
+
+def test_compactor_dead_before_manifest_is_completed_by_reconcile(
+        fault_stack: tuple[Stack, dict[str, Path]]) -> None:
+    stack, pools = fault_stack
+    started = time.monotonic()
+    run = _submit(stack, pools["compactor"])
+    _finish(stack, run, started)
+    settings = stack_settings(stack)
+    ctx = bootstrap(settings)
+    # The state a compactor leaves when it dies after the shards, before the commit.
+    ctx.store._client.delete_object(Bucket=settings.s3_bucket,
+                                    Key="datasets/compactor/manifest.json")
+    assert not ctx.compacted(run)
+    plan = ctx.reconcile(run)
+    assert plan == [("rsieve.compact", {})]
+    _accepted_all(_finish(stack, run, started))
+    assert ctx.reconcile(run) == []
+
+
+def test_poison_item_is_quarantined_after_max_deliveries(
+        fault_stack: tuple[Stack, dict[str, Path]]) -> None:
+    stack, pools = fault_stack
+    started = time.monotonic()
+    run = _submit(stack, pools["poison"])
+    report = _finish(stack, run, started)
+    words = report["families"]["SynthWords"]
+    assert words["quarantined_by_reason"] == {"max_deliveries": 1}
+    _accepted_all(report)
