@@ -11,6 +11,7 @@ help: ## list the targets
 
 $(STAMP): pyproject.toml
 	@command -v redis-server >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-server; }
+	@command -v kubectl >/dev/null || { apt-get update -qq && apt-get install -y -qq kubernetes-client; }
 	@test -x $(PY) || python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'

@@ -58,6 +58,8 @@ def make_celery(settings: Settings, name: str = "rsieve") -> Celery:
         worker_enable_soft_shutdown_on_idle=True,
         worker_cancel_long_running_tasks_on_connection_loss=True,
         broker_connection_retry_on_startup=True,
+        # Ride out a broker outage of any length instead of exiting after 100 tries.
+        broker_connection_max_retries=None,
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
     )
