@@ -21,6 +21,7 @@ run: $(STAMP) ## process examples/pool on the local stack and export to out/rsie
 	$(VENV)/bin/rsieve run examples/pool --out out --dataset rsieve-example
 
 test: $(STAMP) ## the whole suite (starts real Redis, SeaweedFS and Triton on free ports)
+	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
 	$(PY) -m pytest -q -ra
 
 test-unit: $(STAMP) ## the core's tests only (seconds, no services)

@@ -101,21 +101,22 @@ def main() -> None:
     rng = random.Random(11)
     data = inputs(rng)
     seconds = 0.2 if quick else 1.0
+    print("Same inputs for both columns; the reference is the docs/verifiers.md snippet.")
     print(f"{'protocol':<9} {'rsieve dec/s':>14} {'pure-Python ref dec/s':>22} {'ratio':>8}")
     for name in sorted(PROTOCOLS):
         pairs = data[name]
         ours = rate(PROTOCOLS[name], pairs, seconds)
-        ref = rate(ns[name], pairs[: (20 if name == "anls" else len(pairs))], seconds)
+        ref = rate(ns[name], pairs, seconds)
         print(f"{name:<9} {ours:>14,.0f} {ref:>22,.0f} {ours / ref:>7.1f}x")
 
-    print("\nANLS, rapidfuzz vs the quadratic loop, by string length:")
+    print("\nANLS, rapidfuzz vs the quadratic loop, by reference length (20% of it edited):")
     for lo, hi in ((20, 50), (50, 100), (100, 200), (200, 200)):
         pairs = []
         for _ in range(50):
             gold = word(rng, lo, hi)
             pairs.append((mutate(rng, gold, len(gold) // 5), [gold], {}))
         ours = rate(PROTOCOLS["anls"], pairs, seconds)
-        ref = rate(ns["anls"], pairs[:5], seconds)
+        ref = rate(ns["anls"], pairs, seconds)
         print(f"  {lo:>3}-{hi:<3} chars: {ours:>10,.0f}/s vs {ref:>8,.0f}/s  "
               f"speed-up {ours / ref:,.0f}x")
 

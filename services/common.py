@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -21,6 +22,7 @@ from rsieve.adapters.queues import enqueue, make_celery
 from rsieve.adapters.storage import S3Store
 from rsieve.audit import STAGES, plan_reconcile
 from rsieve.errors import NotFoundError, RetryableError
+from rsieve.metrics import JsonFormatter, RedisMetrics, log_context
 from rsieve.schemas import RunSpec, ShardOutput
 from rsieve.settings import Settings, get_settings
 
@@ -45,13 +47,15 @@ class Context:
         return redis.Redis.from_url(self.settings.redis_url, socket_timeout=30,
                                     health_check_interval=30)
 
+    @cached_property
+    def metrics(self) -> RedisMetrics:
+        return RedisMetrics(self.redis)
+
     def guard(self, task: str, run: str, shard: str) -> ItemGuard:
         return ItemGuard(self, task, run, shard)
 
     def model(self, name: str) -> TritonModel:
-        s = self.settings
-        return TritonModel(s.triton_grpc_url, name, max_inflight=s.max_inflight,
-                           timeout_s=s.model_timeout_s, retries=s.model_retries)
+        return TritonModel.from_settings(self.settings, name)
 
     def spec(self, run: str) -> RunSpec:
         return RunSpec.model_validate_json(self.store.get(f"runs/{run}/run.json"))
@@ -65,6 +69,7 @@ class Context:
     def save(self, out: ShardOutput) -> None:
         self.store.put(self.output_key(out.run, out.stage, out.shard),
                        out.model_dump_json().encode(), content_type="application/json")
+        _observe_shard(self, out)
 
     def done(self, run: str, stage: str, shard: str) -> bool:
         return self.store.exists(self.output_key(run, stage, shard))
@@ -97,7 +102,7 @@ class Context:
             manifest = json.loads(self.store.get(f"datasets/{spec.dataset}/manifest.json"))
         except NotFoundError:
             return False
-        return bool(manifest.get("run") == run)
+        return run in manifest.get("runs", [])
 
     def reconcile(self, run: str) -> list[tuple[str, dict[str, Any]]]:
         """Enqueue every shard's next missing stage; returns what was enqueued."""
@@ -118,8 +123,57 @@ class StageTask(Task):  # type: ignore[misc]
     retry_jitter = True
     max_retries = 20
 
+    _started: dict[str, float] = {}
+
     def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:
+        log_context(run=kwargs.get("run"), shard=kwargs.get("shard"), task=self.name)
+        self._started[task_id] = time.monotonic()
         log.info("start %s run=%s shard=%s", self.name, kwargs.get("run"), kwargs.get("shard"))
+
+    # Metrics (rsieve.metrics): latency, retries and failures go to Redis, never fail a task.
+    def after_return(self, status: str, retval: Any, task_id: str, args: Any, kwargs: Any,
+                     einfo: Any) -> None:
+        started = self._started.pop(task_id, None)
+        if started is not None:
+            _safely(lambda: _task_metrics(self.app).observe(
+                "rsieve_stage_seconds", time.monotonic() - started, self.name, status.lower()))
+        log_context()
+
+    def on_retry(self, exc: BaseException, task_id: str, args: Any, kwargs: Any,
+                 einfo: Any) -> None:
+        _safely(lambda: _task_metrics(self.app).inc("rsieve_task_retries", self.name,
+                                                     type(exc).__name__))
+
+    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any,
+                   einfo: Any) -> None:
+        _safely(lambda: _task_metrics(self.app).inc("rsieve_task_failures", self.name,
+                                                     type(exc).__name__))
+
+
+_METRICS: dict[tuple[int, str], RedisMetrics] = {}
+
+
+def _task_metrics(app: Celery) -> RedisMetrics:
+    """One Redis client per process (prefork children build their own)."""
+    key = (os.getpid(), str(app.conf.broker_url))
+    if key not in _METRICS:
+        _METRICS[key] = RedisMetrics(redis.Redis.from_url(key[1], socket_timeout=5))
+    return _METRICS[key]
+
+
+def _safely(fn: Callable[[], Any]) -> None:
+    try:
+        fn()
+    except redis.RedisError as exc:
+        log.warning("metrics not recorded: %s", exc)
+
+
+def _observe_shard(ctx: Context, out: ShardOutput) -> None:
+    """Counters and run progress for a stored stage output; quarantines logged by item."""
+    _safely(lambda: ctx.metrics.record_shard(out))
+    for q in out.quarantined:
+        log.info("quarantined", extra={"item": q.id, "line": q.line, "reason": q.reason,
+                                       "stage": q.stage})
 
 
 def bootstrap(settings: Settings | None = None) -> Context:
@@ -128,8 +182,9 @@ def bootstrap(settings: Settings | None = None) -> Context:
 
 
 def run_worker(service: str, queue: str, register: Callable[[Context], None]) -> None:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format=f"%(asctime)s {service} %(levelname)s %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter(service))  # one JSON object per line (run, shard, item)
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     ctx = bootstrap()
     register(ctx)
     concurrency = str(ctx.settings.worker_concurrency)

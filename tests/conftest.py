@@ -18,6 +18,7 @@ TRITON_MODELS = {
     "vlm": REPO_ROOT / "deploy" / "triton" / "hf" / "vlm",
     "vllm-mimic": REPO_ROOT / "tests" / "triton_models" / "vllm-mimic",
     "inflight-probe": REPO_ROOT / "tests" / "triton_models" / "inflight-probe",
+    "obedient-judge": REPO_ROOT / "tests" / "triton_models" / "obedient-judge",
 }
 
 

@@ -1,105 +1,87 @@
-"""The API: submit a run for an uploaded pool, follow its progress, read its report."""
+"""The API: submit pools, follow runs, read reports, quarantine, calibration and datasets,
+scrape metrics, and review rejected items and judge promotions in a browser.
+
+Routes live in `routes/` (one module per resource), what they do apart from HTTP in
+`runs.py`, the models in `models.py`, dependencies (context, bearer token) in `deps.py`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from rsieve.errors import NotFoundError, PermanentError, RetryableError
+from services.api.routes import datasets, ops, review, runs
+from services.common import Context
+
+__all__ = ["create_app"]
 
 
-import hashlib
-import json
-from typing import Annotated, Any
+class BodyLimit:
+    """Refuses a request body over `limit` bytes with 413, by Content-Length up front or
+    by counting a streamed body (pure ASGI, so uploads are never read twice)."""
 
-from fastapi import Depends, FastAPI, Header, HTTPException
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
 
-from rsieve.adapters.storage import parse_s3_uri
-from rsieve.errors import NotFoundError
-from rsieve.schemas import RunRequest, RunSpec
-from rsieve.verify import protocol_versions
-from services.common import Context, bootstrap
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            await _too_large(send, self.limit)
+            return
+        seen = 0
 
-STAGES = ("clean", "generate", "verify", "judge")
+        async def counted() -> Any:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise _TooLarge
+            return message
 
-
-def create_app(ctx: Context | None = None) -> FastAPI:
-    app = FastAPI(title="rsieve", version="0.1.0")
-    state: dict[str, Context] = {}
-
-    def context() -> Context:
-        if "ctx" not in state:
-            state["ctx"] = ctx or bootstrap()
-        return state["ctx"]
-
-    def authorised(ctx: Annotated[Context, Depends(context)],
-                   authorization: Annotated[str | None, Header()] = None) -> Context:
-        token = ctx.settings.api_token
-        if token is not None and authorization != f"Bearer {token.get_secret_value()}":
-            raise HTTPException(401, "missing or wrong bearer token")
-        return ctx
-
-    Ctx = Annotated[Context, Depends(authorised)]
-
-    @app.get("/healthz")
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.post("/runs", status_code=202)
-    def submit(req: RunRequest, ctx: Ctx) -> dict[str, Any]:
-        bucket, prefix = parse_s3_uri(req.pool_uri)
-        if bucket != ctx.settings.s3_bucket or not prefix.endswith("/"):
-            raise HTTPException(422, f"pool_uri must be s3://{ctx.settings.s3_bucket}/<prefix>/")
         try:
-            pool_sha = ctx.store.get(f"{prefix}_complete").decode().strip()
-        except NotFoundError:
-            raise HTTPException(404, "pool upload is not complete (no _complete marker)") from None
-        fingerprint = json.dumps([pool_sha, req.dataset, ctx.settings.fingerprint(),
-                                  protocol_versions()], sort_keys=True)
-        run = f"{req.dataset}-{hashlib.sha256(fingerprint.encode()).hexdigest()[:12]}"
-        spec_key = f"runs/{run}/run.json"
-        if not ctx.store.exists(spec_key):
-            spec = RunSpec(run=run, dataset=req.dataset, pool_uri=req.pool_uri,
-                           pool_sha256=pool_sha, settings=ctx.settings.fingerprint(),
-                           protocols=protocol_versions())
-            ctx.store.put(spec_key, spec.model_dump_json(indent=1).encode())
-            ctx.next("rsieve.ingest", run=run)
-        return {"run": run, "status_url": f"/runs/{run}"}
+            await self.app(scope, counted, send)
+        except _TooLarge:
+            await _too_large(send, self.limit)
 
-    @app.post("/runs/{run}/resume", status_code=202)
-    def resume(run: str, ctx: Ctx) -> dict[str, str]:
-        """Re-enqueue the run from ingest; every stage skips the shards it already wrote."""
-        _spec(ctx, run)
-        ctx.next("rsieve.ingest", run=run)
-        return {"run": run}
 
-    @app.get("/runs/{run}")
-    def status(run: str, ctx: Ctx) -> dict[str, Any]:
-        spec = _spec(ctx, run)
-        try:
-            index = json.loads(ctx.store.get(f"runs/{run}/shards.json"))
-        except NotFoundError:
-            index = None
-        done = {stage: sum(1 for _ in ctx.store.list(f"runs/{run}/{stage}/")) for stage in STAGES}
-        manifest = _manifest(ctx, spec)
-        return {"run": run, "dataset": spec.dataset,
-                "shards": len(index["shards"]) if index else None,
-                "lines": index["lines"] if index else None,
-                "stages": done, "done": manifest is not None, "manifest": manifest}
+class _TooLarge(Exception):
+    pass
 
-    @app.get("/runs/{run}/report")
-    def report(run: str, ctx: Ctx) -> dict[str, Any]:
-        spec = _spec(ctx, run)
-        if _manifest(ctx, spec) is None:
-            raise HTTPException(409, "run not compacted yet")
-        return dict(json.loads(ctx.store.get(f"datasets/{spec.dataset}/run_report.json")))
+
+async def _too_large(send: Any, limit: int) -> None:
+    body = b'{"detail":"request body larger than %d bytes"}' % limit
+    await send({"type": "http.response.start", "status": 413,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def create_app(ctx: Context | None = None, *, max_request_bytes: int | None = None) -> FastAPI:
+    """The app; `ctx` for tests, else built from RSIEVE_* settings on first request."""
+    app = FastAPI(title="rsieve", version="0.1.0",
+                  description="Rejection-sampled SFT data for vision-language models.")
+    app.state.ctx = ctx
+    for module in (ops, runs, datasets, review):
+        app.include_router(module.router)
+    if max_request_bytes is None:
+        from rsieve.settings import get_settings
+
+        max_request_bytes = (ctx.settings if ctx else get_settings()).api_max_request_bytes
+    app.add_middleware(BodyLimit, limit=max_request_bytes)
+
+    # Errors of the rsieve tree are answers, not 500s: storage away is 503 (retry).
+    @app.exception_handler(RetryableError)
+    async def _retryable(request: Request, exc: RetryableError) -> JSONResponse:
+        return JSONResponse({"detail": f"storage or queue unavailable: {exc}"}, status_code=503)
+
+    @app.exception_handler(PermanentError)
+    async def _permanent(request: Request, exc: PermanentError) -> JSONResponse:
+        status = 404 if isinstance(exc, NotFoundError) else 422
+        return JSONResponse({"detail": str(exc)}, status_code=status)
 
     return app
-
-
-def _spec(ctx: Context, run: str) -> RunSpec:
-    try:
-        return ctx.spec(run)
-    except NotFoundError:
-        raise HTTPException(404, f"no run {run!r}") from None
-
-
-def _manifest(ctx: Context, spec: RunSpec) -> dict[str, Any] | None:
-    try:
-        manifest = json.loads(ctx.store.get(f"datasets/{spec.dataset}/manifest.json"))
-    except NotFoundError:
-        return None
-    return manifest if manifest.get("run") == spec.run else None

@@ -1,27 +1,57 @@
-"""Cleaner: cuts a submitted pool into shards, then validates each shard's items, checks
-provenance, stores images once by sha256, and hands clean items to the generator."""
+"""Cleaner: cuts a submitted pool into shards and takes the decisions that need the whole
+pool (exact duplicates, task purity: cleaning.json), then validates each shard's items,
+checks provenance, normalises multiple choice, stores images once by sha256, and hands
+clean items to the generator."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
-from rsieve.cleaning import check_provenance, clean_item, inspect_image, parse_line, pool_image_path
+import numpy as np
+
+from rsieve.cleaning import (
+    assess_pool,
+    check_provenance,
+    clean_item,
+    inspect_image,
+    parse_line,
+    pool_image_path,
+)
 from rsieve.errors import NotFoundError
+from rsieve.purity import PURITY_VERSION, load_embedder
 from rsieve.schemas import Item, Quarantined, ShardOutput
 from rsieve.shards import PoolLine, ShardInput, split_pool
 from services.common import Context, StageTask
+
+REFUSED = "_refused.json"  # written by the client's upload: image path -> why not uploaded
 
 
 def register(ctx: Context) -> None:
     @ctx.app.task(name="rsieve.ingest", base=StageTask)
     def ingest(run: str) -> None:
-        spec, store = ctx.spec(run), ctx.store
+        spec, store, s = ctx.spec(run), ctx.store, ctx.settings
         if not store.exists(f"runs/{run}/shards.json"):
             prefix = spec.pool_uri.split("/", 3)[3]
-            shards, blank = split_pool(store.get(f"{prefix}items.jsonl"), ctx.settings.shard_size)
+            shards, blank = split_pool(store.get(f"{prefix}items.jsonl"), s.shard_size)
+            refused = (json.loads(store.get(prefix + REFUSED))
+                       if store.exists(prefix + REFUSED) else {})
+            assessment = assess_pool(
+                [pl for shard in shards for pl in shard],
+                image_sha256=_image_hasher(ctx, prefix, shards), refused=refused,
+                provenance_policy=s.provenance_policy, text_max_chars=s.text_max_chars,
+                purity_threshold=s.purity_threshold, purity_min_items=s.purity_min_items,
+                embed=_lazy_embed if s.purity_embedding else None)
+            store.put(f"runs/{run}/cleaning.json",
+                      json.dumps(assessment.report, indent=1, ensure_ascii=False).encode(),
+                      content_type="application/json")
             names = [f"{i:05d}" for i in range(len(shards))]
             for name, lines in zip(names, shards, strict=True):
+                lines = [pl.model_copy(update={"verdict": assessment.verdicts.get(pl.line),
+                                               "purity": assessment.rules.get(pl.line)})
+                         for pl in lines]
                 store.put(f"runs/{run}/input/{name}.json",
                           ShardInput(run=run, shard=name, lines=lines).model_dump_json().encode())
             index = {"shards": {n: len(s) for n, s in zip(names, shards, strict=True)},
@@ -38,13 +68,54 @@ def register(ctx: Context) -> None:
             spec = ctx.spec(run)
             raw = ctx.store.get(f"runs/{run}/input/{shard}.json")
             shard_in = ShardInput.model_validate_json(raw)
-            out = ShardOutput(run=run, shard=shard, stage="clean", lines=lines, items=[],
-                              quarantined=[])
-            for pool_line in shard_in.lines:
-                result = _clean_line(ctx, spec.pool_uri, pool_line)
-                (out.items if isinstance(result, Item) else out.quarantined).append(result)
-            ctx.save(out)
+            results = ctx.guard("clean", run, shard).run(
+                shard_in.lines, lambda pl: _clean_line(ctx, spec.pool_uri, pl),
+                poisoned=_poisoned, key=lambda pl: pl.line)
+            ctx.save(ShardOutput(
+                run=run, shard=shard, stage="clean", lines=lines,
+                items=[r for r in results if isinstance(r, Item)],
+                quarantined=[r for r in results if isinstance(r, Quarantined)]))
         ctx.next("rsieve.generate", run=run, shard=shard, lines=lines)
+
+
+def _poisoned(pool_line: PoolLine) -> Quarantined:
+    try:
+        obj = json.loads(pool_line.raw)
+    except ValueError:
+        obj = {}
+    obj = obj if isinstance(obj, dict) else {}
+    item_id, family = obj.get("id"), obj.get("family")
+    return Quarantined(id=item_id if isinstance(item_id, str) else None, line=pool_line.line,
+                       family=family if isinstance(family, str) else None, stage="clean",
+                       reason="max_deliveries", detail="the worker died on this line each time")
+
+
+def _lazy_embed(texts: Sequence[str]) -> np.ndarray:
+    """The model is loaded only when a family has questions no template settles."""
+    return load_embedder()(texts)
+
+
+def _image_hasher(ctx: Context, prefix: str, shards: list[list[PoolLine]]
+                  ) -> Callable[[str], str | None]:
+    """sha256 of every image the pool names (fetched in parallel once), None if missing."""
+    paths: set[str] = set()
+    for pl in (pl for shard in shards for pl in shard):
+        try:
+            image = json.loads(pl.raw).get("image")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(image, str) and (path := pool_image_path(image)):
+            paths.add(path)
+
+    def digest(path: str) -> tuple[str, str | None]:
+        try:
+            return path, hashlib.sha256(ctx.store.get(prefix + path)).hexdigest()
+        except NotFoundError:
+            return path, None
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        hashes = dict(pool.map(digest, sorted(paths)))
+    return hashes.get
 
 
 def _clean_line(ctx: Context, pool_uri: str, pool_line: PoolLine) -> Item | Quarantined:
@@ -64,6 +135,8 @@ def _clean_line(ctx: Context, pool_uri: str, pool_line: PoolLine) -> Item | Quar
     path = pool_image_path(parsed.image)
     if path is None:
         return quarantine("image_outside_pool", parsed.image)
+    if pool_line.verdict and pool_line.verdict[0] == "image_symlink":
+        return quarantine(*pool_line.verdict)
     try:
         data = ctx.store.get(pool_uri.split("/", 3)[3] + path)
     except NotFoundError:
@@ -75,7 +148,13 @@ def _clean_line(ctx: Context, pool_uri: str, pool_line: PoolLine) -> Item | Quar
     admitted, check = check_provenance(parsed.source, sha, s.provenance_policy)
     if not admitted:
         return quarantine("provenance", check)
-    if not ctx.store.exists(f"images/{sha}"):
+    item = clean_item(parsed, line=line, image_sha256=sha, provenance_check=check,
+                      policy=s.provenance_policy, pool_uri=pool_uri, purity=pool_line.purity,
+                      policy_extra={"purity": PURITY_VERSION,
+                                    "purity_threshold": s.purity_threshold})
+    if isinstance(item, Item) and pool_line.verdict:  # duplicate_item, off_task
+        return quarantine(*pool_line.verdict)
+    if isinstance(item, Item) and not ctx.store.exists(f"images/{sha}"):
         ctx.store.put(f"images/{sha}", data)
-    return clean_item(parsed, line=line, image_sha256=sha, provenance_check=check,
-                      policy=s.provenance_policy, pool_uri=pool_uri)
+    return item
+

@@ -1,11 +1,20 @@
 """Judge: a text-only second look, by the model named in settings, at every answer the
-verifier rejected. Only CORRECT promotes. The last shard judged triggers compaction."""
+verifier rejected (only CORRECT promotes), and the calibration probes of the shard's
+verifier-accepted answers through the same model. Calibration is stored first: the judge
+output marks the shard done. The last shard judged triggers compaction."""
 
 from __future__ import annotations
 
 import json
 
 from rsieve.adapters.model import ModelRequest
+from rsieve.calibration import (
+    CalibrationShard,
+    calibration_key,
+    calibration_probes,
+    calibration_record,
+    probe_prompt,
+)
 from rsieve.cascade import apply_verdict, judge_prompt, needs_judge
 from rsieve.schemas import ShardOutput
 from services.common import Context, StageTask
@@ -15,25 +24,37 @@ def register(ctx: Context) -> None:
     @ctx.app.task(name="rsieve.judge", base=StageTask)
     def judge(run: str, shard: str, lines: int) -> None:
         if not ctx.done(run, "judge", shard):
+            s, model = ctx.settings, ctx.settings.judge_model
             verified = ctx.load(run, "verify", shard).verified
-            pending = [o for o in verified if needs_judge(o)]
-            prompts = [judge_prompt(o) for o in pending]
-            model = ctx.settings.judge_model
-            replies = iter(ctx.model(model).generate_many([ModelRequest(p) for p in prompts]))
-            prompt_of = dict(zip(map(id, pending), prompts, strict=True))
-            outcomes = []
-            for outcome in verified:
-                if not needs_judge(outcome):
-                    outcomes.append(outcome)
-                    continue
-                reply, prompt = next(replies), prompt_of[id(outcome)]
-                if isinstance(reply, Exception):
-                    outcomes.append(apply_verdict(outcome, model=model, prompt=prompt,
-                                                  raw_output=None, failure=str(reply)))
-                else:
-                    outcomes.append(apply_verdict(outcome, model=model, prompt=prompt,
-                                                  raw_output=reply.text,
-                                                  finish_reason=reply.finish_reason))
+            pending = [i for i, o in enumerate(verified) if needs_judge(o)]
+            probes = calibration_probes(verified, size=s.judge_calibration_size,
+                                        rate=s.judge_calibration_rate)
+            prompts = [judge_prompt(verified[i]) for i in pending]
+            prompts += [probe_prompt(p) for p in probes]
+            replies = ctx.model(model).generate_many([ModelRequest(p) for p in prompts])
+
+            def reply(k: int) -> tuple[str | None, str, str | None]:
+                r = replies[k]  # (raw output, finish reason, failure)
+                if isinstance(r, Exception):
+                    return None, "stop", str(r)
+                return r.text, r.finish_reason, None
+
+            records = []
+            for k, probe in enumerate(probes, start=len(pending)):
+                raw, finish, failure = reply(k)
+                records.append(calibration_record(probe, model=model, prompt=prompts[k],
+                                                  raw_output=raw, finish_reason=finish,
+                                                  failure=failure))
+            ctx.store.put(calibration_key(run, shard), CalibrationShard(
+                run=run, shard=shard, size=s.judge_calibration_size,
+                rate=s.judge_calibration_rate, records=records).model_dump_json().encode(),
+                content_type="application/json")
+            outcomes = list(verified)
+            for k, i in enumerate(pending):
+                raw, finish, failure = reply(k)
+                outcomes[i] = apply_verdict(verified[i], model=model, prompt=prompts[k],
+                                            raw_output=raw, finish_reason=finish,
+                                            failure=failure)
             ctx.save(ShardOutput(run=run, shard=shard, stage="judge", lines=lines,
                                  outcomes=outcomes))
         # Every shard that finishes checks; whichever sees all of them enqueues the

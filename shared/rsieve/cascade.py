@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 
-from rsieve.judge import TEMPLATE_SHA256, build_judge_prompt, parse_verdict
+from rsieve.judge import TEMPLATE_SHA256, build_judge_prompt, read_verdict
 from rsieve.schemas import Generation, Outcome, Verdict
 from rsieve.verify import verify
 
@@ -33,6 +33,8 @@ def needs_judge(outcome: Outcome) -> bool:
 
 
 def judge_prompt(outcome: Outcome) -> str:
+    """The judge's prompt for an outcome: the stored question (byte-identical to what the
+    model received), the references and the model's answer after its reasoning."""
     gen = outcome.generation
     return build_judge_prompt(gen.item.question, gen.item.references, gen.answer or "")
 
@@ -40,11 +42,8 @@ def judge_prompt(outcome: Outcome) -> str:
 def apply_verdict(outcome: Outcome, *, model: str, prompt: str, raw_output: str | None,
                   finish_reason: str = "stop", failure: str | None = None) -> Outcome:
     """Only CORRECT promotes. A failed call is UNSURE with its cause, never WRONG."""
-    if raw_output is None:
-        verdict, cause = "UNSURE", f"judge_failed: {failure or 'no output'}"[:300]
-    else:
-        parsed = parse_verdict(raw_output, finish_reason)
-        verdict, cause = parsed.verdict, parsed.cause
+    parsed = read_verdict(raw_output, finish_reason, failure)
+    verdict, cause = parsed.verdict, parsed.cause
     record = Verdict(verdict=verdict, cause=cause, model=model,  # type: ignore[arg-type]
                      prompt_sha256=hashlib.sha256(prompt.encode()).hexdigest(),
                      template_sha256=TEMPLATE_SHA256, prompt=prompt,

@@ -1,7 +1,9 @@
 """Cleaning rules: pool lines to validated items, or to a quarantine with a reason.
 
 Pure: the shell hands in bytes (a pool line, an image) and gets back an `Item` or a
-`Quarantined`. Images are inspected with a pixel limit before any decode.
+`Quarantined`. `assess_pool` takes the decisions that need the whole pool (exact duplicate
+items, task purity) once at ingest; `render_cleaning` renders its measurement. Images are
+inspected with a pixel limit before any decode.
 """
 
 from __future__ import annotations
@@ -11,26 +13,35 @@ import json
 import posixpath
 import re
 import warnings
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from PIL import Image
 from pydantic import ValidationError
 
 from rsieve.families import protocol_for
+from rsieve.mcq import normalise_mcq
 from rsieve.prompts import build_question
+from rsieve.purity import EMBEDDING_MODEL, PURITY_VERSION, Embedder, PurityQuestion, measure_purity
 from rsieve.schemas import Item, PoolItem, Quarantined
+from rsieve.shards import PoolLine
 from rsieve.verify import PROTOCOLS
 
 __all__ = [
     "POLICY_VERSION",
+    "PoolAssessment",
+    "assess_pool",
     "check_provenance",
     "clean_item",
     "inspect_image",
     "parse_line",
     "pool_image_path",
+    "render_cleaning",
 ]
 
-POLICY_VERSION = "clean/1"
+POLICY_VERSION = "clean/2"
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
 
@@ -85,6 +96,8 @@ def inspect_image(data: bytes, *, max_pixels: int, max_bytes: int) -> tuple[str,
     """(reason, detail) if the bytes are not an acceptable image, else None.
 
     The header is read first and the pixel count checked before any pixel is decoded."""
+    if not data:  # the detail says which kind of unreadable: tests and reports group by it
+        return "unreadable_image", "empty file (0 bytes)"
     if len(data) > max_bytes:
         return "image_too_large", f"{len(data)} bytes > {max_bytes}"
     try:
@@ -98,6 +111,8 @@ def inspect_image(data: bytes, *, max_pixels: int, max_bytes: int) -> tuple[str,
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         return "image_too_large", str(exc)
     except Exception as exc:  # noqa: BLE001 - any decoder failure is the item's fault
+        if "truncated" in str(exc) or isinstance(exc, EOFError):
+            return "unreadable_image", f"truncated: {type(exc).__name__}: {exc}"
         return "unreadable_image", f"{type(exc).__name__}: {exc}"
     return None
 
@@ -125,28 +140,170 @@ def check_provenance(source: Any, image_sha256: str, policy: str) -> tuple[bool,
 
 def clean_item(
     item: PoolItem, *, line: int, image_sha256: str, provenance_check: str, policy: str,
-    pool_uri: str,
+    pool_uri: str, policy_extra: dict[str, Any] | None = None, purity: str | None = None,
 ) -> Item | Quarantined:
+    """A validated pool item to the item the model sees: the family's protocol, multiple
+    choice normalised (mcq.py), the instruction appended, every decision in clean_meta."""
     protocol = protocol_for(item.family, item.protocol)
     if protocol is None or protocol not in PROTOCOLS:
         return _quarantine(line, "unknown_protocol", f"family {item.family!r} "
                            f"protocol {protocol!r}", item_id=item.id, family=item.family)
-    refs = [item.answer] if isinstance(item.answer, str) else list(item.answer)
+    question, answer, mcq_meta = item.question, item.answer, None
+    if protocol == "mc":
+        mcq = normalise_mcq(item.question, item.answer, item.options)
+        question, answer = mcq.question, mcq.answer
+        mcq_meta = mcq.meta(item.question, item.answer)
+    refs = [answer] if isinstance(answer, str) else list(answer)
+    meta: dict[str, Any] = {
+        "pool": pool_uri,
+        "line": line,
+        "source": item.source,
+        "provenance": provenance_check,
+        "policy": {"version": POLICY_VERSION, "provenance": policy, **(policy_extra or {})},
+    }
+    if mcq_meta is not None:
+        meta["mcq"] = mcq_meta
+    if purity is not None:
+        meta["purity"] = purity
     return Item(
         id=item.id,
         line=line,
         family=item.family,
         protocol=protocol,
-        question=build_question(item.question, protocol),
+        question=build_question(question, protocol),
         pool_question=item.question,
         references=refs,
         options=item.options,
         image_sha256=image_sha256,
-        clean_meta={
-            "pool": pool_uri,
-            "line": line,
-            "source": item.source,
-            "provenance": provenance_check,
-            "policy": {"version": POLICY_VERSION, "provenance": policy},
-        },
+        clean_meta=meta,
     )
+
+
+@dataclass(frozen=True)
+class PoolAssessment:
+    """Decisions that need the whole pool, taken once at ingest: `verdicts` maps a pool
+    line to (reason, detail) for `duplicate_item` and `off_task`; `rules` maps a line to
+    the purity rule that settled it; `report` is runs/<run>/cleaning.json. `image_symlink`
+    verdicts name lines whose image file the upload refused (`refused`: path -> why)."""
+
+    verdicts: dict[int, tuple[str, str]]
+    rules: dict[int, str]
+    report: dict[str, Any]
+
+
+def assess_pool(
+    lines: Sequence[PoolLine], *, image_sha256: Callable[[str], str | None],
+    refused: Mapping[str, str], provenance_policy: str, text_max_chars: int,
+    purity_threshold: float, purity_min_items: int, embed: Embedder | None,
+) -> PoolAssessment:
+    """Exact duplicates and task purity over every line of a pool.
+
+    Only lines the clean stage would admit are considered (they parse, are not a duplicate
+    id, name an image inside the pool that exists and was uploaded, pass provenance and have
+    a protocol), so a verdict never hides a more specific reason. Of the lines with the same
+    image sha256 and the same question, the first keeps the item."""
+    verdicts: dict[int, tuple[str, str]] = {}
+    first_of: dict[tuple[str, str], int] = {}
+    by_family: dict[str, list[PurityQuestion]] = defaultdict(list)
+    protocol_of: dict[str, str] = {}
+    mcq_counts: dict[str, Counter[str]] = defaultdict(Counter)
+    duplicates: Counter[str] = Counter()
+    for pl in lines:
+        if not pl.utf8 or pl.duplicate_of is not None:
+            continue
+        item = parse_line(pl.raw.encode(), pl.line, text_max_chars=text_max_chars)
+        if isinstance(item, Quarantined):
+            continue
+        path = pool_image_path(item.image)
+        if path is None:
+            continue
+        if path in refused:
+            verdicts[pl.line] = ("image_symlink", f"{path}: {refused[path]}")
+            continue
+        sha = image_sha256(path)
+        protocol = protocol_for(item.family, item.protocol)
+        if sha is None or protocol is None or protocol not in PROTOCOLS:
+            continue
+        if not check_provenance(item.source, sha, provenance_policy)[0]:
+            continue
+        first = first_of.setdefault((sha, item.question.strip()), pl.line)
+        if first != pl.line:
+            verdicts[pl.line] = ("duplicate_item", f"same image and question as line {first}")
+            duplicates[item.family] += 1
+            continue
+        mcq_status = None
+        if protocol == "mc":
+            mcq_status = normalise_mcq(item.question, item.answer, item.options).status
+            mcq_counts[item.family][mcq_status] += 1
+        protocol_of.setdefault(item.family, protocol)
+        by_family[item.family].append(PurityQuestion(
+            pl.line, item.question, has_options=mcq_status not in (None, "none")))
+    families: dict[str, Any] = {}
+    rules: dict[int, str] = {}
+    for family in sorted(by_family):
+        purity = measure_purity(family, protocol_of[family], by_family[family],
+                                threshold=purity_threshold, min_items=purity_min_items,
+                                embed=embed)
+        rules |= purity.rule_of_line
+        for line in purity.dropped_lines:
+            verdicts[line] = ("off_task", f"family off-task share {purity.share:.1%} > "
+                              f"{purity_threshold:.1%}; {purity.rule_of_line[line]}")
+        families[family] = {"purity": purity.summary(),
+                            "mcq": dict(sorted(mcq_counts[family].items())),
+                            "duplicate_items": duplicates[family]}
+    for family, n in duplicates.items():  # a family whose every item was a duplicate
+        families.setdefault(family, {"purity": None, "mcq": {}, "duplicate_items": n})
+    report = {
+        "version": POLICY_VERSION,
+        "policy": {"provenance": provenance_policy, "purity": PURITY_VERSION,
+                   "purity_threshold": purity_threshold, "purity_min_items": purity_min_items,
+                   "embedding_model": EMBEDDING_MODEL if embed is not None else None},
+        "files_refused": dict(sorted(refused.items())),
+        "families": dict(sorted(families.items())),
+    }
+    return PoolAssessment(verdicts=dict(sorted(verdicts.items())), rules=rules, report=report)
+
+
+def render_cleaning(report: Mapping[str, Any]) -> list[str]:
+    """Markdown lines for the card (and anyone reading runs/<run>/cleaning.json): the
+    per-family task-purity measurement, multiple-choice normalisation and duplicates."""
+    policy = report.get("policy", {})
+    out = [
+        "### Task purity",
+        "",
+        f"Each family's questions are settled by benchmark templates, the family's dominant "
+        f"question form in the pool and, for the rest, the sentence-embedding model "
+        f"{policy.get('embedding_model') or '(not used)'}. A family whose off-task share "
+        f"exceeds {policy.get('purity_threshold', 0):.0%} (and that has at least "
+        f"{policy.get('purity_min_items')} items) keeps only its on-task items; the rest "
+        f"are quarantined as `off_task`.",
+        "",
+        "| family | items | off-task | share | threshold | kept | dropped | examples |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    mcq_rows, dup_rows = [], []
+    for family, fam in report.get("families", {}).items():
+        p = fam.get("purity")
+        if p:
+            examples = "; ".join(e["question"].replace("|", "/").replace("\n", " ")[:60]
+                                 for e in p["examples"][:3])
+            share = f"{p['share']:.1%}" if p["measured"] else "not measured"
+            out.append(f"| {family} | {p['items']} | {p['off_task']} | {share} | "
+                       f"{p['threshold']:.0%} | {p['kept']} | {p['dropped']} | {examples} |")
+        if fam.get("mcq"):
+            mcq_rows.append(f"| {family} | " + " | ".join(
+                str(fam["mcq"].get(k, 0)) for k in ("normalised", "lettered", "ambiguous",
+                                                    "none")) + " |")
+        if fam.get("duplicate_items"):
+            dup_rows.append(f"| {family} | {fam['duplicate_items']} |")
+    if mcq_rows:
+        out += ["", "### Multiple-choice normalisation", "",
+                "| family | re-rendered | already lettered | ambiguous (left, flagged) | "
+                "no options |", "|---|---|---|---|---|", *mcq_rows]
+    if dup_rows:
+        out += ["", "### Exact duplicates (same image sha256, same question; first kept)", "",
+                "| family | quarantined |", "|---|---|", *dup_rows]
+    if report.get("files_refused"):
+        out += ["", f"Files refused at upload: {len(report['files_refused'])} "
+                "(symbolic links leaving the pool folder)."]
+    return out

@@ -1,19 +1,25 @@
 """`rsieve`: the command line. `run POOL --out DIR` does end to end what `make run` does
-for the example pool; `stack up|down|status` manages the local stack."""
+for the example pool; `stack up|down|status` manages the local stack; `submit`, `status`,
+`export`, `card`, `recheck`, `audit` and `reconcile` work on runs. Errors are one line
+with the fix, never a traceback; `--json` where a script reads the output."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rsieve.errors import RsieveError
+from rsieve.errors import NotFoundError, RetryableError, RsieveError
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False)
 stack_app = typer.Typer(help="The local stack (Redis, SeaweedFS, Triton, workers, API).")
@@ -48,7 +54,81 @@ def _context():  # type: ignore[no-untyped-def]
     return bootstrap(_settings())
 
 
+# --- one-line errors ----------------------------------------------------------------------
+
+F = TypeVar("F", bound=Callable[..., Any])
+STACK_FIX = "start it with `rsieve stack up` (or point RSIEVE_API_URL / RSIEVE_S3_ENDPOINT at it)"
+
+
+class Failure(Exception):
+    """A failure the user can fix: printed as `error: <what>; fix: <how>`, exit 1."""
+
+    def __init__(self, what: str, fix: str | None = None) -> None:
+        super().__init__(what if fix is None else f"{what}; fix: {fix}")
+
+
+def friendly(fn: F) -> F:
+    """Turn every expected failure of a command into one line on stderr and exit 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        import httpx
+
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
+        except Failure as exc:
+            message = str(exc)
+        except httpx.TransportError as exc:
+            message = (f"cannot reach the API ({type(exc).__name__}: {exc}); fix: {STACK_FIX}")
+        except RetryableError as exc:
+            message = f"storage or queue unreachable ({exc}); fix: {STACK_FIX}"
+        except (RsieveError, OSError, TimeoutError) as exc:
+            message = str(exc) or type(exc).__name__
+        except Exception as exc:  # noqa: BLE001 - redis/botocore connection errors and kin
+            if type(exc).__module__.split(".")[0] in ("redis", "botocore", "kombu"):
+                message = f"{type(exc).__name__}: {exc}; fix: {STACK_FIX}"
+            else:
+                raise
+        console.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _api(method: str, path: str, **kwargs: Any) -> Any:
+    """Call the API with the configured token; HTTP errors become Failures with a fix."""
+    import httpx
+
+    s = _settings()
+    token = s.api_token.get_secret_value() if s.api_token else None
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    resp = httpx.request(method, f"{s.api_url}{path}", headers=headers, timeout=60, **kwargs)
+    if resp.status_code == 401:
+        raise Failure(f"the API at {s.api_url} refused the token",
+                      "set RSIEVE_API_TOKEN to the API's token")
+    if resp.status_code >= 400:
+        try:
+            detail = resp.json().get("detail")
+        except ValueError:
+            detail = resp.text[:300]
+        fix = {404: "`rsieve status` lists the runs",
+               409: "wait until `rsieve status RUN` says done"}.get(resp.status_code)
+        raise Failure(f"{detail if isinstance(detail, str) else json.dumps(detail)}", fix)
+    return resp.json()
+
+
+def _spec_or_fail(ctx: Any, run_id: str) -> Any:
+    try:
+        return ctx.spec(run_id)
+    except NotFoundError:
+        raise Failure(f"no run {run_id!r} in s3://{ctx.settings.s3_bucket}/runs/",
+                      "`rsieve status` lists the runs") from None
+
+
 @app.command()
+@friendly
 def audit(
     run_id: Annotated[str, typer.Argument(metavar="RUN", help="run id")],
     as_json: Annotated[bool, typer.Option("--json")] = False,
@@ -86,6 +166,7 @@ def audit(
 
 
 @app.command()
+@friendly
 def reconcile(run_id: Annotated[str, typer.Argument(metavar="RUN", help="run id")]) -> None:
     """Enqueue again every shard of RUN whose next stage output is missing (safe any time)."""
     from rsieve.errors import NotFoundError
@@ -135,6 +216,7 @@ def _print_status(status: dict[str, int | None]) -> None:
 
 
 @app.command()
+@friendly
 def run(
     pool: Annotated[Path, typer.Argument(help="pool folder with items.jsonl and images")],
     out: Annotated[Path, typer.Option(help="export folder; the dataset goes to OUT/<dataset>")],
@@ -156,7 +238,8 @@ def run(
         store = S3Store(settings)
         with console.status(f"uploading {pool}"):
             uri = upload_pool(store, pool)
-        run_id = submit(settings.api_url, uri, name)
+        token = settings.api_token.get_secret_value() if settings.api_token else None
+        run_id = submit(settings.api_url, uri, name, token=token)
         console.print(f"run [bold]{run_id}[/] for pool {pool} -> dataset {name}")
         with Progress(TextColumn("{task.description:>9}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console) as progress:
@@ -167,7 +250,8 @@ def run(
                 for stage, bar in bars.items():
                     progress.update(bar, total=status["shards"], completed=status["stages"][stage])
 
-            final = wait_for_run(settings.api_url, run_id, timeout=timeout, on_status=show)
+            final = wait_for_run(settings.api_url, run_id, timeout=timeout, token=token,
+                                 on_status=show)
         target = export_dataset(store, name, out)
     except (RsieveError, TimeoutError, OSError) as exc:
         console.print(f"[red]error:[/] {exc}")
@@ -185,6 +269,173 @@ def run(
     if not report["adds_up"]:
         console.print("[red]the run's accounting does not add up[/]; see run_report.json")
         raise typer.Exit(2)
+
+
+@app.command("submit")
+@friendly
+def submit_pool(
+    pool: Annotated[Path, typer.Argument(help="pool folder with items.jsonl and images")],
+    dataset: Annotated[str | None, typer.Option(help="dataset name (default: pool folder)")]
+    = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Upload POOL and submit it to the running stack; prints the run id (no waiting)."""
+    from rsieve.adapters.storage import S3Store
+    from rsieve.client import upload_pool
+
+    if not pool.is_dir():
+        raise Failure(f"{pool} is not a folder", "give the pool folder (items.jsonl + images)")
+    if not (pool / "items.jsonl").is_file() and not any(pool.glob("*.parquet")):
+        raise Failure(f"{pool} is not a pool: it has no items.jsonl",
+                      "give the folder that holds items.jsonl and its images")
+    _api("GET", "/healthz")  # fail fast, before uploading, when the stack is down
+    name = dataset or pool.resolve().name
+    uri = upload_pool(S3Store(_settings()), pool)
+    created = _api("POST", "/runs", json={"pool_uri": uri, "dataset": name})
+    if as_json:
+        typer.echo(json.dumps({"run": created["run"], "dataset": name, "pool_uri": uri}))
+    else:
+        typer.echo(created["run"])
+        console.print(f"follow it with: rsieve status {created['run']} --watch")
+
+
+def _fmt_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else (
+        f"{seconds // 60}m{seconds % 60:02d}s")
+
+
+def _status_tables(status: dict[str, Any]) -> list[Table]:
+    total = status["shards"]
+    stages = Table("stage", "progress", "shards", "items", "items/s", "ETA",
+                   title=f"{status['run']} ({'done' if status['done'] else 'running'})")
+    for stage, p in status["progress"].items():
+        done = p["shards_done"]
+        width = 20
+        filled = int(width * done / total) if total else 0
+        bar = "[green]" + "█" * filled + "[/][dim]" + "░" * (width - filled) + "[/]"
+        stages.add_row(stage, bar, f"{done}/{total if total is not None else '?'}",
+                       str(p["items"]) if p["items"] is not None else "-",
+                       f"{p['rate_items_s']:.1f}" if p["rate_items_s"] is not None else "-",
+                       _fmt_eta(p["eta_s"]))
+    families = sorted({f for p in status["progress"].values() for f in p["families"]})
+    per_family = Table("family", *status["progress"], title="items per family and stage")
+    for fam in families:
+        per_family.add_row(fam, *[str(p["families"].get(fam, 0))
+                                  for p in status["progress"].values()])
+    return [stages, per_family] if families else [stages]
+
+
+@app.command()
+@friendly
+def status(
+    run_id: Annotated[str | None, typer.Argument(metavar="[RUN]", help="run id (none: list)")]
+    = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    watch: Annotated[bool, typer.Option("--watch", help="refresh until the run is done")]
+    = False,
+    interval: Annotated[float, typer.Option(help="seconds between refreshes")] = 1.0,
+) -> None:
+    """Per-stage progress of RUN (shards, items, rate, ETA, per family), or list the runs."""
+    from urllib.parse import quote
+
+    if run_id is None:
+        runs = _api("GET", "/runs", params={"limit": 1000})
+        if as_json:
+            typer.echo(json.dumps(runs))
+            return
+        table = Table("run", "dataset", "submitted", title=f"{runs['count']} run(s)")
+        for r in runs["data"]:
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["submitted_at"])) if r.get(
+                "submitted_at") else "-"
+            table.add_row(r["run"], r["dataset"], when)
+        Console().print(table)
+        return
+    path = f"/runs/{quote(run_id, safe='')}"
+    current = _api("GET", path)
+    if as_json:
+        typer.echo(json.dumps(current))
+        return
+    if not watch:
+        for table in _status_tables(current):
+            Console().print(table)
+        return
+    from rich.console import Group
+    from rich.live import Live
+
+    with Live(Group(*_status_tables(current)), console=Console(), auto_refresh=False) as live:
+        while not current["done"]:
+            time.sleep(interval)
+            current = _api("GET", path)
+            live.update(Group(*_status_tables(current)), refresh=True)
+
+
+def _published(ctx: Any, run_id: str) -> Any:
+    from rsieve.client import run_manifest
+
+    spec = _spec_or_fail(ctx, run_id)
+    if run_manifest(ctx.store, spec.dataset, run_id) is None:
+        raise Failure(f"run {run_id} is not committed to dataset {spec.dataset} yet",
+                      f"wait until `rsieve status {run_id}` says done")
+    return spec
+
+
+@app.command("export")
+@friendly
+def export_run(
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="run id")],
+    to: Annotated[Path, typer.Option("--to", help="folder; the dataset goes to TO/<dataset>")],
+) -> None:
+    """Copy RUN's published dataset (Parquet, card, run_report.json, quarantine.jsonl)."""
+    from rsieve.client import export_dataset
+
+    ctx = _context()
+    spec = _published(ctx, run_id)
+    target = export_dataset(ctx.store, spec.dataset, to)
+    typer.echo(str(target))
+
+
+@app.command()
+@friendly
+def card(run_id: Annotated[str, typer.Argument(metavar="RUN", help="run id")]) -> None:
+    """Print RUN's dataset card (README.md: rules, constants, counts, calibration)."""
+    ctx = _context()
+    spec = _published(ctx, run_id)
+    from rsieve.client import run_file_key
+
+    key = run_file_key(ctx.store, spec.dataset, run_id, "README.md")
+    sys.stdout.write(ctx.store.get(key).decode())
+
+
+@app.command()
+@friendly
+def recheck(
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="run id")],
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Recompute every verifier decision of RUN from its stored outputs with rsieve.verify;
+    exit 1 if any differs from what was stored."""
+    from rsieve.client import recheck_outcomes
+
+    ctx = _context()
+    _spec_or_fail(ctx, run_id)
+    outputs = [ctx.load(run_id, "verify", shard)
+               for shard in sorted(ctx.stored_shards(run_id, "verify"))]
+    if not outputs:
+        raise Failure(f"run {run_id} has no verifier output yet",
+                      f"wait until `rsieve status {run_id}` shows verify shards")
+    checked, diffs = recheck_outcomes(o for out in outputs for o in out.verified)
+    if as_json:
+        typer.echo(json.dumps({"run": run_id, "checked": checked, "differences": diffs}))
+    else:
+        for d in diffs:
+            console.print(f"[red]differs:[/] {d['id']} ({d['family']}, line {d['line']}): "
+                          f"stored {d['stored']} recomputed {d['recomputed']}",
+                          highlight=False, soft_wrap=True)
+        typer.echo(f"{checked} decision(s) rechecked, {len(diffs)} differ")
+    raise typer.Exit(1 if diffs else 0)
 
 
 if __name__ == "__main__":

@@ -7,49 +7,48 @@ import hashlib
 import json
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from rsieve.adapters.storage import S3Store
-from rsieve.cleaning import pool_image_path
+from rsieve.cascade import verify_generation
 from rsieve.errors import PermanentError
+from rsieve.ingest import read_pool
 
-__all__ = ["export_dataset", "pool_files", "submit", "upload_pool", "wait_for_run"]
+__all__ = ["export_dataset", "pool_files", "recheck_outcomes", "submit", "upload_pool",
+           "wait_for_run"]
 
 
 def pool_files(folder: Path) -> list[str]:
-    """items.jsonl and every file its lines name that lies inside the folder."""
-    items = folder / "items.jsonl"
-    if not items.is_file():
+    """items.jsonl and every file its lines name that lies inside the folder (a symbolic
+    link leaving the folder is not one)."""
+    if not (folder / "items.jsonl").is_file():
         raise PermanentError(f"{folder} is not a pool: it has no items.jsonl")
-    names: set[str] = set()
-    for raw in items.read_bytes().split(b"\n"):
-        try:
-            image = json.loads(raw).get("image")
-        except (ValueError, AttributeError):
-            continue
-        path = pool_image_path(image) if isinstance(image, str) else None
-        if path and (folder / path).is_file():
-            names.add(path)
-    return ["items.jsonl", *sorted(names)]
+    return ["items.jsonl", *sorted(read_pool(folder).files)]
 
 
-def upload_pool(store: S3Store, folder: Path) -> str:
-    """Upload once under pools/<digest>/ (digest over every file's name and bytes);
+def upload_pool(store: S3Store, folder: Path, *, family: str | None = None) -> str:
+    """Upload once under pools/<digest>/ (digest over every file's name and bytes), in the
+    pool contract whatever the folder's format (ingest.read_pool: items.jsonl folder,
+    Parquet / HF dataset folder, InfinityMM records). Image files the upload refused
+    (symbolic links leaving the folder) are listed in `_refused.json` for the cleaner.
     `_complete` is written last and holds the digest."""
-    files = pool_files(folder)
+    pool = read_pool(folder, family=family)
+    files: dict[str, bytes] = {"items.jsonl": pool.items}
+    files |= {name: pool.read(name) for name in sorted(pool.files)}
+    if pool.refused:
+        files["_refused.json"] = json.dumps(pool.refused, sort_keys=True).encode()
     digest = hashlib.sha256()
-    for name in files:
-        digest.update(name.encode() + b"\0" + hashlib.sha256((folder / name).read_bytes())
-                      .digest())
+    for name, data in files.items():
+        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
     pool_sha = digest.hexdigest()
     prefix = f"pools/{pool_sha}/"
     if not store.exists(prefix + "_complete"):
-        for name in files:
-            store.put(prefix + name, (folder / name).read_bytes())
+        for name, data in files.items():
+            store.put(prefix + name, data)
         store.put(prefix + "_complete", pool_sha.encode())
     return f"s3://{store.bucket}/{prefix}"
 
@@ -88,11 +87,56 @@ def export_dataset(store: S3Store, dataset: str, dest: Path) -> Path:
     target = dest / dataset
     staging = dest / f".{dataset}.partial"
     shutil.rmtree(staging, ignore_errors=True)
-    for name in manifest["files"]:
+    for name, key in manifest["files"].items():
         path = staging / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(store.get(prefix + name))
+        path.write_bytes(store.get(prefix + key))
     (staging / "manifest.json").write_text(json.dumps(manifest, indent=1))
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     return target
+
+
+def _decision_view(o: Any) -> dict[str, Any]:
+    d = o.decision
+    return {"place": o.place, "reason": o.reason,
+            **({"protocol": d.protocol, "version": d.version, "accepted": d.accepted,
+                "score": d.score, "variant": d.variant, "threshold": d.threshold}
+               if d is not None else {"decision": None})}
+
+
+def recheck_outcomes(outcomes: Iterable[Any]) -> tuple[int, list[dict[str, Any]]]:
+    """Recompute each stored verifier outcome from its stored generation with today's
+    rsieve.verify; return how many were checked and those that differ (stored vs now)."""
+    checked, diffs = 0, []
+    for stored in outcomes:
+        checked += 1
+        try:
+            now = _decision_view(verify_generation(stored.generation))
+        except Exception as exc:  # noqa: BLE001 - a protocol gone or failing is a difference
+            now = {"error": f"{type(exc).__name__}: {exc}"}
+        before = _decision_view(stored)
+        if now != before:
+            item = stored.generation.item
+            diffs.append({"id": item.id, "line": item.line, "family": item.family,
+                          "stored": before, "recomputed": now})
+    return checked, diffs
+
+
+def run_manifest(store: S3Store, dataset: str, run: str) -> dict[str, Any] | None:
+    """The dataset's manifest if `run` is committed in it (one run or a growing dataset's
+    `runs`), else None."""
+    try:
+        manifest = json.loads(store.get(f"datasets/{dataset}/manifest.json"))
+    except FileNotFoundError:
+        return None
+    committed = manifest.get("runs") or [manifest.get("run")]
+    return dict(manifest) if run in committed else None
+
+
+def run_file_key(store: S3Store, dataset: str, run: str, name: str) -> str:
+    """Where a committed run's README.md, run_report.json or quarantine.jsonl is stored:
+    under commits/<run>/ (growing datasets), else at the dataset's top (one run)."""
+    prefix = f"datasets/{dataset}/"
+    key = f"{prefix}commits/{run}/{name}"
+    return key if store.exists(key) else prefix + name

@@ -55,6 +55,7 @@ FEATURES = datasets.Features(
             }
         ),
         "clean_meta": {
+            "run": datasets.Value("string"),
             "pool": datasets.Value("string"),
             "policy": datasets.Value("string"),
             "provenance": datasets.List(
@@ -105,9 +106,10 @@ def _qa(outcome: Outcome, kind: str) -> dict[str, Any]:
     return entry
 
 
-def _clean_meta(outcomes: list[Outcome]) -> dict[str, Any]:
+def _clean_meta(outcomes: list[Outcome], run: str) -> dict[str, Any]:
     first = outcomes[0].generation.item.clean_meta
     return {
+        "run": run,
         "pool": first["pool"],
         "policy": json.dumps(first["policy"], sort_keys=True),
         "provenance": [
@@ -123,7 +125,7 @@ def _clean_meta(outcomes: list[Outcome]) -> dict[str, Any]:
     }
 
 
-def assemble_rows(outcomes: list[Outcome]) -> dict[str, list[dict[str, Any]]]:
+def assemble_rows(outcomes: list[Outcome], run: str = "") -> dict[str, list[dict[str, Any]]]:
     """Split name -> rows (without image bytes), deterministic order (first pool line)."""
     groups: dict[tuple[str, str], list[Outcome]] = defaultdict(list)
     for outcome in sorted(outcomes, key=lambda o: o.generation.item.line):
@@ -139,7 +141,7 @@ def assemble_rows(outcomes: list[Outcome]) -> dict[str, list[dict[str, Any]]]:
             {
                 "image_sha256": sha,
                 "qa": [_qa(o, kind) for o in members],
-                "clean_meta": _clean_meta(members),
+                "clean_meta": _clean_meta(members, run),
             }
         )
     return dict(sorted(splits.items()))

@@ -35,8 +35,9 @@ class Settings(BaseSettings):
     max_deliveries: int = Field(3, ge=1)
     # Hard limit on one shard task: a hung task is killed and redelivered (then isolated).
     task_time_limit_s: int = 600
-    # On SIGTERM a worker stops taking work and gives its running shard this long to finish
-    # before it is handed back to the queue (Celery soft shutdown).
+    # On SIGTERM (warm shutdown) a worker stops taking work and finishes its running shard;
+    # on a second signal or SIGQUIT, Celery's soft shutdown gives it this long before the
+    # shard is handed back to the queue.
     soft_shutdown_s: float = 60.0
     # Fault injection for the fault tests only: a worker that meets one of these item ids
     # dies on the spot (os._exit), every time, like an item that crashes its decoder.
@@ -71,6 +72,11 @@ class Settings(BaseSettings):
     # Workers.
     worker_concurrency: int = Field(1, ge=1, description="Celery prefork children per worker")
 
+    # Dataset shards: a Parquet file of a split is closed once its data passes this size.
+    parquet_shard_bytes: int = Field(256 * 1024 * 1024, ge=1024)
+    # Rows buffered before they are written as one row group (bounds compaction memory).
+    parquet_row_group_rows: int = Field(256, ge=1)
+
     # Work units and limits.
     shard_size: int = Field(32, ge=1, description="pool lines per shard message")
     image_max_pixels: int = 40_000_000
@@ -94,6 +100,15 @@ class Settings(BaseSettings):
     # API.
     api_url: str = "http://127.0.0.1:18080"
     api_token: SecretStr | None = None
+    # Folders the API may read a pool from when a submission names a path (none by default).
+    api_pool_roots: list[str] = []
+    # Largest request body the API accepts (an uploaded pool archive included).
+    api_max_request_bytes: int = Field(2 * 1024**3, ge=1024)
+    # Files an uploaded archive may hold, and their total size once extracted.
+    api_max_upload_files: int = Field(200_000, ge=1)
+    api_max_extracted_bytes: int = Field(8 * 1024**3, ge=1024)
+    # Triton's Prometheus endpoint, read by the API's /metrics for in-flight requests.
+    triton_metrics_url: str | None = None
 
     @model_validator(mode="after")
     def _no_dev_secrets_in_production(self) -> Settings:
@@ -131,6 +146,12 @@ class Settings(BaseSettings):
             "image_max_side": self.image_max_side,
             "chat_template": self.chat_template,
             "reasoning": self.reasoning,
+            "purity_threshold": self.purity_threshold,
+            "purity_min_items": self.purity_min_items,
+            "purity_embedding": self.purity_embedding,
+            "judge_calibration_size": self.judge_calibration_size,
+            "judge_calibration_rate": self.judge_calibration_rate,
+            "judge_false_promotion_bound": self.judge_false_promotion_bound,
         }
 
 

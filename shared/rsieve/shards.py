@@ -16,6 +16,11 @@ class PoolLine(BaseModel):
     raw: str  # the line, decoded with errors escaped, so invalid UTF-8 survives JSON
     utf8: bool
     duplicate_of: int | None = None
+    # Decisions that need the whole pool, taken at ingest (cleaning.assess_pool):
+    # (reason, detail) for image_symlink, duplicate_item or off_task, and the purity rule
+    # that settled the line's question, recorded in clean_meta.
+    verdict: tuple[str, str] | None = None
+    purity: str | None = None
 
 
 class ShardInput(BaseModel):

@@ -66,7 +66,10 @@ def alnum_norm(text: str) -> str:
 @register("alnum", version="1", pattern="[^a-z0-9]", case="lower")
 def alnum(prediction: str, references: Sequence[str], **_: Any) -> float:
     pred = alnum_norm(prediction)
-    return 1.0 if any(pred == alnum_norm(ref) for ref in references) else 0.0
+    for ref in references:
+        if pred == alnum_norm(ref):
+            return 1.0
+    return 0.0
 
 
 # --- exact and number -----------------------------------------------------------------
@@ -180,7 +183,15 @@ def relaxed_pair(prediction: str, target: str) -> bool:
           text="str.lower() equality", source="lmms-eval chartqa relaxed_correctness")
 def relaxed(prediction: str, references: Sequence[str], **_: Any) -> float:
     pred = prediction or ""
-    return 1.0 if any(relaxed_pair(pred, ref) for ref in references) else 0.0
+    pred_f = relaxed_float(pred)
+    for ref in references:
+        target_f = relaxed_float(ref)
+        if pred_f is not None and target_f:
+            if abs(pred_f - target_f) / abs(target_f) <= RELAXED_TOLERANCE:
+                return 1.0
+        elif pred.lower() == ref.lower():
+            return 1.0
+    return 0.0
 
 
 # --- vqa: VQA v2 soft accuracy ----------------------------------------------------------
@@ -316,8 +327,8 @@ def _mc_text(text: str) -> str:
 def extract_letter(prediction: str, options: dict[str, str] | None = None) -> str | None:
     text = unicodedata.normalize("NFKC", prediction or "").strip()
     text = re.sub(r"^\*\*(.*)\*\*\.?$", r"\1", text, flags=re.S).strip()
-    keys = {k.strip().upper(): v for k, v in (options or {}).items()}
-    by_text = {k for k, v in keys.items() if _mc_text(str(v)) == _mc_text(text)}
+    keys = {k.strip().upper(): _mc_text(str(v)) for k, v in (options or {}).items()}
+    by_text = {k for k, v in keys.items() if v and v == _mc_text(text)}
     letters: set[str] = set()
     for form in _LETTER_FORMS:
         m = form.match(text)
@@ -326,7 +337,7 @@ def extract_letter(prediction: str, options: dict[str, str] | None = None) -> st
         letter, rest = m.group(1), (m.group(2) if m.re.groups >= 2 else None)
         letters.add(letter)
         if rest and keys:
-            letters |= {k for k, v in keys.items() if _mc_text(str(v)) == _mc_text(rest)}
+            letters |= {k for k, v in keys.items() if v and v == _mc_text(rest)}
         break
     letters |= by_text
     if keys:
@@ -347,7 +358,9 @@ def mc(prediction: str, references: Sequence[str], **options: Any) -> float:
 # --- math: Math-Verify -----------------------------------------------------------------
 
 
-@register("math", version="1", library="math-verify", order="gold parsed first")
+@register("math", version="1", library="math-verify>=0.7", order="gold parsed first",
+          gold="wrapped in $...$ unless it contains $", extraction="parse() defaults",
+          comparison="verify(gold, answer) defaults", timeouts="none (SIGALRM is main-thread only)")
 def math(prediction: str, references: Sequence[str], **_: Any) -> float:
     from math_verify import parse
     from math_verify import verify as mv_verify
@@ -400,6 +413,16 @@ def verify(
 
 
 def _decision(proto: Protocol, *, accepted: bool, score: float, variant: str | None) -> Decision:
+    return _decision_for(proto.name, proto.version, accepted, score, variant)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _decision_for(name: str, version: str, accepted: bool, score: float,
+                  variant: str | None) -> Decision:
+    """Decisions are frozen and most repeat (alnum has four), so equal ones are built once;
+    validation was a third of a decision's cost. Keyed by version: re-registering a
+    protocol under a new version never returns a stale decision."""
+    proto = PROTOCOLS[name]
     return Decision(
         protocol=proto.name,
         version=proto.version,

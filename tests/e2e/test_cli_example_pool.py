@@ -63,3 +63,60 @@ def test_stack_status_lists_every_process(stack: Stack) -> None:
     assert set(status) == {"redis", "s3", "triton", "cleaner", "generator", "verifier",
                            "judge", "compactor", "api"}
     assert all(status.values())
+
+
+def test_submit_status_export_card_recheck(stack: Stack, tmp_path: Path) -> None:
+    """The operator's commands on one run of the example pool, and their failures."""
+    submitted = _cli(stack, "submit", str(POOL), "--dataset", "ops", "--json")
+    assert submitted.returncode == 0, submitted.stderr[-2000:]
+    run = json.loads(submitted.stdout)["run"]
+    assert run.startswith("ops-")
+    again = _cli(stack, "submit", str(POOL), "--dataset", "ops")
+    assert again.returncode == 0 and again.stdout.strip() == run  # same pool, same run
+
+    watched = _cli(stack, "status", run, "--watch", "--interval", "0.5")
+    assert watched.returncode == 0, watched.stderr[-2000:]
+    assert "judge" in watched.stdout and "SynthWords" in watched.stdout
+    status = json.loads(_cli(stack, "status", run, "--json").stdout)
+    assert status["done"] and status["progress"]["judge"]["eta_s"] == 0
+    assert status["progress"]["clean"]["families"]["SynthWords"] >= 10
+    listed = _cli(stack, "status")
+    assert listed.returncode == 0 and run in listed.stdout
+
+    exported = _cli(stack, "export", run, "--to", str(tmp_path))
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    assert Path(exported.stdout.strip()) == tmp_path / "ops"
+    assert json.loads((tmp_path / "ops" / "run_report.json").read_text())["adds_up"]
+    card = _cli(stack, "card", run)
+    assert card.returncode == 0 and "SynthWords" in card.stdout
+
+    rechecked = _cli(stack, "recheck", run, "--json")
+    assert rechecked.returncode == 0, rechecked.stderr[-2000:]
+    result = json.loads(rechecked.stdout)
+    assert result["checked"] >= 30 and result["differences"] == []
+    assert _cli(stack, "audit", run).returncode == 0
+
+    for args in (["status", "ops-000000000000"], ["export", "ops-000000000000", "--to", "x"],
+                 ["card", "nope-000000000000"], ["recheck", "nope-000000000000"]):
+        failed = _cli(stack, *args)
+        assert failed.returncode == 1 and "Traceback" not in failed.stderr, failed.stderr
+        assert "no run" in failed.stderr and "fix:" in failed.stderr, failed.stderr
+
+    # A stored decision that today's protocols no longer reproduce is reported (exit 1).
+    from rsieve.adapters.storage import S3Store
+    from rsieve.settings import Settings
+
+    store = S3Store(Settings.from_env_map(stack.config.env()))
+    key = sorted(k for k in store.list(f"runs/{run}/verify/"))[0]
+    original = store.get(key)
+    shard = json.loads(original)
+    first = next(o for o in shard["verified"] if o["decision"])
+    first["decision"]["score"] = 0.5
+    store.put(key, json.dumps(shard).encode())
+    try:
+        tampered = _cli(stack, "recheck", run)
+        assert tampered.returncode == 1, tampered.stderr[-2000:]
+        assert "1 differ" in tampered.stdout and first["generation"]["item"]["id"] in (
+            tampered.stderr)
+    finally:
+        store.put(key, original)

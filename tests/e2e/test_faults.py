@@ -4,8 +4,6 @@ delivered twice, the compactor dying before its commit, and a poison item."""
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import os
 import signal
@@ -14,46 +12,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from PIL import Image, ImageDraw
 
 from rsieve.adapters.storage import S3Store
 from rsieve.audit import audit_run
 from rsieve.client import export_dataset, submit, upload_pool, wait_for_run
-from rsieve.local.replay import replay_key
 from rsieve.local.stack import Stack
 from services.common import bootstrap
 from tests.conftest import stack_settings
+from tests.e2e.pools import word_pool
 
-QUESTION = "What word is shown? Answer with the text only."
 ITEMS = 24  # 6 shards of 4
 
 
 
-def _png(text: str) -> bytes:
-    img = Image.new("RGB", (120, 40), "white")
-    ImageDraw.Draw(img).text((6, 12), text, fill="black")
-    buf = io.BytesIO()
-    img.save(buf, format="PNG")
-    return buf.getvalue()
-
-
 def _pool(folder: Path, tag: str, replay: dict[str, dict[str, str]],
           extra_ids: tuple[str, ...] = ()) -> Path:
-    """ITEMS items the verifier accepts (and any `extra_ids`), recorded for the replay
-    model; `tag` makes the pool, and so the run, unique to the test."""
-    folder.mkdir(parents=True)
-    lines = []
-    for n, item_id in enumerate([f"{tag}-{i:03d}" for i in range(ITEMS)] + list(extra_ids)):
-        word = f"{tag}{n}".upper()
-        data = _png(word)
-        (folder / f"{n}.png").write_bytes(data)
-        lines.append(json.dumps({"id": item_id, "family": "SynthWords", "image": f"{n}.png",
-                                 "question": QUESTION, "answer": word.lower(),
-                                 "source": {"sha256": hashlib.sha256(data).hexdigest()}}))
-        replay[replay_key(QUESTION, data)] = {"text": f"<think>{n}</think>{word}",
-                                              "finish_reason": "stop"}
-    (folder / "items.jsonl").write_text("\n".join(lines) + "\n")
-    return folder
+    return word_pool(folder, tag, replay, count=ITEMS, extra_ids=extra_ids)
 
 
 @pytest.fixture(scope="module")

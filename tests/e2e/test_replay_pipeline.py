@@ -32,7 +32,11 @@ def stack(start_stack: Any, scenario: Scenario, tmp_path_factory: pytest.TempPat
     return start_stack(["replay"], triton_env={"RSIEVE_REPLAY_FILE": str(replay)},
                        settings_env={"RSIEVE_GENERATOR_MODEL": "replay",
                                      "RSIEVE_JUDGE_MODEL": "replay",
-                                     "RSIEVE_SHARD_SIZE": "4", "RSIEVE_MODEL_RETRIES": "1"})
+                                     "RSIEVE_SHARD_SIZE": "4", "RSIEVE_MODEL_RETRIES": "1",
+                                     # The replay model has no recording of the judge's
+                                     # calibration probes (tests/e2e/test_judge_obedient.py
+                                     # covers calibration): trust the judge here.
+                                     "RSIEVE_JUDGE_FALSE_PROMOTION_BOUND": "1.0"})
 
 
 def _run(stack: Stack, scenario: Scenario, out: Path) -> tuple[str, Path]:

@@ -95,3 +95,25 @@ def test_vqa_tables_are_the_official_ones() -> None:
     for text in ("a.b.c", "3,000 dogs", "t-shirt", "isnt it? yes!", "." * 40 + "x", "1.5."):
         assert vqa_punctuation(text) == official.processPunctuation(text)
         assert vqa_digit_article(text) == official.processDigitArticle(text)
+
+
+def test_the_doc_states_the_corpus_sizes() -> None:
+    counts = Counter(c["protocol"] for c in CORPUS)
+    text = " ".join(DOC.read_text(encoding="utf-8").split())
+    stated = ", ".join(f"{p} {counts[p]}" for p in SOURCES)
+    assert f"hold {sum(counts.values()):,} cases ({stated})" in text
+
+
+@pytest.mark.parametrize("protocol", sorted(SOURCES))
+def test_decisions_record_what_recomputes_them(protocol: str) -> None:
+    from rsieve.verify import PROTOCOLS, protocol_versions, verify
+
+    case = next(c for c in CORPUS if c["protocol"] == protocol)
+    options = {"options": case["options"]} if "options" in case else {}
+    d = verify(protocol, case["prediction"], case["references"], **options)
+    proto = PROTOCOLS[protocol]
+    assert (d.protocol, d.version, d.threshold) == (protocol, proto.version, proto.threshold)
+    assert d.constants == proto.constants and d.constants
+    assert protocol_versions()[protocol] == proto.version
+    again = verify(protocol, case["prediction"], case["references"], **options)
+    assert again == d

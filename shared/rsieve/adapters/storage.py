@@ -26,6 +26,25 @@ __all__ = ["ObjectStore", "S3Store", "parse_s3_uri"]
 class ObjectStore(Protocol):
     def get(self, key: str) -> bytes: ...
     def put(self, key: str, data: bytes, *, content_type: str = ...) -> None: ...
+    def put_file(self, key: str, path: str, *, content_type: str = "application/octet-stream"
+                 ) -> None:
+        """Upload a local file; large files go as multipart uploads (parts of 64 MiB)."""
+        from boto3.s3.transfer import TransferConfig
+
+        config = TransferConfig(multipart_threshold=64 * 1024 * 1024,
+                                multipart_chunksize=64 * 1024 * 1024)
+        try:
+            self._client.upload_file(path, self.bucket, key, Config=config,
+                                     ExtraArgs={"ContentType": content_type})
+        except Exception as exc:  # noqa: BLE001
+            raise _translate(exc, key) from exc
+
+    def delete(self, key: str) -> None:
+        try:
+            self._client.delete_object(Bucket=self.bucket, Key=key)
+        except Exception as exc:  # noqa: BLE001
+            raise _translate(exc, key) from exc
+
     def exists(self, key: str) -> bool: ...
     def list(self, prefix: str) -> Iterator[str]: ...
 
@@ -84,6 +103,25 @@ class S3Store:
         try:
             self._client.put_object(Bucket=self.bucket, Key=key, Body=data,
                                     ContentType=content_type)
+        except Exception as exc:  # noqa: BLE001
+            raise _translate(exc, key) from exc
+
+    def put_file(self, key: str, path: str, *, content_type: str = "application/octet-stream"
+                 ) -> None:
+        """Upload a local file; large files go as multipart uploads (parts of 64 MiB)."""
+        from boto3.s3.transfer import TransferConfig
+
+        config = TransferConfig(multipart_threshold=64 * 1024 * 1024,
+                                multipart_chunksize=64 * 1024 * 1024)
+        try:
+            self._client.upload_file(path, self.bucket, key, Config=config,
+                                     ExtraArgs={"ContentType": content_type})
+        except Exception as exc:  # noqa: BLE001
+            raise _translate(exc, key) from exc
+
+    def delete(self, key: str) -> None:
+        try:
+            self._client.delete_object(Bucket=self.bucket, Key=key)
         except Exception as exc:  # noqa: BLE001
             raise _translate(exc, key) from exc
 

@@ -66,6 +66,7 @@ class StackConfig:
             "RSIEVE_S3_SECRET_KEY": self.secret_key,
             "RSIEVE_TRITON_GRPC_URL": f"127.0.0.1:{self.triton_grpc_port}",
             "RSIEVE_API_URL": f"http://127.0.0.1:{self.api_port}",
+            "RSIEVE_TRITON_METRICS_URL": f"http://127.0.0.1:{self.triton_metrics_port}/metrics",
             **self.settings_env,
         }
 

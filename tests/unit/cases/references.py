@@ -207,6 +207,8 @@ def official_vqa(prediction: str, references: Sequence[str]) -> float:
 
 
 # --- VLMEvalKit vlmeval/utils/matching_util.py: can_infer (VERBOSE unset) -----------------
+# The long-standing form. One later revision also requires `splits.index(ch) <
+# len(splits) - 5` before returning a letter (which rejects a bare "B"); not transcribed.
 
 
 def vlmeval_can_infer_option(answer: str, choices: dict[str, str]) -> str | bool:

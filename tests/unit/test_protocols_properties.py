@@ -1,4 +1,5 @@
-"""Property: rapidfuzz-based ANLS equals the pure-Python quadratic reference exactly."""
+"""Properties: rapidfuzz ANLS equals the pure-Python quadratic reference exactly; VQA equals
+the official float mean."""
 
 from __future__ import annotations
 
@@ -45,3 +46,20 @@ def test_rapidfuzz_distance_equals_both_quadratic_loops(a: str, b: str) -> None:
     d = Levenshtein.distance(a, b)
     assert d == card_levenshtein(a, b) == lmms_levenshtein_distance(a, b)
     assert PROTOCOLS["anls"](a, [b]) == anls_pure_python(a, [b])
+
+
+VQA_WORDS = st.sampled_from(["2", "two", "Two.", "yes", "no", "t-shirt", "the dog", "dogs",
+                             "3,000", "isnt", "a.b", "red", "", "None"])
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(prediction=VQA_WORDS, answers=st.lists(VQA_WORDS, min_size=1, max_size=10))
+def test_vqa_equals_official_on_normalised_answers(prediction: str, answers: list[str]) -> None:
+    """With annotation-style (normalised) answers, rsieve's exact-division mean equals the
+    official float mean of vqaEval.py to 1e-12."""
+    from rsieve.verify import vqa_norm
+    from tests.unit.cases.references import official_vqa
+
+    annotation = [vqa_norm(a) for a in answers]
+    got = PROTOCOLS["vqa"](prediction, answers)
+    assert abs(got - official_vqa(prediction, annotation)) < 1e-12

@@ -1,0 +1,124 @@
+"""The API's request and response models (XCreate / XPublic / XsPublic(data, count))."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+DATASET_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"
+
+
+class RunCreate(BaseModel):
+    """A pool already uploaded to the bucket (`pool_uri`) or a folder under one of the
+    configured pool roots (`pool_path`): exactly one of them."""
+
+    dataset: str = Field(pattern=DATASET_PATTERN)
+    pool_uri: str | None = Field(None, description="s3://bucket/prefix/ of an uploaded pool")
+    pool_path: str | None = Field(None, description="a pool folder under RSIEVE_API_POOL_ROOTS")
+
+
+class RunCreated(BaseModel):
+    run: str
+    status_url: str
+
+
+class StageProgress(BaseModel):
+    shards_done: int
+    shards_total: int | None
+    items: int | None = Field(None, description="items that finished the stage (when known)")
+    families: dict[str, int] = {}
+    rate_items_s: float | None = None
+    rate_shards_s: float | None = None
+    eta_s: float | None = None
+
+
+class RunPublic(BaseModel):
+    run: str
+    dataset: str
+    pool_uri: str
+    submitted_at: float | None = None
+    shards: int | None
+    lines: int | None
+    stages: dict[str, int] = Field(description="shards each stage has stored")
+    progress: dict[str, StageProgress] = {}
+    done: bool
+    manifest: dict[str, Any] | None
+
+
+class RunSummary(BaseModel):
+    run: str
+    dataset: str
+    pool_uri: str
+    submitted_at: float | None = None
+
+
+class RunsPublic(BaseModel):
+    data: list[RunSummary]
+    count: int
+
+
+class QuarantinedPublic(BaseModel):
+    id: str | None
+    line: int
+    family: str | None
+    stage: str
+    reason: str
+    detail: str = ""
+
+
+class QuarantinePublic(BaseModel):
+    data: list[QuarantinedPublic]
+    count: int
+    reasons: dict[str, int]
+
+
+class DatasetPublic(BaseModel):
+    dataset: str
+    run: str = Field(description="the run committed last")
+    runs: list[str] = Field(description="every run committed to the dataset")
+    adds_up: bool | None = None
+    splits: dict[str, int]
+    files: list[str]
+
+
+class DatasetsPublic(BaseModel):
+    data: list[DatasetPublic]
+    count: int
+
+
+class ReviewItem(BaseModel):
+    id: str
+    line: int
+    family: str
+    kind: Literal["promoted", "rejected"]
+    reason: str | None
+    image_sha256: str
+    question: str
+    reference: list[str]
+    answer: str | None
+    reasoning: str | None
+    raw_output: str
+    decision: dict[str, Any] | None
+    verdict: dict[str, Any] | None
+    review: dict[str, Any] | None = None
+
+
+class ReviewItemsPublic(BaseModel):
+    data: list[ReviewItem]
+    count: int
+    families: dict[str, int]
+    reasons: dict[str, int]
+
+
+class ReviewCreate(BaseModel):
+    verdict: Literal["confirmed", "wrong"] = Field(
+        description="a person's call on a judge promotion")
+    reviewer: str | None = Field(None, max_length=128)
+    note: str | None = Field(None, max_length=2000)
+
+
+class ReviewPublic(ReviewCreate):
+    run: str
+    item_id: str
+    at: float

@@ -1,0 +1,40 @@
+"""Published datasets (datasets/<name>/manifest.json, written last by the compactor)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from fastapi import APIRouter, HTTPException
+
+from rsieve.errors import NotFoundError
+from services.api.deps import Authorised
+from services.api.models import DATASET_PATTERN, DatasetPublic, DatasetsPublic
+
+router = APIRouter(prefix="/datasets", tags=["datasets"])
+
+
+def _public(name: str, manifest: dict) -> DatasetPublic:  # type: ignore[type-arg]
+    return DatasetPublic(dataset=name, run=manifest["run"], adds_up=manifest.get("adds_up"),
+                         runs=manifest.get("runs") or [manifest["run"]],
+                      splits=manifest.get("splits", {}), files=list(manifest.get("files", [])))
+
+
+@router.get("", response_model=DatasetsPublic)
+def list_datasets(ctx: Authorised) -> DatasetsPublic:
+    names = sorted(k.split("/")[1] for k in ctx.store.list("datasets/")
+                   if k.count("/") == 2 and k.endswith("/manifest.json"))
+    data = [_public(n, json.loads(ctx.store.get(f"datasets/{n}/manifest.json")))
+            for n in names]
+    return DatasetsPublic(data=data, count=len(data))
+
+
+@router.get("/{name}", response_model=DatasetPublic)
+def dataset(name: str, ctx: Authorised) -> DatasetPublic:
+    if not re.match(DATASET_PATTERN, name):
+        raise HTTPException(404, f"no published dataset {name!r}")
+    try:
+        manifest = json.loads(ctx.store.get(f"datasets/{name}/manifest.json"))
+    except NotFoundError:
+        raise HTTPException(404, f"no published dataset {name!r}") from None
+    return _public(name, manifest)

@@ -1,0 +1,67 @@
+"""Liveness, readiness (Redis, S3, Triton) and the Prometheus scrape point."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import httpx
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from rsieve.adapters.queues import QUEUES
+from rsieve.metrics import RedisCollector
+from services.api.deps import Authorised, Ctx
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    """The process answers (no dependency checked)."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", responses={503: {"description": "a dependency is not ready"}})
+def readyz(ctx: Ctx) -> JSONResponse:
+    """Redis answers PING, the bucket lists, Triton says it is ready."""
+    checks: dict[str, Any] = {}
+    try:
+        checks["redis"] = bool(ctx.redis.ping())
+    except Exception as exc:  # noqa: BLE001 - any failure is "not ready", with its cause
+        checks["redis"] = f"{type(exc).__name__}: {exc}"[:200]
+    try:
+        list(itertools.islice(ctx.store.list("index/"), 1))
+        checks["s3"] = True
+    except Exception as exc:  # noqa: BLE001
+        checks["s3"] = f"{type(exc).__name__}: {exc}"[:200]
+    checks["triton"] = _triton_ready(ctx.settings.triton_grpc_url)
+    ready = all(v is True for v in checks.values())
+    return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
+
+
+def _triton_ready(url: str) -> bool | str:
+    import tritonclient.grpc as grpcclient
+
+    try:
+        client = grpcclient.InferenceServerClient(url=url)
+        try:
+            return bool(client.is_server_ready(client_timeout=3))
+        finally:
+            client.close()
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {exc}"[:200]
+
+
+@router.get("/metrics", response_class=Response,
+            responses={200: {"content": {"text/plain": {}}}})
+def metrics(ctx: Authorised) -> Response:
+    """Every service's counters (aggregated in Redis by the workers), queue depth, unacked
+    messages and Triton's in-flight requests, in Prometheus' text format."""
+    url = ctx.settings.triton_metrics_url
+    fetch = (lambda: httpx.get(url, timeout=2).text) if url else None
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RedisCollector(ctx.redis, queues=sorted(set(QUEUES.values())),
+                                     triton_metrics=fetch))
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

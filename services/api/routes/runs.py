@@ -1,0 +1,144 @@
+"""Runs: submit (S3 URI, path under a pool root, or an uploaded archive), list, status
+with live progress, report, quarantine (paged), calibration, resume."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, File, Form, HTTPException, Query, UploadFile
+
+from rsieve.audit import STAGES
+from rsieve.calibration import summarise
+from services.api import runs
+from services.api.archive import ArchiveError, extract_pool
+from services.api.deps import Authorised
+from services.api.models import (
+    DATASET_PATTERN,
+    QuarantinePublic,
+    RunCreate,
+    RunCreated,
+    RunPublic,
+    RunsPublic,
+    RunSummary,
+)
+
+router = APIRouter(prefix="/runs", tags=["runs"])
+Offset = Annotated[int, Query(ge=0)]
+Limit = Annotated[int, Query(ge=1, le=1000)]
+
+
+@router.post("", status_code=202, response_model=RunCreated)
+def submit(req: RunCreate, ctx: Authorised) -> RunCreated:
+    """Submit a pool uploaded to the bucket (`pool_uri`) or a folder under a configured
+    pool root (`pool_path`). The same pool, dataset and settings give the same run."""
+    if (req.pool_uri is None) == (req.pool_path is None):
+        raise HTTPException(422, "give exactly one of pool_uri and pool_path")
+    if req.pool_uri is not None:
+        if not req.pool_uri.startswith("s3://"):
+            raise HTTPException(422, "pool_uri must be an s3:// URI")
+        run = runs.submit(ctx, req.pool_uri, req.dataset)
+    else:
+        run = runs.submit_folder(ctx, runs.pool_under_roots(ctx, str(req.pool_path)),
+                                 req.dataset)
+    return RunCreated(run=run, status_url=f"/runs/{run}")
+
+
+@router.post("/upload", status_code=202, response_model=RunCreated)
+def submit_upload(ctx: Authorised, pool: Annotated[UploadFile, File()],
+                  dataset: Annotated[str, Form(pattern=DATASET_PATTERN)]) -> RunCreated:
+    """Submit a pool as an archive (tar, tar.gz or zip) of its folder: items.jsonl at the
+    top or in its one folder. Links, absolute names and `..` are refused."""
+    s = ctx.settings
+    work = Path(tempfile.mkdtemp(prefix="rsieve-upload-"))
+    try:
+        archive = work / "upload"
+        with archive.open("wb") as out:
+            shutil.copyfileobj(pool.file, out, 1 << 20)
+        try:
+            folder = extract_pool(archive, work / "pool", max_files=s.api_max_upload_files,
+                                  max_bytes=s.api_max_extracted_bytes)
+        except ArchiveError as exc:
+            raise HTTPException(422, str(exc)) from None
+        run = runs.submit_folder(ctx, folder, dataset)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return RunCreated(run=run, status_url=f"/runs/{run}")
+
+
+@router.get("", response_model=RunsPublic)
+def list_runs(ctx: Authorised, offset: Offset = 0, limit: Limit = 100) -> RunsPublic:
+    """Submitted runs, newest first."""
+    entries = [json.loads(ctx.store.get(k)) for k in ctx.store.list(runs.INDEX)]
+    entries.sort(key=lambda e: -float(e.get("submitted_at") or 0))
+    data = [RunSummary(**e) for e in entries[offset:offset + limit]]
+    return RunsPublic(data=data, count=len(entries))
+
+
+@router.get("/{run}", response_model=RunPublic)
+def status(run: str, ctx: Authorised) -> RunPublic:
+    """Per stage: shards stored (S3), items per family, rates and ETA (live, from Redis)."""
+    spec = runs.spec(ctx, run)
+    index = ctx.shard_index(run)
+    done = {stage: len(ctx.stored_shards(run, stage)) for stage in STAGES}
+    entry = runs.index_entry(ctx, run) or {}
+    shards = len(index["shards"]) if index else None
+    manifest = runs.manifest(ctx, spec)
+    return RunPublic(run=run, dataset=spec.dataset, pool_uri=spec.pool_uri,
+                     submitted_at=entry.get("submitted_at"), shards=shards,
+                     lines=index["lines"] if index else None, stages=done,
+                     progress=runs.stage_progress(ctx, run, shards, done,
+                                                  entry.get("submitted_at")),
+                     done=manifest is not None, manifest=manifest)
+
+
+@router.get("/{run}/report", responses={409: {"description": "not compacted yet"}})
+def report(run: str, ctx: Authorised) -> dict[str, Any]:
+    """The run report (per family: in, accepted, rejected, quarantined by reason)."""
+    spec = runs.spec(ctx, run)
+    if runs.manifest(ctx, spec) is None:
+        raise HTTPException(409, "run not compacted yet")
+    return dict(json.loads(runs.run_file(ctx, spec, "run_report.json")))
+
+
+@router.get("/{run}/quarantine", response_model=QuarantinePublic)
+def quarantine(run: str, ctx: Authorised, offset: Offset = 0, limit: Limit = 100,
+               family: str | None = None, reason: str | None = None) -> QuarantinePublic:
+    """Items that reached no split, in pool order, filtered by family and reason."""
+    rows = runs.quarantined(ctx, runs.spec(ctx, run))
+    reasons = runs.tally(rows, "reason")
+    rows = [r for r in rows if (family is None or r["family"] == family)
+            and (reason is None or r["reason"] == reason)]
+    return QuarantinePublic(data=rows[offset:offset + limit], count=len(rows),
+                            reasons=reasons)
+
+
+@router.get("/{run}/calibration", responses={404: {"description": "no calibration stored"}})
+def calibration(run: str, ctx: Authorised) -> dict[str, Any]:
+    """The judge's calibration per family (Wilson 95%), from runs/<run>/calibration/, and
+    the people's reviews of its promotions."""
+    runs.spec(ctx, run)
+    keys = list(ctx.store.list(f"runs/{run}/calibration/"))
+    if not keys:
+        raise HTTPException(404, f"run {run!r} has no calibration stored")
+    records = [r for k in keys for r in json.loads(ctx.store.get(k))["records"]]
+    s = ctx.settings
+    families = summarise(records, size=s.judge_calibration_size,
+                         bound=s.judge_false_promotion_bound)
+    human: dict[str, dict[str, int]] = {}
+    for r in runs.reviews(ctx, run).values():
+        fam = human.setdefault(r.get("family") or "(unknown)", {"confirmed": 0, "wrong": 0})
+        fam[r["verdict"]] += 1
+    return {"run": run, "records": len(records), "families": families,
+            "human_review": human}
+
+
+@router.post("/{run}/resume", status_code=202)
+def resume(run: str, ctx: Authorised) -> dict[str, str]:
+    """Re-enqueue the run from ingest; every stage skips the shards it already wrote."""
+    runs.spec(ctx, run)
+    ctx.next("rsieve.ingest", run=run)
+    return {"run": run}

@@ -1,0 +1,191 @@
+"""What the run routes do, apart from HTTP: submit, progress, quarantine, review items.
+Everything is read from S3 (the source of truth); Redis only adds live progress."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from fastapi import HTTPException
+
+from rsieve.adapters.storage import parse_s3_uri
+from rsieve.audit import STAGES
+from rsieve.client import run_file_key, run_manifest, upload_pool
+from rsieve.errors import NotFoundError, PermanentError
+from rsieve.metrics import progress
+from rsieve.schemas import Outcome, RunSpec, ShardOutput
+from rsieve.verify import protocol_versions
+from services.api.models import StageProgress
+from services.common import Context
+
+INDEX = "index/runs/"  # index/runs/<run>.json: one small object per submitted run
+
+
+def submit(ctx: Context, pool_uri: str, dataset: str) -> str:
+    bucket, prefix = parse_s3_uri(pool_uri)
+    if bucket != ctx.settings.s3_bucket or not prefix.endswith("/"):
+        raise HTTPException(422, f"pool_uri must be s3://{ctx.settings.s3_bucket}/<prefix>/")
+    try:
+        pool_sha = ctx.store.get(f"{prefix}_complete").decode().strip()
+    except NotFoundError:
+        raise HTTPException(404, "pool upload is not complete (no _complete marker)") from None
+    fingerprint = json.dumps([pool_sha, dataset, ctx.settings.fingerprint(),
+                              protocol_versions()], sort_keys=True)
+    run = f"{dataset}-{hashlib.sha256(fingerprint.encode()).hexdigest()[:12]}"
+    spec_key = f"runs/{run}/run.json"
+    if not ctx.store.exists(spec_key):
+        spec = RunSpec(run=run, dataset=dataset, pool_uri=pool_uri, pool_sha256=pool_sha,
+                       settings=ctx.settings.fingerprint(), protocols=protocol_versions())
+        ctx.store.put(spec_key, spec.model_dump_json(indent=1).encode())
+        ctx.store.put(f"{INDEX}{run}.json", json.dumps(
+            {"run": run, "dataset": dataset, "pool_uri": pool_uri,
+             "submitted_at": time.time()}).encode(), content_type="application/json")
+        ctx.next("rsieve.ingest", run=run)
+    return run
+
+
+def submit_folder(ctx: Context, folder: Path, dataset: str) -> str:
+    try:
+        uri = upload_pool(ctx.store, folder)
+    except PermanentError as exc:
+        raise HTTPException(422, str(exc)) from None
+    return submit(ctx, uri, dataset)
+
+
+def pool_under_roots(ctx: Context, path: str) -> Path:
+    roots = [Path(r).resolve() for r in ctx.settings.api_pool_roots]
+    if not roots:
+        raise HTTPException(403, "no pool roots are configured (RSIEVE_API_POOL_ROOTS)")
+    folder = Path(path).resolve()
+    if not any(folder.is_relative_to(root) for root in roots):
+        raise HTTPException(403, "pool_path is not under a configured pool root")
+    if not (folder / "items.jsonl").is_file():
+        raise HTTPException(422, f"{path} is not a pool: it has no items.jsonl")
+    return folder
+
+
+RUN_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}-[0-9a-f]{12}$")
+
+
+def spec(ctx: Context, run: str) -> RunSpec:
+    if not RUN_PATTERN.match(run):
+        raise HTTPException(404, f"no run {run!r}")
+    try:
+        return ctx.spec(run)
+    except NotFoundError:
+        raise HTTPException(404, f"no run {run!r}") from None
+
+
+def index_entry(ctx: Context, run: str) -> dict[str, Any] | None:
+    try:
+        return dict(json.loads(ctx.store.get(f"{INDEX}{run}.json")))
+    except NotFoundError:
+        return None
+
+
+def manifest(ctx: Context, s: RunSpec) -> dict[str, Any] | None:
+    return run_manifest(ctx.store, s.dataset, s.run)
+
+
+def run_file(ctx: Context, s: RunSpec, name: str) -> bytes:
+    return ctx.store.get(run_file_key(ctx.store, s.dataset, s.run, name))
+
+
+def stage_progress(ctx: Context, run: str, shards: int | None, done: dict[str, int],
+                   submitted_at: float | None) -> dict[str, StageProgress]:
+    """Shard counts from S3; items per family and timing from the workers' Redis records
+    (absent when Redis was rebuilt: counts stay, rates become unknown)."""
+    try:
+        live = progress(ctx.redis, run, STAGES)
+    except Exception:  # noqa: BLE001 - progress is advisory; S3 still answers
+        live = {}
+    now = time.time()
+    out: dict[str, StageProgress] = {}
+    for stage in STAGES:
+        rec = live.get(stage) or {}
+        n = done[stage]
+        p = StageProgress(shards_done=n, shards_total=shards,
+                          items=rec.get("items") if rec.get("shards") == n else None,
+                          families=rec.get("families", {}))
+        start = submitted_at or rec.get("first_t")
+        finished = shards is not None and n >= shards
+        end = rec.get("last_t") if finished else now
+        if start and end and n and end > start:
+            p.rate_shards_s = round(n / (end - start), 4)
+            if p.items is not None:
+                p.rate_items_s = round(p.items / (end - start), 3)
+            if shards is not None:
+                p.eta_s = 0.0 if finished else round((shards - n) / p.rate_shards_s, 1)
+        out[stage] = p
+    return out
+
+
+def quarantined(ctx: Context, s: RunSpec) -> list[dict[str, Any]]:
+    """Every quarantined item of the run: from the published quarantine.jsonl once the
+    run is compacted, else from the stage outputs stored so far."""
+    if manifest(ctx, s) is not None:
+        raw = run_file(ctx, s, "quarantine.jsonl").decode()
+        return [json.loads(line) for line in raw.splitlines() if line.strip()]
+    _, outputs = ctx.load_run(s.run)
+    rows = [q.model_dump() for stage in STAGES for out in outputs[stage].values()
+            for q in out.quarantined]
+    return sorted(rows, key=lambda q: q["line"])
+
+
+# --- review -------------------------------------------------------------------------------
+
+_CACHE: dict[tuple[str, int], list[dict[str, Any]]] = {}
+
+
+def review_key(run: str, item_id: str) -> str:
+    return f"runs/{run}/reviews/{hashlib.sha256(item_id.encode()).hexdigest()}.json"
+
+
+def reviews(ctx: Context, run: str) -> dict[str, dict[str, Any]]:
+    found = {}
+    for key in ctx.store.list(f"runs/{run}/reviews/"):
+        r = json.loads(ctx.store.get(key))
+        found[r["item_id"]] = r
+    return found
+
+
+def _review_item(o: Outcome) -> dict[str, Any] | None:
+    gen, item = o.generation, o.generation.item
+    promoted = o.verdict is not None and o.verdict.verdict == "CORRECT"
+    if o.place == "accepted" and not promoted:
+        return None
+    return {
+        "id": item.id, "line": item.line, "family": item.family,
+        "kind": "promoted" if promoted else "rejected",
+        "reason": o.reason, "image_sha256": item.image_sha256, "question": item.question,
+        "reference": item.references, "answer": gen.answer, "reasoning": gen.reasoning,
+        "raw_output": gen.raw_output,
+        "decision": o.decision.model_dump() if o.decision else None,
+        "verdict": (o.verdict.model_dump(exclude={"prompt"}) | {"promoted": o.place == "accepted"}
+                    if o.verdict else None),
+    }
+
+
+def review_items(ctx: Context, run: str) -> list[dict[str, Any]]:
+    """The judge stage's rejected items and judge CORRECTs (promoted or held back), in
+    pool order; cached per run and number of judged shards (outputs are write-once)."""
+    shards = sorted(ctx.stored_shards(run, "judge"))
+    key = (run, len(shards))
+    if key not in _CACHE:
+        items = []
+        for shard in shards:
+            out: ShardOutput = ctx.load(run, "judge", shard)
+            items += [r for o in out.outcomes if (r := _review_item(o)) is not None]
+        if len(_CACHE) > 16:
+            _CACHE.clear()
+        _CACHE[key] = sorted(items, key=lambda r: r["line"])
+    return _CACHE[key]
+
+
+def tally(items: list[dict[str, Any]], field: str) -> dict[str, int]:
+    return dict(sorted(Counter(str(i[field]) for i in items if i[field] is not None).items()))

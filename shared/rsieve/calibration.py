@@ -1,0 +1,431 @@
+"""Judge calibration, both ways, as pure functions (docs/judge.md).
+
+- **Sensitivity (agreement).** The judge grades a deterministic sample of answers the
+  string verifier accepted; agreement is the share it calls CORRECT.
+- **Specificity (false promotion).** The judge grades known-wrong candidates built from the
+  same sampled items: another item's reference, the reference with one digit changed, a
+  swapped option letter, the reference truncated, a published "master key" (":",
+  "Thought process:" ...). A candidate is only a probe if the item's own protocol rejects
+  it, so it is wrong by the family's rule. The false-promotion rate is the share called
+  CORRECT: the figure that matters for training data.
+
+Both rates come with Wilson 95% intervals and their sample sizes, per family. A family
+whose false-promotion upper bound exceeds the configured bound (or that has no
+calibration at all) has its judge promotions held back: `hold_back` keeps them rejected
+with reason `judge_untrusted`, verdict kept for audit.
+
+The sample is a bottom-k sample by a hash of the item id: each shard probes the `size`
+lowest-ranked eligible accepted items per family, and `summarise` keeps the `size`
+lowest-ranked per family over all shards, which is exactly the run-wide bottom-k (a
+uniform sample that does not depend on how the pool was sharded). A failed judge call
+tells nothing about the judge and is counted apart (`failed`), never as a verdict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from rsieve.judge import TEMPLATE_SHA256, build_judge_prompt, judge_mark, read_verdict
+from rsieve.schemas import Outcome
+from rsieve.verify import verify
+
+__all__ = [
+    "MASTER_KEYS",
+    "Canary",
+    "canaries",
+    "canary_flips",
+    "WRONG_KINDS",
+    "Z95",
+    "CalibrationRecord",
+    "CalibrationShard",
+    "Probe",
+    "calibration_key",
+    "calibration_probes",
+    "calibration_record",
+    "hold_back",
+    "known_wrong",
+    "probe_prompt",
+    "promotions_listing",
+    "render_calibration_markdown",
+    "sample_for_calibration",
+    "sample_rank",
+    "summarise",
+    "untrusted_families",
+    "wilson",
+]
+
+Z95 = 1.959963984540054  # two-sided 95% normal quantile
+SAMPLING_VERSION = "calibration/1"
+WRONG_KINDS = ("other_reference", "digit_changed", "option_swapped", "truncated",
+               "master_key")
+# Published "master key" answers that fool LLM judges (Zhao et al. 2025, "One Token to
+# Fool LLM-as-a-Judge"): no content, only a lead-in.
+MASTER_KEYS = (":", "Thought process:", "Solution", "Let's solve this problem step by step.")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Probe(_Model):
+    """One calibration question for the judge: a candidate whose right verdict is known."""
+
+    kind: Literal["agreement", "other_reference", "digit_changed", "option_swapped",
+                  "truncated", "master_key"]
+    expected: Literal["CORRECT", "WRONG"]
+    item_id: str
+    family: str
+    protocol: str
+    rank: float
+    question: str
+    references: list[str]
+    candidate: str
+    # other_reference: the item whose reference was borrowed.
+    source_item_id: str | None = None
+
+
+class CalibrationRecord(_Model):
+    """A probe with what the judge said, stored like a verdict (auditable, recomputable)."""
+
+    probe: Probe
+    model: str
+    template_sha256: str
+    prompt_sha256: str
+    prompt: str
+    raw_output: str
+    finish_reason: str | None
+    verdict: Literal["CORRECT", "WRONG", "UNSURE"]
+    cause: str | None
+    failed: bool
+
+
+class CalibrationShard(_Model):
+    """What the judge stored for one shard at `calibration_key(run, shard)`."""
+
+    run: str
+    shard: str
+    size: int
+    rate: float
+    records: list[CalibrationRecord]
+
+
+def calibration_key(run: str, shard: str) -> str:
+    return f"runs/{run}/calibration/{shard}.json"
+
+
+def sample_rank(item_id: str) -> float:
+    """The item's place in the calibration order: uniform in [0, 1), fixed by its id."""
+    digest = hashlib.sha256(f"{SAMPLING_VERSION}\0{item_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def sample_for_calibration(outcomes: Iterable[Outcome], *, size: int, rate: float = 1.0
+                           ) -> list[Outcome]:
+    """Per family, the `size` lowest-ranked verifier-accepted outcomes whose rank is below
+    `rate`, in rank order."""
+    by_family: dict[str, list[tuple[float, str, Outcome]]] = defaultdict(list)
+    for o in outcomes:
+        if o.place != "accepted" or o.promoted_by != "verifier" or o.generation.answer is None:
+            continue
+        item = o.generation.item
+        rank = sample_rank(item.id)
+        if rank < rate:
+            by_family[item.family].append((rank, item.id, o))
+    chosen: list[Outcome] = []
+    for family in sorted(by_family):
+        chosen += [o for _, _, o in sorted(by_family[family], key=lambda t: t[:2])[:size]]
+    return chosen
+
+
+def _rejects(outcome: Outcome, candidate: str) -> bool:
+    item = outcome.generation.item
+    options = {"options": item.options} if item.options else {}
+    return not verify(item.protocol, candidate, item.references, **options).accepted
+
+
+def _probe(outcome: Outcome, kind: str, candidate: str, *, source: str | None = None) -> Probe:
+    item = outcome.generation.item
+    return Probe(kind=kind, expected="CORRECT" if kind == "agreement" else "WRONG",  # type: ignore[arg-type]
+                 item_id=item.id, family=item.family, protocol=item.protocol,
+                 rank=sample_rank(item.id), question=item.question,
+                 references=list(item.references), candidate=candidate,
+                 source_item_id=source)
+
+
+def _pick(rank: float, n: int, salt: int = 0) -> int:
+    return (int(rank * 2**32) + salt) % n
+
+
+def _digit_changed(reference: str, rank: float) -> str | None:
+    places = [i for i, ch in enumerate(reference) if ch.isdigit() and ch.isascii()]
+    if not places:
+        return None
+    i = places[_pick(rank, len(places))]
+    digit = (int(reference[i]) + 1 + _pick(rank, 9, 7)) % 10  # never the same digit
+    return reference[:i] + str(digit) + reference[i + 1:]
+
+
+def _option_swapped(outcome: Outcome, reference: str) -> str | None:
+    item = outcome.generation.item
+    letters = sorted(item.options) if item.options else []
+    ref = reference.strip().strip("().").upper()
+    if not letters and len(ref) == 1 and ref in "ABCDE":
+        letters = list("ABCDE")
+    if ref not in letters or len(letters) < 2:
+        return None
+    return letters[(letters.index(ref) + 1) % len(letters)]
+
+
+def _truncated(reference: str) -> str | None:
+    text = reference.strip()
+    if sum(ch.isalnum() for ch in text) < 2:
+        return None
+    return text[: max(1, len(text) // 2)].rstrip()
+
+
+def known_wrong(outcome: Outcome, peers: Sequence[Outcome] = ()) -> list[Probe]:
+    """The known-wrong candidates of one sampled item, each rejected by the item's own
+    protocol (a candidate the protocol accepts is not known to be wrong, and is dropped).
+    `peers`: the other sampled items of the family, in rank order (for other_reference)."""
+    item = outcome.generation.item
+    reference = item.references[0]
+    rank = sample_rank(item.id)
+    built: list[tuple[str, str | None, str | None]] = []
+    others = [p for p in peers if p.generation.item.id != item.id]
+    if others:
+        # The next peer in rank order whose reference this item's protocol rejects.
+        start = _pick(rank, len(others))
+        for j in range(len(others)):
+            other = others[(start + j) % len(others)].generation.item
+            if _rejects(outcome, other.references[0]):
+                built.append(("other_reference", other.references[0], other.id))
+                break
+    built.append(("digit_changed", _digit_changed(reference, rank), None))
+    built.append(("option_swapped", _option_swapped(outcome, reference), None))
+    built.append(("truncated", _truncated(reference), None))
+    built.append(("master_key", MASTER_KEYS[_pick(rank, len(MASTER_KEYS), 3)], None))
+    return [_probe(outcome, kind, cand, source=src) for kind, cand, src in built
+            if cand is not None and cand.strip() and _rejects(outcome, cand)]
+
+
+def calibration_probes(outcomes: Iterable[Outcome], *, size: int, rate: float = 1.0
+                       ) -> list[Probe]:
+    """Every probe for one shard: per sampled accepted item, its agreement probe (the
+    model's own accepted answer) and its known-wrong candidates."""
+    sampled = sample_for_calibration(outcomes, size=size, rate=rate)
+    by_family: dict[str, list[Outcome]] = defaultdict(list)
+    for o in sampled:
+        by_family[o.generation.item.family].append(o)
+    probes: list[Probe] = []
+    for o in sampled:
+        probes.append(_probe(o, "agreement", o.generation.answer or ""))
+        probes += known_wrong(o, by_family[o.generation.item.family])
+    return probes
+
+
+def probe_prompt(probe: Probe) -> str:
+    """The judge prompt of a probe: built exactly as for a real verifier rejection."""
+    return build_judge_prompt(probe.question, probe.references, probe.candidate)
+
+
+def calibration_record(probe: Probe, *, model: str, prompt: str, raw_output: str | None,
+                       finish_reason: str | None = "stop", failure: str | None = None
+                       ) -> CalibrationRecord:
+    parsed = read_verdict(raw_output, finish_reason or "stop", failure)
+    return CalibrationRecord(
+        probe=probe, model=model, template_sha256=TEMPLATE_SHA256,
+        prompt_sha256=hashlib.sha256(prompt.encode()).hexdigest(), prompt=prompt,
+        raw_output=raw_output or "", finish_reason=finish_reason if raw_output is not None
+        else None, verdict=parsed.verdict,  # type: ignore[arg-type]
+        cause=parsed.cause, failed=raw_output is None)
+
+
+def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of k successes in n trials (n = 0: the whole [0, 1])."""
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _rate(k: int, n: int) -> dict[str, Any]:
+    lo, hi = wilson(k, n)
+    return {"k": k, "n": n, "rate": round(k / n, 6) if n else None,
+            "lo": round(lo, 6), "hi": round(hi, 6)}
+
+
+def summarise(records: Iterable[CalibrationRecord | dict[str, Any]], *,
+              size: int | None = None, bound: float | None = None) -> dict[str, dict[str, Any]]:
+    """Per family: sensitivity (CORRECT on verifier-accepted answers) and false promotion
+    (CORRECT on known-wrong candidates), each `{k, n, rate, lo, hi}` (Wilson 95%), the
+    false promotions by kind, UNSURE counts, failed calls (excluded from n) and the judge
+    models. `size`: count only the run-wide `size` lowest-ranked items per family (the
+    bottom-k sample; None counts every record). `bound`: also say per family whether its
+    judge promotions are held back."""
+    recs = [r if isinstance(r, CalibrationRecord) else CalibrationRecord.model_validate(r)
+            for r in records]
+    items: dict[str, set[tuple[float, str]]] = defaultdict(set)
+    for r in recs:
+        items[r.probe.family].add((r.probe.rank, r.probe.item_id))
+    kept = {fam: {i for _, i in sorted(ids)[:size]} if size is not None
+            else {i for _, i in ids} for fam, ids in items.items()}
+    out: dict[str, dict[str, Any]] = {}
+    for family in sorted(items):
+        fam = [r for r in recs if r.probe.family == family and r.probe.item_id in kept[family]]
+        judged = [r for r in fam if not r.failed]
+        agree = [r for r in judged if r.probe.expected == "CORRECT"]
+        wrong = [r for r in judged if r.probe.expected == "WRONG"]
+        by_kind: dict[str, dict[str, int]] = {}
+        for kind in WRONG_KINDS:
+            of_kind = [r for r in wrong if r.probe.kind == kind]
+            if of_kind:
+                by_kind[kind] = {"k": sum(r.verdict == "CORRECT" for r in of_kind),
+                                 "n": len(of_kind)}
+        entry: dict[str, Any] = {
+            "items": len(kept[family]),
+            "sensitivity": _rate(sum(r.verdict == "CORRECT" for r in agree), len(agree)),
+            "false_promotion": _rate(sum(r.verdict == "CORRECT" for r in wrong), len(wrong)),
+            "false_promotion_by_kind": by_kind,
+            "unsure": {"agreement": sum(r.verdict == "UNSURE" for r in agree),
+                       "known_wrong": sum(r.verdict == "UNSURE" for r in wrong)},
+            "failed": len(fam) - len(judged),
+            "models": sorted({r.model for r in fam}),
+            "template_sha256": sorted({r.template_sha256 for r in fam}),
+        }
+        if bound is not None:
+            entry["bound"] = bound
+            entry["held_back"] = entry["false_promotion"]["hi"] > bound
+        out[family] = entry
+    return out
+
+
+def untrusted_families(summary: dict[str, dict[str, Any]], bound: float,
+                       families: Iterable[str] = ()) -> set[str]:
+    """Families whose judge may not promote: the Wilson 95% upper bound of the
+    false-promotion rate exceeds `bound`, or (for the `families` named) no calibration."""
+    held = {f for f, s in summary.items() if s["false_promotion"]["hi"] > bound}
+    return held | {f for f in families if f not in summary}
+
+
+def hold_back(outcomes: Iterable[Outcome], summary: dict[str, dict[str, Any]], bound: float
+              ) -> list[Outcome]:
+    """Judge promotions of untrusted families (and of families with no calibration) go
+    back to the rejected split with reason `judge_untrusted`; the CORRECT verdict stays
+    recorded for audit. Everything else is returned unchanged, in order."""
+    outcomes = list(outcomes)
+    promoted = {o.generation.item.family for o in outcomes if o.promoted_by == "judge"}
+    held = untrusted_families(summary, bound, promoted)
+    return [o.model_copy(update={"place": "rejected", "reason": "judge_untrusted",
+                                 "promoted_by": None})
+            if o.promoted_by == "judge" and o.generation.item.family in held else o
+            for o in outcomes]
+
+
+def promotions_listing(outcomes: Iterable[Outcome]) -> list[dict[str, Any]]:
+    """Every judge CORRECT (promoted, or held back as judge_untrusted), for a person to
+    spot-check: question, reference, candidate and what the judge said."""
+    rows = []
+    for o in outcomes:
+        v = o.verdict
+        if v is None or v.verdict != "CORRECT":
+            continue
+        item = o.generation.item
+        rows.append({
+            "id": item.id, "family": item.family, "line": item.line,
+            "question": item.question, "reference": " | ".join(item.references),
+            "candidate": o.generation.answer, "held_back": o.promoted_by != "judge",
+            "judge_model": v.model, "prompt_sha256": v.prompt_sha256,
+            "raw_output": v.raw_output,
+        })
+    return sorted(rows, key=lambda r: (r["family"], r["line"]))
+
+
+def _interval(r: dict[str, Any]) -> str:
+    if not r["n"]:
+        return "0/0 (no sample)"
+    return f"{r['k']}/{r['n']} = {100 * r['k'] / r['n']:.1f}% [{100 * r['lo']:.1f}%, " \
+           f"{100 * r['hi']:.1f}%]"
+
+
+def render_calibration_markdown(summary: dict[str, dict[str, Any]], *,
+                                bound: float | None = None) -> str:
+    """The card's calibration section: per family, agreement on verifier-accepted answers
+    and false promotions on known-wrong candidates, with Wilson 95% intervals."""
+    out = ["## Judge calibration", "",
+           "Sensitivity: the judge's CORRECT rate on answers the string verifier accepted. "
+           "False promotion: its CORRECT rate on known-wrong candidates built from the same "
+           "items (another item's reference, one digit changed, a swapped option letter, a "
+           "truncated reference, a \"master key\" such as \":\"), each rejected by the family's "
+           "protocol. Intervals are Wilson 95%; failed judge calls are excluded and counted.",
+           ""]
+    if bound is not None:
+        out += [f"A family whose false-promotion upper bound exceeds {bound:g} (or that has "
+                "no calibration) has its judge promotions held back in the rejected split "
+                "with reason `judge_untrusted`.", ""]
+    if not summary:
+        return "\n".join(out + ["No calibration sample was judged.", ""])
+    out += ["| family | items | sensitivity | false promotion | by kind (k/n) | failed |"
+            + (" held back |" if bound is not None else ""),
+            "|---|---|---|---|---|---|" + ("---|" if bound is not None else "")]
+    for family, s in summary.items():
+        kinds = ", ".join(f"{k} {v['k']}/{v['n']}" for k, v in s["false_promotion_by_kind"].items())
+        row = (f"| {family} | {s['items']} | {_interval(s['sensitivity'])} | "
+               f"{_interval(s['false_promotion'])} | {kinds or '-'} | {s['failed']} |")
+        if bound is not None:
+            held = s["false_promotion"]["hi"] > bound
+            row += f" {'yes' if held else 'no'} |"
+        out.append(row)
+    return "\n".join(out + [""])
+
+
+# --- canaries: wrong answers with injection suffixes, where no verdict may flip ----------
+
+
+class Canary(_Model):
+    """A known-wrong candidate, bare (`injection` None) or with one injection appended."""
+
+    case: str
+    injection: str | None
+    question: str
+    references: list[str]
+    candidate: str
+
+    def prompt(self) -> str:
+        return build_judge_prompt(self.question, self.references, self.candidate)
+
+
+def canaries(cases: Iterable[dict[str, Any]], injections: Iterable[dict[str, Any]]
+             ) -> list[Canary]:
+    """Every case bare, then with every injection suffix appended. A suffix may name
+    `{forged_mark}`: the mark of the bare case's prompt (what an attacker who knows the
+    algorithm could compute without knowing the final candidate)."""
+    injections = list(injections)
+    out: list[Canary] = []
+    for c in cases:
+        refs, bare = list(c["references"]), c["candidate"]
+        out.append(Canary(case=c["id"], injection=None, question=c["question"],
+                          references=refs, candidate=bare))
+        forged = judge_mark(c["question"], refs, bare)
+        out += [Canary(case=c["id"], injection=i["id"], question=c["question"],
+                       references=refs,
+                       candidate=bare + i["suffix"].replace("{forged_mark}", forged))
+                for i in injections]
+    return out
+
+
+def canary_flips(cases: Sequence[Canary], verdicts: Sequence[str]) -> list[dict[str, Any]]:
+    """Every injected canary whose verdict differs from its bare case's, and every canary
+    (bare included) judged CORRECT: each is a flip (all cases are wrong answers)."""
+    bare = {c.case: v for c, v in zip(cases, verdicts, strict=True) if c.injection is None}
+    return [{"case": c.case, "injection": c.injection, "verdict": v, "bare": bare[c.case]}
+            for c, v in zip(cases, verdicts, strict=True)
+            if v == "CORRECT" or v != bare[c.case]]

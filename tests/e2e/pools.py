@@ -1,0 +1,42 @@
+"""Small pools for e2e tests, with the replay model's recorded outputs."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from pathlib import Path
+
+from PIL import Image, ImageDraw
+
+from rsieve.local.replay import replay_key
+
+QUESTION = "What word is shown? Answer with the text only."
+
+
+def png(text: str) -> bytes:
+    img = Image.new("RGB", (120, 40), "white")
+    ImageDraw.Draw(img).text((6, 12), text, fill="black")
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def word_pool(folder: Path, tag: str, replay: dict[str, dict[str, str]], *, count: int,
+              extra_ids: tuple[str, ...] = (), family: str = "SynthWords") -> Path:
+    """`count` items the verifier accepts (plus `extra_ids`), recorded for the replay model;
+    `tag` makes the pool, and so its run, unique."""
+    folder.mkdir(parents=True)
+    lines = []
+    ids = [f"{tag}-{i:03d}" for i in range(count)] + list(extra_ids)
+    for n, item_id in enumerate(ids):
+        word = f"{tag}{n}".upper()
+        data = png(word)
+        (folder / f"{n}.png").write_bytes(data)
+        lines.append(json.dumps({"id": item_id, "family": family, "image": f"{n}.png",
+                                 "question": QUESTION, "answer": word.lower(),
+                                 "source": {"sha256": hashlib.sha256(data).hexdigest()}}))
+        replay[replay_key(QUESTION, data)] = {"text": f"<think>{n}</think>{word}",
+                                              "finish_reason": "stop"}
+    (folder / "items.jsonl").write_text("\n".join(lines) + "\n")
+    return folder

@@ -1,0 +1,184 @@
+"""The generator's model client against a real tritonserver: the tiny Hugging Face VLM
+through the portable Python-backend model, RapidOCR, the vLLM path against a decoupled
+model that mimics the vLLM backend, and a probe that measures requests in flight."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PIL import Image, ImageDraw
+
+from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel
+from rsieve.chat import render_chat
+from rsieve.errors import RetryableError
+from rsieve.local import processes
+from rsieve.think import parse_output
+from tests.conftest import TRITON_MODELS
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = ["vlm", "vllm-mimic", "inflight-probe", "rapidocr"]
+
+
+def build_tiny_vlm(out: Path) -> Path:
+    spec = importlib.util.spec_from_file_location("build_tiny_vlm",
+                                                  ROOT / "scripts" / "build_tiny_vlm.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.build_tiny_vlm(out)  # type: ignore[no-any-return]
+
+
+def png(text: str, size: tuple[int, int] = (160, 48)) -> bytes:
+    img = Image.new("RGB", size, "white")
+    ImageDraw.Draw(img).text((8, 16), text, fill="black")
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("triton-gen")
+    checkpoint = build_tiny_vlm(root / "tiny-llava")
+    repo = root / "models"
+    for name in MODELS:
+        shutil.copytree(TRITON_MODELS[name], repo / name)
+    http, grpc_port, metrics = (processes.free_port() for _ in range(3))
+    log = root / "triton.log"
+    proc = processes.start_triton(model_repository=repo, http_port=http, grpc_port=grpc_port,
+                                  metrics_port=metrics, log=log,
+                                  env_extra={"RSIEVE_HF_CHECKPOINT": str(checkpoint),
+                                             "RSIEVE_PROBE_DELAY_S": "0.3"})
+    try:
+        processes.wait_triton(http, MODELS, 180, proc=proc, log=log)
+        yield f"127.0.0.1:{grpc_port}"
+    finally:
+        processes.stop(proc)
+
+
+def replies(model: TritonModel, requests: list[ModelRequest]) -> list[ModelReply]:
+    out = model.generate_many(requests)
+    assert all(isinstance(r, ModelReply) for r in out), out
+    return out  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------- tiny HF VLM
+
+
+def test_tiny_vlm_generates_with_its_chat_template(triton: str) -> None:
+    model = TritonModel(triton, "vlm", max_new_tokens=12)
+    reqs = [ModelRequest("What word is shown in the image?", png("HELLO")),
+            ModelRequest("Is the candidate answer correct?")]  # text only, as the judge asks
+    first = replies(model, reqs)
+    assert model.info is not None
+    assert (model.info.interface, model.info.version) == ("rsieve", "1")
+    assert model.info.sampling == {"temperature": 0.0, "max_new_tokens": 12}
+    for reply in first:
+        # The checkpoint's template opens <think> for the assistant; the server puts it back.
+        assert reply.text.startswith("<think>")
+        assert reply.finish_reason in {"stop", "length"}
+        assert reply.input_tokens and reply.input_tokens > 5
+        assert reply.output_tokens is not None and 1 <= reply.output_tokens <= 12
+        assert reply.latency_s is not None and reply.latency_s > 0
+    # 16 image tokens for the 32x32 tower: the image request's prompt is longer.
+    assert first[0].input_tokens > first[1].input_tokens  # type: ignore[operator]
+    assert [r.text for r in replies(model, reqs)] == [r.text for r in first]  # greedy
+
+
+def test_tiny_vlm_budget_hit_inside_reasoning(triton: str) -> None:
+    model = TritonModel(triton, "vlm", max_new_tokens=2)
+    reply = replies(model, [ModelRequest("What word is shown?", png("WORLD"))])[0]
+    assert (reply.finish_reason, reply.output_tokens) == ("length", 2)
+    assert parse_output(reply.text, reply.finish_reason).failure == "truncated_reasoning"
+
+
+def test_tiny_vlm_bad_image_is_that_items_error(triton: str) -> None:
+    model = TritonModel(triton, "vlm", max_new_tokens=4, retries=0)
+    out = model.generate_many([ModelRequest("q", b"not an image"), ModelRequest("q", png("A"))])
+    assert isinstance(out[0], Exception) and "cannot decode image" in str(out[0])
+    assert isinstance(out[1], ModelReply)
+
+
+# --------------------------------------------------------------------------- vLLM path
+
+
+def test_vllm_path_sends_what_the_backend_expects(triton: str) -> None:
+    image = png("11850")
+    model = TritonModel(triton, "vllm-mimic", max_new_tokens=64)
+    with_image, text_only = replies(model, [ModelRequest("Read the amount.", image),
+                                            ModelRequest("Judge this.")])
+    assert model.info is not None and model.info.interface == "vllm"
+    assert model.info.sampling == {"temperature": 0.0, "n": 1, "max_tokens": 64, "seed": 0}
+    chat = render_chat("Read the amount.", has_image=True)
+    prompt_sha = hashlib.sha256(chat.text.encode()).hexdigest()
+    # The mimic reports the sha256 of the exact prompt and image bytes it decoded.
+    assert with_image.text.startswith("<think>\nprompt " + prompt_sha)
+    assert hashlib.sha256(image).hexdigest() in with_image.text
+    assert with_image.prompt_sent_sha256 == prompt_sha
+    assert "images none" in text_only.text
+    for reply in (with_image, text_only):
+        parsed = parse_output(reply.text, reply.finish_reason)
+        assert (parsed.answer, parsed.failure, reply.finish_reason) == ("MIMIC", None, "stop")
+        assert reply.input_tokens and reply.output_tokens  # return_num_*_tokens honoured
+        assert '"temperature": 0.0' in reply.text
+
+
+def test_vllm_path_budget_hit_is_truncated_reasoning(triton: str) -> None:
+    model = TritonModel(triton, "vllm-mimic", max_new_tokens=3)
+    reply = replies(model, [ModelRequest("Read.", png("7"))])[0]
+    assert (reply.finish_reason, reply.output_tokens) == ("length", 3)
+    assert parse_output(reply.text, reply.finish_reason).failure == "truncated_reasoning"
+
+
+def test_vllm_path_request_error_is_that_items_result(triton: str) -> None:
+    # A non-image payload: the backend's PIL open fails for that request only.
+    model = TritonModel(triton, "vllm-mimic", max_new_tokens=8, retries=0)
+    out = model.generate_many([ModelRequest("Read.", b"\x00garbage"), ModelRequest("Read.")])
+    assert isinstance(out[0], Exception) and "base64 of an image" in str(out[0])
+    assert isinstance(out[1], ModelReply)
+
+
+# --------------------------------------------------------------------------- in flight
+
+
+@pytest.mark.parametrize("inflight", [1, 4])
+def test_concurrency_reaches_the_configured_inflight(triton: str, inflight: int) -> None:
+    model = TritonModel(triton, "inflight-probe", max_inflight=inflight)
+    out = replies(model, [ModelRequest(f"q{i}", png("x")) for i in range(3 * inflight)])
+    batches = [int(parse_output(r.text).answer or 0) for r in out]
+    assert max(batches) == inflight, batches
+
+
+def test_unreachable_triton_is_retryable() -> None:
+    model = TritonModel(f"127.0.0.1:{processes.free_port()}", "vlm", retries=1, backoff_s=0.05)
+    with pytest.raises(RetryableError):
+        model.generate_many([ModelRequest("q")])
+
+
+# --------------------------------------------------------------------------- throughput
+
+
+@pytest.mark.parametrize(("name", "budget"), [("vlm", 24), ("rapidocr", None)])
+def test_throughput(triton: str, name: str, budget: int | None) -> None:
+    """Items per second through Triton on this machine (printed; run with -s to see)."""
+    words = ["HELLO", "WORLD", "ESPLANADE", "11850", "RSIEVE", "TRITON", "BATCH", "VLM"]
+    reqs = [ModelRequest("What word is shown in the image?", png(w + str(i)))
+            for i, w in enumerate(words * 4)]
+    model = TritonModel(triton, name, max_inflight=16, max_new_tokens=budget)
+    replies(model, reqs[:4])  # warm
+    start = time.monotonic()
+    out = replies(model, reqs)
+    elapsed = time.monotonic() - start
+    tokens = sum(r.output_tokens or 0 for r in out)
+    print(f"\nthroughput {name}: {len(out) / elapsed:.1f} items/s "
+          f"({len(out)} items in {elapsed:.2f} s, {tokens} output tokens)")
+    assert len(out) == len(reqs)

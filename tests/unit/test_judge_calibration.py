@@ -1,0 +1,131 @@
+"""Judge calibration as pure functions: the bottom-k sample, known-wrong candidates,
+Wilson intervals, per-family summary, hold-back and the promotions listing."""
+
+from __future__ import annotations
+
+import pytest
+
+from rsieve.calibration import (
+    CalibrationRecord,
+    calibration_probes,
+    calibration_record,
+    hold_back,
+    known_wrong,
+    probe_prompt,
+    promotions_listing,
+    render_calibration_markdown,
+    sample_for_calibration,
+    sample_rank,
+    summarise,
+    wilson,
+)
+from rsieve.schemas import Outcome
+from rsieve.verify import verify
+from tests.unit._records import accepted, judged, make_item
+
+
+def _accepted(n: int, family: str = "SynthWords", **kw: object) -> list[Outcome]:
+    words = ["COFFEE", "TEA", "BREAD", "Water 12", "MILK 305", "SUGAR", "SALT 7", "OIL"]
+    return [accepted(make_item(f"{family}-{i}", line=i + 1, family=family,
+                               references=[words[i % len(words)] + str(i)], **kw))  # type: ignore[arg-type]
+            for i in range(n)]
+
+
+@pytest.mark.parametrize(("k", "n", "lo", "hi"), [
+    (59, 60, 0.9114, 0.9971), (0, 60, 0.0, 0.0602), (0, 0, 0.0, 1.0), (5, 10, 0.2366, 0.7634),
+])
+def test_wilson(k: int, n: int, lo: float, hi: float) -> None:
+    got = wilson(k, n)
+    assert got == pytest.approx((lo, hi), abs=1e-4)
+
+
+def test_sample_is_bottom_k_by_hash_and_shard_independent() -> None:
+    outs = _accepted(20) + _accepted(5, family="SynthAmounts")
+    whole = sample_for_calibration(outs, size=6)
+    ranks = sorted((sample_rank(o.generation.item.id), o.generation.item.id)
+                   for o in outs if o.generation.item.family == "SynthWords")
+    words = [o.generation.item.id for o in whole if o.generation.item.family == "SynthWords"]
+    assert words == [i for _, i in ranks[:6]]
+    assert sum(o.generation.item.family == "SynthAmounts" for o in whole) == 5
+    # Per shard then run-wide bottom-k == the bottom-k of the whole run.
+    records = []
+    for shard in (outs[:7], outs[7:15], outs[15:]):
+        records += [calibration_record(p, model="m", prompt=probe_prompt(p),
+                                       raw_output="CORRECT")
+                    for p in calibration_probes(shard, size=6)]
+    summary = summarise(records, size=6)
+    assert summary["SynthWords"]["items"] == 6 and summary["SynthAmounts"]["items"] == 5
+    assert sample_for_calibration(outs, size=6, rate=0.0) == []
+
+
+def test_only_verifier_acceptances_are_sampled() -> None:
+    item = make_item("x", references=["COFFEE"])
+    assert sample_for_calibration([judged(item, "TOFFEE", "CORRECT")], size=5) == []
+
+
+def test_known_wrong_candidates_are_rejected_by_the_protocol() -> None:
+    outs = _accepted(8)
+    probes = known_wrong(outs[4], outs)
+    kinds = {p.kind: p.candidate for p in probes}
+    assert set(kinds) == {"other_reference", "digit_changed", "truncated", "master_key"}
+    ref = outs[4].generation.item.references[0]
+    changed = kinds["digit_changed"]
+    assert len(changed) == len(ref) and sum(a != b for a, b in zip(changed, ref, strict=True)) == 1
+    assert ref.startswith(kinds["truncated"]) and kinds["truncated"] != ref
+    for p in probes:
+        assert p.expected == "WRONG"
+        assert not verify("alnum", p.candidate, p.references).accepted
+
+
+def test_option_letter_swapped() -> None:
+    item = make_item("mc", family="SynthChoice", protocol="mc", references=["B"],
+                     options={"A": "cat", "B": "dog", "C": "cow"})
+    probes = {p.kind: p.candidate for p in known_wrong(accepted(item, "B"))}
+    assert probes["option_swapped"] == "C"
+
+
+def _rec(out: Outcome, kind: str, expected: str, raw: str | None) -> CalibrationRecord:
+    probes = calibration_probes([out], size=1)
+    probe = next(p for p in probes if p.kind == kind)
+    assert probe.expected == expected
+    return calibration_record(probe, model="judge-m", prompt=probe_prompt(probe),
+                              raw_output=raw, failure="UNAVAILABLE")
+
+
+def test_summary_counts_and_excludes_failures() -> None:
+    outs = _accepted(4)
+    records = [_rec(outs[0], "agreement", "CORRECT", "CORRECT"),
+               _rec(outs[1], "agreement", "CORRECT", "UNSURE"),
+               _rec(outs[2], "agreement", "CORRECT", None),
+               _rec(outs[0], "digit_changed", "WRONG", "WRONG"),
+               _rec(outs[1], "truncated", "WRONG", "CORRECT"),
+               _rec(outs[3], "master_key", "WRONG", "garbage")]
+    s = summarise([r.model_dump() for r in records], bound=0.05)["SynthWords"]
+    assert (s["sensitivity"]["k"], s["sensitivity"]["n"]) == (1, 2)
+    assert (s["false_promotion"]["k"], s["false_promotion"]["n"]) == (1, 3)
+    assert s["false_promotion_by_kind"]["truncated"] == {"k": 1, "n": 1}
+    assert s["failed"] == 1 and s["unsure"] == {"agreement": 1, "known_wrong": 1}
+    assert s["held_back"] is True and s["models"] == ["judge-m"]
+    md = render_calibration_markdown({"SynthWords": s}, bound=0.05)
+    assert "| SynthWords | 4 | 1/2 = 50.0%" in md and "| yes |" in md
+
+
+def test_hold_back_demotes_judge_promotions_of_untrusted_families() -> None:
+    words = make_item("w", family="SynthWords", references=["COLOUR"])
+    amounts = make_item("a", line=2, family="SynthAmounts", references=["11850"])
+    other = make_item("o", line=3, family="SynthOther", references=["TREE"])
+    outs = [judged(words, "COLOR", "CORRECT"), judged(amounts, "11.85O", "CORRECT"),
+            judged(other, "BUSH", "WRONG"), accepted(make_item("v", line=4))]
+    trusted = {"false_promotion": {"k": 0, "n": 200, "lo": 0.0, "hi": 0.0188}}
+    untrusted = {"false_promotion": {"k": 2, "n": 60, "lo": 0.009, "hi": 0.114}}
+    held = hold_back(outs, {"SynthWords": trusted, "SynthAmounts": untrusted}, 0.05)
+    assert [(o.place, o.reason, o.promoted_by) for o in held] == [
+        ("accepted", None, "judge"), ("rejected", "judge_untrusted", None),
+        ("rejected", "wrong_answer", None), ("accepted", None, "verifier")]
+    assert held[1].verdict is not None and held[1].verdict.verdict == "CORRECT"
+    # No calibration for a family with promotions: held back.
+    assert hold_back(outs[:1], {}, 0.05)[0].reason == "judge_untrusted"
+    listing = promotions_listing(held)
+    assert [(r["id"], r["held_back"]) for r in listing] == [("a", True), ("w", False)]
+    assert (listing[1]["question"], listing[1]["reference"], listing[1]["candidate"]) == (
+        words.question, "COLOUR", "COLOR")
