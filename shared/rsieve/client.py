@@ -69,8 +69,19 @@ def wait_for_run(api_url: str, run: str, *, timeout: float, token: str | None = 
                  on_status: Callable[[dict[str, Any]], None] | None = None,
                  poll_s: float = 0.5) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
+    status: dict[str, Any] = {"stages": "no answer yet"}
     while True:
-        status = httpx.get(f"{api_url}/runs/{run}", headers=_headers(token), timeout=30).json()
+        try:
+            resp = httpx.get(f"{api_url}/runs/{run}", headers=_headers(token), timeout=30)
+        except httpx.HTTPError:
+            resp = None  # the API (or the storage behind it) is briefly away: keep waiting
+        if resp is None or resp.status_code >= 500:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"run {run}: no status from the API after {timeout:.0f}s")
+            time.sleep(poll_s)
+            continue
+        resp.raise_for_status()
+        status = resp.json()
         if on_status:
             on_status(status)
         if status.get("done"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -47,6 +48,9 @@ class StackConfig:
         ports = {name: proc.free_port() for name in
                  ("redis_port", "s3_port", "triton_http_port", "triton_grpc_port",
                   "triton_metrics_port", "api_port")}
+        # A stack of its own gets credentials of its own (and tests can look for them).
+        kwargs.setdefault("access_key", f"rsieve-{secrets.token_hex(6)}")
+        kwargs.setdefault("secret_key", secrets.token_urlsafe(24))
         return cls(state_dir=state_dir, **ports, **kwargs)  # type: ignore[arg-type]
 
     @classmethod
