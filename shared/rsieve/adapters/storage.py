@@ -5,7 +5,12 @@ Keys (deterministic, so a redelivered message rewrites the same object):
     images/<sha256>                    every image once, by content address
     runs/<run>/run.json                the run's spec; runs/<run>/shards.json its shards
     runs/<run>/<stage>/<shard>.json    a stage's output for a shard
-    datasets/<dataset>/...             the published dataset; manifest.json written last
+    runs/<run>/calibration/<shard>.json   the judge's calibration probes for a shard
+    runs/<run>/reviews/<sha256(id)>.json  a person's review of a judge promotion
+    runs/<run>/cleaning.json           whole-pool cleaning measurements (purity, duplicates)
+    index/runs/<run>.json              written at submission, so runs list cheaply
+    datasets/<dataset>/...             the published dataset; manifest.json written last,
+                                       each commit's card and report under commits/<run>/
 """
 
 from __future__ import annotations

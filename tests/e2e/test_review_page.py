@@ -1,0 +1,100 @@
+"""The review page in real headless Chromium (Debian's /usr/bin/chromium driven by
+Playwright; no browser is downloaded) on a finished replay run: images load, verdicts
+show, filters narrow the list, a person's call on a judge promotion is stored."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from rsieve.adapters.storage import S3Store
+from rsieve.client import submit, upload_pool, wait_for_run
+from rsieve.local.stack import Stack
+from tests.conftest import stack_settings
+from tests.e2e.scenario import Scenario, build
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+TOKEN = "review-token"
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                                reason="Debian chromium missing (apt-get install chromium)")
+
+
+@pytest.fixture(scope="module")
+def finished(start_stack: Any, tmp_path_factory: pytest.TempPathFactory
+             ) -> tuple[Stack, str, Scenario]:
+    scenario = build(tmp_path_factory.mktemp("pool") / "review-pool")
+    replay = tmp_path_factory.mktemp("replay") / "replay.json"
+    replay.write_text(json.dumps(scenario.replay))
+    stack = start_stack(["replay"], triton_env={"RSIEVE_REPLAY_FILE": str(replay)},
+                        settings_env={"RSIEVE_GENERATOR_MODEL": "replay",
+                                      "RSIEVE_JUDGE_MODEL": "replay",
+                                      "RSIEVE_SHARD_SIZE": "4", "RSIEVE_API_TOKEN": TOKEN})
+    settings = stack_settings(stack)
+    run = submit(settings.api_url, upload_pool(S3Store(settings), scenario.folder),
+                 "review-test", token=TOKEN)
+    wait_for_run(settings.api_url, run, timeout=300, token=TOKEN)
+    return stack, run, scenario
+
+
+def test_review_page_shows_filters_and_records(finished: tuple[Stack, str, Scenario],
+                                               tmp_path: Path) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    stack, run, _ = finished
+    api = stack_settings(stack).api_url
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"])
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(f"{api}/review?run={run}")
+        page.fill("#token", TOKEN)
+        page.press("#token", "Enter")
+        page.dispatch_event("#token", "change")
+        cards = page.locator("article")
+        expect(cards.first).to_be_visible(timeout=20_000)
+        total = cards.count()
+        assert total >= 4
+        # Every image arrives (fetched with the token) and decodes.
+        page.wait_for_function(
+            "[...document.images].length > 0 && [...document.images].every("
+            "i => i.complete && i.naturalWidth > 0)", timeout=20_000)
+        expect(page.locator(".verdict .tag.CORRECT").first).to_be_visible()
+        expect(page.locator(".verdict .tag.WRONG").first).to_be_visible()
+        expect(page.locator(".decision").first).to_contain_text("alnum")
+
+        page.select_option("#family", "SynthAmounts")
+        expect(page.locator("#status")).to_contain_text("of 1")
+        expect(cards.first).to_contain_text("truncated_reasoning")
+        page.select_option("#family", "")
+        page.select_option("#reason", "judge_unsure")
+        expect(page.locator("#status")).to_contain_text("of 2")
+        page.select_option("#reason", "")
+
+        page.select_option("#kind", "promoted")
+        expect(page.locator("#status")).to_have_text("1–1 of 1")
+        promoted = page.locator("article[data-id='w-promoted']")
+        expect(promoted).to_be_visible()
+        expect(promoted).to_contain_text("not reviewed")
+        promoted.locator("button.wrong-btn").click()  # a person's call, by mouse
+        expect(promoted.locator(".review")).to_contain_text("wrong", timeout=10_000)
+        promoted.press("c")  # ... and changed by keyboard on the selected card
+        expect(promoted.locator(".review")).to_contain_text("confirmed", timeout=10_000)
+        page.select_option("#kind", "all")
+        expect(cards.nth(total - 1)).to_be_visible()
+        shot = tmp_path / "review.png"
+        page.screenshot(path=str(shot), full_page=True)
+        browser.close()
+    assert shot.stat().st_size > 10_000
+    reviews = httpx.get(f"{api}/runs/{run}/reviews",
+                        headers={"Authorization": f"Bearer {TOKEN}"}).json()
+    assert [(r["item_id"], r["verdict"]) for r in reviews] == [("w-promoted", "confirmed")]
+    wrong_kind = httpx.put(f"{api}/runs/{run}/reviews/w-wrong", json={"verdict": "wrong"},
+                           headers={"Authorization": f"Bearer {TOKEN}"})
+    assert wrong_kind.status_code == 404  # only judge promotions are reviewed
