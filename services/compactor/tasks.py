@@ -81,7 +81,8 @@ def register(ctx: Context) -> None:
                 report=report, manifest=manifest,
                 split_families=_split_families(manifest, families), examples=examples,
                 cleaning_md="\n".join(render_cleaning(cleaning)) if cleaning else "",
-                calibration_md=render_calibration_markdown(summary, bound=bound))
+                calibration_md=render_calibration_markdown(summary, bound=bound)
+                + _human_review_md(ctx, manifest["runs"], report))
             quarantine = "".join(json.dumps(q.model_dump(), ensure_ascii=False) + "\n"
                                  for q in sorted(quarantined, key=lambda q: q.line))
             commit = {"run_report.json": json.dumps(report, indent=1).encode(),
@@ -103,6 +104,25 @@ def _calibration_records(ctx: Context, run: str, shards: list[str]) -> list[Any]
             continue
         records += CalibrationShard.model_validate_json(raw).records
     return records
+
+
+def _human_review_md(ctx: Context, runs: list[str], report: dict[str, Any]) -> str:
+    """People's calls on judge promotions (the review page) for every run in the dataset,
+    counted at compaction time: a review made later counts at the next compaction."""
+    counts: dict[str, dict[str, int]] = {}
+    for run in runs:
+        for key in ctx.store.list(f"runs/{run}/reviews/"):
+            review = json.loads(ctx.store.get(key))
+            fam = counts.setdefault(review.get("family") or "(unknown)",
+                                    {"confirmed": 0, "wrong": 0})
+            if review.get("verdict") in fam:
+                fam[review["verdict"]] += 1
+    report["human_review"] = counts
+    if not counts:
+        return "\n\nNo judge promotion has been reviewed by a person yet."
+    rows = [f"| {f} | {c['confirmed']} | {c['wrong']} |" for f, c in sorted(counts.items())]
+    return ("\n\n### Reviewed by a person\n\n| family | confirmed | wrong |\n|---|---|---|\n"
+            + "\n".join(rows))
 
 
 def _load_json(ctx: Context, key: str) -> dict[str, Any] | None:

@@ -98,3 +98,28 @@ def test_review_page_shows_filters_and_records(finished: tuple[Stack, str, Scena
     wrong_kind = httpx.put(f"{api}/runs/{run}/reviews/w-wrong", json={"verdict": "wrong"},
                            headers={"Authorization": f"Bearer {TOKEN}"})
     assert wrong_kind.status_code == 404  # only judge promotions are reviewed
+
+
+def test_reviews_count_in_the_card_at_the_next_compaction(
+        finished: tuple[Stack, str, Scenario]) -> None:
+    import time
+
+    from services.common import bootstrap
+
+    stack, run, _ = finished
+    settings = stack_settings(stack)
+    api, auth = settings.api_url, {"Authorization": f"Bearer {TOKEN}"}
+    stored = httpx.put(f"{api}/runs/{run}/reviews/w-promoted", json={"verdict": "wrong"},
+                       headers=auth)
+    assert stored.status_code == 200
+    ctx = bootstrap(settings)
+    store = ctx.store
+    store.delete("datasets/review-test/manifest.json")  # force the next compaction
+    assert ctx.reconcile(run) == [("rsieve.compact", {})]
+    deadline = time.monotonic() + 60
+    while not ctx.compacted(run):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    card = store.get(f"datasets/review-test/commits/{run}/README.md").decode()
+    assert "### Reviewed by a person" in card
+    assert "| SynthWords | 0 | 1 |" in card
