@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help run test test-unit lint stack-up stack-down example-pool clean
+.PHONY: help run test bench test-unit lint stack-up stack-down example-pool clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -23,6 +23,9 @@ run: $(STAMP) ## process examples/pool on the local stack and export to out/rsie
 test: $(STAMP) ## the whole suite (starts real Redis, SeaweedFS and Triton on free ports)
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
 	$(PY) -m pytest -q -ra
+
+bench: $(STAMP) ## performance suite (about 5 min): prints a table, writes bench/results.json
+	$(PY) bench/bench_pipeline.py
 
 test-unit: $(STAMP) ## the core's tests only (seconds, no services)
 	$(PY) -m pytest -q tests/unit

@@ -154,7 +154,7 @@ def _clean_line(ctx: Context, pool_uri: str, pool_line: PoolLine) -> Item | Quar
                                     "purity_threshold": s.purity_threshold})
     if isinstance(item, Item) and pool_line.verdict:  # duplicate_item, off_task
         return quarantine(*pool_line.verdict)
-    if isinstance(item, Item) and not ctx.store.exists(f"images/{sha}"):
-        ctx.store.put(f"images/{sha}", data)
+    if isinstance(item, Item):  # content-addressed: rewriting the same bytes is harmless
+        ctx.store.put(f"images/{sha}", data)  # and one round trip cheaper than exists+put
     return item
 

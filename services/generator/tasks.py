@@ -4,6 +4,8 @@ what answered (model version, sampling, tokens, latency, the exact image bytes s
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 from rsieve.adapters.model import ModelRequest, TritonModel
 from rsieve.images import ImageError, PreparedImage, prepare_image
 from rsieve.schemas import Generation, Item, Quarantined, ShardOutput
@@ -29,7 +31,10 @@ def register(ctx: Context) -> None:
     def generate(run: str, shard: str, lines: int) -> None:
         if not ctx.done(run, "generate", shard):
             items = ctx.load(run, "clean", shard).items
-            images = {sha: prepared(sha) for sha in {i.image_sha256 for i in items}}
+            # Fetched in parallel: the model waits on this between shards.
+            shas = sorted({i.image_sha256 for i in items})
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                images = dict(zip(shas, pool.map(prepared, shas), strict=True))
             out = ShardOutput(run=run, shard=shard, stage="generate", lines=lines)
             ready = []
             for item in items:

@@ -54,7 +54,7 @@ class Settings(BaseSettings):
     triton_grpc_url: str = "127.0.0.1:18001"
     generator_model: str = "rapidocr"
     judge_model: str = "judge-abstain"
-    max_inflight: int = Field(16, ge=1, description="Triton requests in flight per worker")
+    max_inflight: int = Field(32, ge=1, description="Triton requests in flight per worker")
     model_timeout_s: float = 120.0
     model_retries: int = Field(3, ge=0)
     max_new_tokens: int = 1024
@@ -78,7 +78,7 @@ class Settings(BaseSettings):
     parquet_row_group_rows: int = Field(256, ge=1)
 
     # Work units and limits.
-    shard_size: int = Field(32, ge=1, description="pool lines per shard message")
+    shard_size: int = Field(64, ge=1, description="pool lines per shard message")
     image_max_pixels: int = 40_000_000
     image_max_bytes: int = 32 * 1024 * 1024
     text_max_chars: int = 16_384
