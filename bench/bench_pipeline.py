@@ -386,10 +386,15 @@ def main() -> None:
         "model": f"{MODEL}: {BATCH_S} s per batch of up to {BATCH} (ideal {IDEAL:.0f} items/s)",
         "judge": "judge-abstain (instant UNSURE)", "items": args.items,
         "settings": {k: getattr(settings, k) for k in
-                     ("shard_size", "max_inflight", "worker_concurrency")},
-        "generator_concurrency": os.environ.get("RSIEVE_GENERATOR_CONCURRENCY", "stack"),
+                     ("shard_size", "max_inflight", "worker_concurrency",
+                      "generator_concurrency")},
+        "load_average": os.getloadavg(),
     }
-    shutil.rmtree(root, ignore_errors=True)
+    if args.keep:
+        print(f"the stack is still up: {root / 'stack' / 'state'} (RSIEVE_STACK_DIR=... "
+              "rsieve stack down)")
+    else:
+        shutil.rmtree(root, ignore_errors=True)
     args.out.write_text(json.dumps(results, indent=1, default=str))
     print_table(results)
 
@@ -426,7 +431,8 @@ def print_table(r: dict[str, Any]) -> None:
     print(f"\n{'figure':<28}{'value':>14}  conditions")
     for name, value, cond in rows:
         print(f"{name:<28}{value:>14}  {cond}")
-    print(f"settings: {c['settings']}; {c['machine']}")
+    print(f"settings: {c['settings']}; {c['machine']}; load average at the end "
+          f"{c['load_average'][0]:.1f} (other work on the machine skews every figure)")
 
 
 if __name__ == "__main__":

@@ -181,13 +181,14 @@ def bootstrap(settings: Settings | None = None) -> Context:
     return Context(settings=settings, app=make_celery(settings))
 
 
-def run_worker(service: str, queue: str, register: Callable[[Context], None]) -> None:
+def run_worker(service: str, queue: str, register: Callable[[Context], None],
+               concurrency_of: Callable[[Settings], int] | None = None) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter(service))  # one JSON object per line (run, shard, item)
     logging.basicConfig(level=logging.INFO, handlers=[handler])
     ctx = bootstrap()
-    register(ctx)
-    concurrency = str(ctx.settings.worker_concurrency)
+    register(ctx)  # in the main process, before the prefork children exist
+    concurrency = str((concurrency_of or (lambda s: s.worker_concurrency))(ctx.settings))
     ctx.app.worker_main(["worker", "-Q", queue, "-c", concurrency, "-n", f"{service}@%h",
                          "--loglevel", "INFO", "--without-gossip", "--without-mingle"])
 

@@ -41,6 +41,10 @@ class RunPublic(BaseModel):
     shards: int | None
     lines: int | None
     stages: dict[str, int] = Field(description="shards each stage has stored")
+    counted_from: Literal["redis", "s3"] = Field(
+        "s3", description="where `stages` was counted: the workers' progress records in "
+                          "Redis, or S3 (the truth) with ?exact=true and whenever Redis "
+                          "cannot answer for them")
     progress: dict[str, StageProgress] = {}
     done: bool
     manifest: dict[str, Any] | None

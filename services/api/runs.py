@@ -1,5 +1,9 @@
 """What the run routes do, apart from HTTP: submit, progress, quarantine, review items.
-Everything is read from S3 (the source of truth); Redis only adds live progress."""
+Everything is read from S3 (the source of truth) but a run's progress:
+shard counts and rates come from the workers' Redis progress records (one round trip),
+because listing every stage's outputs on each poll costs the API more than the run's
+other work does (docs/performance.md). S3 answers when asked (`exact`) and whenever Redis
+cannot (away, no records, a finished run's records short of its shards)."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from rsieve.client import run_file_key, run_manifest, upload_pool
 from rsieve.errors import NotFoundError, PermanentError
 from rsieve.metrics import progress
 from rsieve.schemas import Outcome, RunSpec, ShardOutput
+from rsieve.submission import run_id
 from rsieve.verify import protocol_versions
 from services.api.models import StageProgress
 from services.common import Context
@@ -34,9 +39,7 @@ def submit(ctx: Context, pool_uri: str, dataset: str) -> str:
         pool_sha = ctx.store.get(f"{prefix}_complete").decode().strip()
     except NotFoundError:
         raise HTTPException(404, "pool upload is not complete (no _complete marker)") from None
-    fingerprint = json.dumps([pool_sha, dataset, ctx.settings.fingerprint(),
-                              protocol_versions()], sort_keys=True)
-    run = f"{dataset}-{hashlib.sha256(fingerprint.encode()).hexdigest()[:12]}"
+    run = run_id(pool_sha, dataset, ctx.settings.fingerprint(), protocol_versions())
     spec_key = f"runs/{run}/run.json"
     if not ctx.store.exists(spec_key):
         spec = RunSpec(run=run, dataset=dataset, pool_uri=pool_uri, pool_sha256=pool_sha,
@@ -72,18 +75,41 @@ def pool_under_roots(ctx: Context, path: str) -> Path:
 RUN_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}-[0-9a-f]{12}$")
 
 
+_WRITE_ONCE: dict[tuple[str, str, str], bytes] = {}
+
+
+def _write_once(ctx: Context, key: str) -> bytes:
+    """An object written once and never changed (a run's spec, its shard index, its entry in
+    the run index): from S3 until it exists, then from memory. NotFoundError is not kept."""
+    cache_key = (ctx.settings.s3_endpoint, ctx.settings.s3_bucket, key)
+    data = _WRITE_ONCE.get(cache_key)
+    if data is None:
+        data = ctx.store.get(key)
+        if len(_WRITE_ONCE) > 4096:
+            _WRITE_ONCE.clear()
+        _WRITE_ONCE[cache_key] = data
+    return data
+
+
 def spec(ctx: Context, run: str) -> RunSpec:
     if not RUN_PATTERN.match(run):
         raise HTTPException(404, f"no run {run!r}")
     try:
-        return ctx.spec(run)
+        return RunSpec.model_validate_json(_write_once(ctx, f"runs/{run}/run.json"))
     except NotFoundError:
         raise HTTPException(404, f"no run {run!r}") from None
 
 
+def shard_index(ctx: Context, run: str) -> dict[str, Any] | None:
+    try:
+        return dict(json.loads(_write_once(ctx, f"runs/{run}/shards.json")))
+    except NotFoundError:
+        return None
+
+
 def index_entry(ctx: Context, run: str) -> dict[str, Any] | None:
     try:
-        return dict(json.loads(ctx.store.get(f"{INDEX}{run}.json")))
+        return dict(json.loads(_write_once(ctx, f"{INDEX}{run}.json")))
     except NotFoundError:
         return None
 
@@ -96,14 +122,37 @@ def run_file(ctx: Context, s: RunSpec, name: str) -> bytes:
     return ctx.store.get(run_file_key(ctx.store, s.dataset, s.run, name))
 
 
-def stage_progress(ctx: Context, run: str, shards: int | None, done: dict[str, int],
-                   submitted_at: float | None) -> dict[str, StageProgress]:
-    """Shard counts from S3; items per family and timing from the workers' Redis records
-    (absent when Redis was rebuilt: counts stay, rates become unknown)."""
+def live_progress(ctx: Context, run: str) -> dict[str, dict[str, Any]] | None:
+    """The workers' progress records per stage (rsieve.metrics.progress), None when Redis
+    does not answer."""
     try:
-        live = progress(ctx.redis, run, STAGES)
+        return progress(ctx.redis, run, STAGES)
     except Exception:  # noqa: BLE001 - progress is advisory; S3 still answers
-        live = {}
+        return None
+
+
+def shard_counts(ctx: Context, run: str, live: dict[str, dict[str, Any]] | None, *,
+                 exact: bool, finished: bool = False, shards: int | None = None
+                 ) -> tuple[dict[str, int], str]:
+    """Shards each stage has stored, and where that was counted: the progress records
+    (written right after each output is stored), or by listing S3 when asked (`exact`),
+    when Redis is away, when it has no record of the run (a new run lists empty prefixes;
+    a Redis rebuilt mid-run would otherwise read as no progress), or when a finished run's
+    records fall short of its shards. Counts from Redis can only lag S3, and only if a
+    record was lost (a metrics write is never retried)."""
+    counts = {stage: int(live[stage]["shards"]) for stage in STAGES} if live else {}
+    if (exact or not any(counts.values())
+            or (finished and any(n != shards for n in counts.values()))):
+        return {stage: len(ctx.stored_shards(run, stage)) for stage in STAGES}, "s3"
+    return counts, "redis"
+
+
+def stage_progress(live: dict[str, dict[str, Any]] | None, shards: int | None,
+                   done: dict[str, int], submitted_at: float | None
+                   ) -> dict[str, StageProgress]:
+    """Shard counts as given; items per family and timing from the workers' Redis records
+    (absent when Redis was rebuilt: counts stay, rates become unknown)."""
+    live = live or {}
     now = time.time()
     out: dict[str, StageProgress] = {}
     for stage in STAGES:

@@ -12,18 +12,21 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from rsieve.adapters.storage import S3Store
 from rsieve.cleaning import (
     assess_pool,
-    check_provenance,
     clean_item,
     inspect_image,
     parse_line,
     pool_image_path,
 )
 from rsieve.errors import NotFoundError
+from rsieve.provenance import verify_source
 from rsieve.purity import PURITY_VERSION, load_embedder
 from rsieve.schemas import Item, Quarantined, ShardOutput
 from rsieve.shards import PoolLine, ShardInput, split_pool
+from services.cleaner.sources import StackResolver
+from services.cleaner.watch import register_watch
 from services.common import Context, StageTask
 
 REFUSED = "_refused.json"  # written by the client's upload: image path -> why not uploaded
@@ -38,12 +41,16 @@ def register(ctx: Context) -> None:
             shards, blank = split_pool(store.get(f"{prefix}items.jsonl"), s.shard_size)
             refused = (json.loads(store.get(prefix + REFUSED))
                        if store.exists(prefix + REFUSED) else {})
+            resolver = _resolver(ctx)
             assessment = assess_pool(
                 [pl for shard in shards for pl in shard],
                 image_sha256=_image_hasher(ctx, prefix, shards), refused=refused,
                 provenance_policy=s.provenance_policy, text_max_chars=s.text_max_chars,
                 purity_threshold=s.purity_threshold, purity_min_items=s.purity_min_items,
-                embed=_lazy_embed if s.purity_embedding else None)
+                embed=_lazy_embed if s.purity_embedding else None,
+                provenance=lambda source, sha: verify_source(source, sha, s.provenance_policy,
+                                                             resolver))
+            assessment.report["policy"]["provenance_roots"] = list(s.provenance_roots)
             store.put(f"runs/{run}/cleaning.json",
                       json.dumps(assessment.report, indent=1, ensure_ascii=False).encode(),
                       content_type="application/json")
@@ -68,14 +75,29 @@ def register(ctx: Context) -> None:
             spec = ctx.spec(run)
             raw = ctx.store.get(f"runs/{run}/input/{shard}.json")
             shard_in = ShardInput.model_validate_json(raw)
+            resolver = _resolver(ctx)
             results = ctx.guard("clean", run, shard).run(
-                shard_in.lines, lambda pl: _clean_line(ctx, spec.pool_uri, pl),
+                shard_in.lines, lambda pl: _clean_line(ctx, spec.pool_uri, pl, resolver),
                 poisoned=_poisoned, key=lambda pl: pl.line)
             ctx.save(ShardOutput(
                 run=run, shard=shard, stage="clean", lines=lines,
                 items=[r for r in results if isinstance(r, Item)],
                 quarantined=[r for r in results if isinstance(r, Quarantined)]))
         ctx.next("rsieve.generate", run=run, shard=shard, lines=lines)
+
+    register_watch(ctx)  # continuous ingestion (watch.py), sent by Celery beat
+
+
+def _resolver(ctx: Context) -> StackResolver:
+    """Provenance resolvers for one task (locations cached for its duration)."""
+    stores: dict[str, S3Store] = {ctx.store.bucket: ctx.store}
+
+    def store_for(bucket: str) -> S3Store:
+        if bucket not in stores:
+            stores[bucket] = S3Store(ctx.settings, bucket=bucket)
+        return stores[bucket]
+
+    return StackResolver(ctx.settings, store_for)
 
 
 def _poisoned(pool_line: PoolLine) -> Quarantined:
@@ -118,7 +140,8 @@ def _image_hasher(ctx: Context, prefix: str, shards: list[list[PoolLine]]
     return hashes.get
 
 
-def _clean_line(ctx: Context, pool_uri: str, pool_line: PoolLine) -> Item | Quarantined:
+def _clean_line(ctx: Context, pool_uri: str, pool_line: PoolLine, resolver: StackResolver
+                ) -> Item | Quarantined:
     s, line = ctx.settings, pool_line.line
     if not pool_line.utf8:
         return Quarantined(id=None, line=line, family=None, stage="clean", reason="invalid_utf8")
@@ -145,7 +168,7 @@ def _clean_line(ctx: Context, pool_uri: str, pool_line: PoolLine) -> Item | Quar
                                 max_bytes=s.image_max_bytes):
         return quarantine(*problem)
     sha = hashlib.sha256(data).hexdigest()
-    admitted, check = check_provenance(parsed.source, sha, s.provenance_policy)
+    admitted, check = verify_source(parsed.source, sha, s.provenance_policy, resolver)
     if not admitted:
         return quarantine("provenance", check)
     item = clean_item(parsed, line=line, image_sha256=sha, provenance_check=check,

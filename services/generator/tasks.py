@@ -1,9 +1,21 @@
 """Generator: asks the VLM behind Triton every clean item's question, at temperature 0
 with reasoning on, keeping many requests in flight; stores the raw output, its parse and
-what answered (model version, sampling, tokens, latency, the exact image bytes sent)."""
+what answered (model version, sampling, tokens, latency, the exact image bytes sent).
+
+The worker runs `generator_concurrency` prefork children (2) so consecutive shards overlap:
+while one shard's last batches run, the next is loaded, its images fetched and its first
+requests queued at Triton. Every child's requests hold a slot of one file-locked gate of
+`max_inflight` named here, in the main process, before the fork (inflight.py): the worker
+never has more than `max_inflight` requests in flight, and a child that dies frees its slots.
+"""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import os
+import secrets
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 from rsieve.adapters.model import ModelRequest, TritonModel
@@ -11,9 +23,27 @@ from rsieve.images import ImageError, PreparedImage, prepare_image
 from rsieve.schemas import Generation, Item, Quarantined, ShardOutput
 from rsieve.think import parse_output
 from services.common import Context, StageTask
+from services.generator.inflight import SlotFile
+
+
+def _slot_file(slots: int) -> SlotFile:
+    """The worker's gate: a lock file unique to this main process, removed when it exits."""
+    path = os.path.join(tempfile.gettempdir(),
+                        f"rsieve-inflight-{os.getpid()}-{secrets.token_hex(4)}.lock")
+    owner = os.getpid()
+
+    def remove() -> None:
+        if os.getpid() == owner:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+    atexit.register(remove)
+    return SlotFile(path, slots)
 
 
 def register(ctx: Context) -> None:
+    slots = _slot_file(ctx.settings.max_inflight)
+
     def prepared(sha: str) -> PreparedImage | ImageError:
         """The bytes the model gets, prepared once per image; re-encoded ones are stored
         content-addressed too, so what the model saw can be fetched by its hash."""
@@ -46,7 +76,7 @@ def register(ctx: Context) -> None:
                         reason=reason, detail=str(image)[:500]))
                 else:
                     ready.append((item, image))
-            model = TritonModel.from_settings(ctx.settings, ctx.settings.generator_model)
+            model = TritonModel.from_settings(ctx.settings, ctx.settings.generator_model, slots)
             replies = ctx.guard("generate", run, shard).batch(
                 ready, lambda batch: model.generate_many(
                     [ModelRequest(i.question, im.data) for i, im in batch]),

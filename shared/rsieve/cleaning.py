@@ -195,13 +195,16 @@ def assess_pool(
     lines: Sequence[PoolLine], *, image_sha256: Callable[[str], str | None],
     refused: Mapping[str, str], provenance_policy: str, text_max_chars: int,
     purity_threshold: float, purity_min_items: int, embed: Embedder | None,
+    provenance: Callable[[Any, str], tuple[bool, str]] | None = None,
 ) -> PoolAssessment:
     """Exact duplicates and task purity over every line of a pool.
 
     Only lines the clean stage would admit are considered (they parse, are not a duplicate
     id, name an image inside the pool that exists and was uploaded, pass provenance and have
     a protocol), so a verdict never hides a more specific reason. Of the lines with the same
-    image sha256 and the same question, the first keeps the item."""
+    image sha256 and the same question, the first keeps the item. `provenance(source,
+    image_sha256) -> (admitted, check)` is the clean stage's check (resolvers included);
+    by default `check_provenance` under `provenance_policy`."""
     verdicts: dict[int, tuple[str, str]] = {}
     first_of: dict[tuple[str, str], int] = {}
     by_family: dict[str, list[PurityQuestion]] = defaultdict(list)
@@ -224,7 +227,9 @@ def assess_pool(
         protocol = protocol_for(item.family, item.protocol)
         if sha is None or protocol is None or protocol not in PROTOCOLS:
             continue
-        if not check_provenance(item.source, sha, provenance_policy)[0]:
+        admitted = (provenance(item.source, sha) if provenance is not None
+                    else check_provenance(item.source, sha, provenance_policy))
+        if not admitted[0]:
             continue
         first = first_of.setdefault((sha, item.question.strip()), pl.line)
         if first != pl.line:

@@ -67,7 +67,10 @@ def submit(api_url: str, pool_uri: str, dataset: str, token: str | None = None) 
 
 def wait_for_run(api_url: str, run: str, *, timeout: float, token: str | None = None,
                  on_status: Callable[[dict[str, Any]], None] | None = None,
-                 poll_s: float = 0.5) -> dict[str, Any]:
+                 poll_s: float = 1.0) -> dict[str, Any]:
+    """Poll the run's status every `poll_s` until it is done (compacted). A poll is one
+    Redis round trip and one S3 read on the API's side (services/api/runs.py); once a
+    second keeps a progress bar live without costing the run anything measurable."""
     deadline = time.monotonic() + timeout
     status: dict[str, Any] = {"stages": "no answer yet"}
     while True:

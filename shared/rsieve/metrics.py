@@ -214,11 +214,16 @@ def _triton_inflight(fetch: Any) -> dict[str, float]:
 
 
 def progress(client: Any, run: str, stages: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """Per stage: shards recorded, items per family, first and last record time."""
-    result: dict[str, dict[str, Any]] = {}
+    """Per stage: shards recorded, items per family, first and last record time (every
+    stage in one pipelined round trip). A record is written only after its shard's output
+    is stored, so `shards` never runs ahead of S3 (unless outputs are deleted afterwards)."""
+    stages = list(stages)
+    pipe = client.pipeline(transaction=False)
     for stage in stages:
-        records = [json.loads(_decode(v))
-                   for v in client.hgetall(f"rsieve:progress:{run}:{stage}").values()]
+        pipe.hgetall(f"rsieve:progress:{run}:{stage}")
+    result: dict[str, dict[str, Any]] = {}
+    for stage, stored in zip(stages, pipe.execute(), strict=True):
+        records = [json.loads(_decode(v)) for v in stored.values()]
         families: Counter[str] = Counter()
         for r in records:
             families.update(r["families"])

@@ -71,6 +71,9 @@ class Settings(BaseSettings):
 
     # Workers.
     worker_concurrency: int = Field(1, ge=1, description="Celery prefork children per worker")
+    # The generator's children overlap consecutive shards (one loads and fills Triton's
+    # queue while the other's last batch runs); together they keep max_inflight at most.
+    generator_concurrency: int = Field(2, ge=1, description="generator prefork children")
 
     # Dataset shards: a Parquet file of a split is closed once its data passes this size.
     parquet_shard_bytes: int = Field(256 * 1024 * 1024, ge=1024)
@@ -83,6 +86,14 @@ class Settings(BaseSettings):
     image_max_bytes: int = 32 * 1024 * 1024
     text_max_chars: int = 16_384
     provenance_policy: Literal["strict", "lenient"] = "strict"
+    # Folders a local-path `source` may be read from to check it holds the attached image
+    # (docs/cleaning.md); none by default, so local paths are unresolvable.
+    provenance_roots: list[str] = []
+    # Continuous ingestion: pool folders under this S3 prefix are taken once each by the
+    # `rsieve.watch` task (Celery beat, every watch_interval_s); empty = off.
+    watch_prefix: str = ""
+    watch_interval_s: float = Field(30.0, gt=0)
+    watch_dataset: str = Field("watched", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
     # Task purity (docs/cleaning.md): a family whose measured off-task share exceeds the
     # threshold keeps only its on-task items; families under min_items are measured only.
     purity_threshold: float = Field(0.05, ge=0, le=1)
@@ -142,6 +153,7 @@ class Settings(BaseSettings):
             "temperature": self.temperature,
             "max_new_tokens": self.max_new_tokens,
             "provenance_policy": self.provenance_policy,
+            "provenance_roots": self.provenance_roots,
             "image_max_pixels": self.image_max_pixels,
             "image_max_side": self.image_max_side,
             "chat_template": self.chat_template,

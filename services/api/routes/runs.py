@@ -11,7 +11,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, HTTPException, Query, UploadFile
 
-from rsieve.audit import STAGES
 from rsieve.calibration import summarise
 from services.api import runs
 from services.api.archive import ArchiveError, extract_pool
@@ -79,18 +78,26 @@ def list_runs(ctx: Authorised, offset: Offset = 0, limit: Limit = 100) -> RunsPu
 
 
 @router.get("/{run}", response_model=RunPublic)
-def status(run: str, ctx: Authorised) -> RunPublic:
-    """Per stage: shards stored (S3), items per family, rates and ETA (live, from Redis)."""
+def status(run: str, ctx: Authorised, exact: Annotated[bool, Query(
+        description="count stored shards by listing S3 (the truth) rather than from the "
+                    "workers' progress records in Redis")] = False) -> RunPublic:
+    """Per stage: shards stored, items per family, rates and ETA. The counts come from the
+    workers' Redis progress records (one round trip per poll); from S3 with `exact` and
+    whenever Redis cannot answer for them (`counted_from` says which). Whether the run is
+    done is always read from S3 (the dataset's manifest)."""
     spec = runs.spec(ctx, run)
-    index = ctx.shard_index(run)
-    done = {stage: len(ctx.stored_shards(run, stage)) for stage in STAGES}
+    index = runs.shard_index(ctx, run)
     entry = runs.index_entry(ctx, run) or {}
     shards = len(index["shards"]) if index else None
     manifest = runs.manifest(ctx, spec)
+    live = runs.live_progress(ctx, run)
+    done, source = runs.shard_counts(ctx, run, live, exact=exact,
+                                     finished=manifest is not None, shards=shards)
     return RunPublic(run=run, dataset=spec.dataset, pool_uri=spec.pool_uri,
                      submitted_at=entry.get("submitted_at"), shards=shards,
                      lines=index["lines"] if index else None, stages=done,
-                     progress=runs.stage_progress(ctx, run, shards, done,
+                     counted_from=source,
+                     progress=runs.stage_progress(live, shards, done,
                                                   entry.get("submitted_at")),
                      done=manifest is not None, manifest=manifest)
 

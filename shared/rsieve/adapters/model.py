@@ -13,7 +13,9 @@ model's metadata (a `text_input` input means the vLLM backend):
 
 Up to `max_inflight` requests are kept in flight so Triton's dynamic batcher (or vLLM's
 continuous batching) can fill its batches; a full Triton queue (RESOURCE_EXHAUSTED) is
-backpressure, retried with backoff. Before any work the server and the model must be ready.
+backpressure, retried with backoff. With `slots` (a limit shared by several processes, e.g.
+the generator's `services.generator.inflight.SlotFile`) that limit bounds the requests
+instead, across every call that shares it. Before any work the server and the model must be ready.
 
 Errors:
     unreachable, not ready, or transient after `retries` -> RetryableError (the shard is
@@ -31,7 +33,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import grpc
 import numpy as np
@@ -77,6 +79,18 @@ class ModelInfo:
     chat_template: str | None = None
 
 
+class _Lease(Protocol):
+    async def __aenter__(self) -> None: ...
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None: ...
+    def close(self) -> None: ...
+
+
+class SharedSlots(Protocol):
+    """An in-flight limit shared beyond one call: one `lease()` per call."""
+
+    def lease(self) -> _Lease: ...
+
+
 class _Transient(Exception):
     """A failure worth retrying (server unavailable, overloaded, restarting)."""
 
@@ -111,8 +125,9 @@ class TritonModel:
                  retries: int = 3, backoff_s: float = 1.0, interface: Interface = "auto",
                  max_new_tokens: int | None = 1024, temperature: float = 0.0,
                  seed: int | None = 0, chat_template: str = "qwen2_5_vl",
-                 reasoning: bool = True) -> None:
+                 reasoning: bool = True, slots: SharedSlots | None = None) -> None:
         self.url, self.model = url, model
+        self.slots = slots
         self.max_inflight, self.timeout_s = max_inflight, timeout_s
         self.retries, self.backoff_s = retries, backoff_s
         self.interface: Interface = interface
@@ -123,9 +138,10 @@ class TritonModel:
         self._outputs: set[str] = set()
 
     @classmethod
-    def from_settings(cls, settings: Settings, model: str) -> TritonModel:
+    def from_settings(cls, settings: Settings, model: str,
+                      slots: SharedSlots | None = None) -> TritonModel:
         s = settings
-        return cls(s.triton_grpc_url, model, max_inflight=s.max_inflight,
+        return cls(s.triton_grpc_url, model, max_inflight=s.max_inflight, slots=slots,
                    timeout_s=s.model_timeout_s, retries=s.model_retries,
                    backoff_s=s.model_backoff_s, interface=s.model_interface,
                    max_new_tokens=s.max_new_tokens, temperature=s.temperature,
@@ -138,9 +154,10 @@ class TritonModel:
     async def _generate_many(self, requests: Sequence[ModelRequest]
                              ) -> list[ModelReply | Exception]:
         client = grpcclient.InferenceServerClient(url=self.url)
+        lease = self.slots.lease() if self.slots is not None else None
         try:
             await self._wait_ready(client)
-            gate = asyncio.Semaphore(self.max_inflight)
+            gate = lease if lease is not None else asyncio.Semaphore(self.max_inflight)
 
             async def bounded(req: ModelRequest) -> ModelReply | Exception:
                 async with gate:
@@ -148,6 +165,8 @@ class TritonModel:
 
             return list(await asyncio.gather(*(bounded(r) for r in requests)))
         finally:
+            if lease is not None:
+                lease.close()  # slots of requests a failure left behind go back now
             await client.close()
 
     # ------------------------------------------------------------------ readiness

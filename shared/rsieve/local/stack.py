@@ -97,7 +97,12 @@ class Stack:
         self._pid_file(name).write_text(str(popen.pid))
 
     def names(self) -> list[str]:
-        return ["redis", "s3", "triton", *SERVICES, "api"]
+        return ["redis", "s3", "triton", *SERVICES, *self._beat(), "api"]
+
+    def _beat(self) -> list[str]:
+        """Celery beat (continuous ingestion) only when a watch prefix is set."""
+        env = {**os.environ, **self.config.env()}
+        return ["beat"] if env.get("RSIEVE_WATCH_PREFIX", "").strip() else []
 
     def status(self) -> dict[str, int | None]:
         return {name: self.pid(name) for name in self.names()}
@@ -129,10 +134,13 @@ class Stack:
             proc.wait_triton(c.triton_http_port, c.models, timeout, proc=p,
                              log=self.logs / "triton.log")
         env = {**os.environ, **c.env()}
-        for service in [*SERVICES, "api"]:
+        for service in [*SERVICES, *self._beat(), "api"]:
             if self.pid(service) is None:
                 log = (self.logs / f"{service}.log").open("ab")
-                p = subprocess.Popen([sys.executable, "-m", f"services.{service}"], env=env,
+                argv = ([sys.executable, "-m", "services.cleaner.beat", "--schedule",
+                         str(self.dir / "beat-schedule")] if service == "beat"
+                        else [sys.executable, "-m", f"services.{service}"])
+                p = subprocess.Popen(argv, env=env,
                                      stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True,
                                      cwd=REPO_ROOT)

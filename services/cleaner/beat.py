@@ -1,0 +1,47 @@
+"""`python -m services.cleaner.beat [--schedule FILE]`: Celery beat sending `rsieve.watch`
+to the clean queue every `watch_interval_s` (continuous ingestion, services/cleaner/watch.py).
+Exits at once when `watch_prefix` is empty (watching off). Run exactly one beat per
+deployment; a second would only double the looks (takes stay exactly-once)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+from rsieve.metrics import JsonFormatter
+from rsieve.settings import Settings
+from services.common import bootstrap
+
+
+def beat_schedule(settings: Settings) -> dict[str, Any]:
+    """The beat schedule: one look per interval; a look not started within the interval
+    (the cleaners are busy) expires instead of piling up."""
+    if not settings.watch_prefix.strip():
+        return {}
+    return {"rsieve-watch": {"task": "rsieve.watch", "schedule": settings.watch_interval_s,
+                             "options": {"queue": "clean",
+                                         "expires": max(settings.watch_interval_s, 1.0)}}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="services.cleaner.beat")
+    parser.add_argument("--schedule", default="celerybeat-schedule",
+                        help="beat's state file (last run times)")
+    args = parser.parse_args(argv)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter("beat"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    ctx = bootstrap()
+    schedule = beat_schedule(ctx.settings)
+    if not schedule:
+        logging.getLogger("rsieve").info("watch_prefix is empty: no beat")
+        return 0
+    ctx.app.conf.beat_schedule = schedule
+    ctx.app.start(["beat", "--schedule", args.schedule, "--loglevel", "INFO"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""Continuous ingestion: `rsieve.watch` (clean queue, sent by Celery beat every
+`watch_interval_s`) lists `watch_prefix`, and takes each ready pool folder (rsieve.watch)
+exactly once: a Redis claim (SET NX) keeps two looks from taking it together, and the
+`_taken.json` marker written into the folder (run, pool URI, time) keeps it from ever being
+taken again. Taking is uploading the folder as a pool (`upload_pool`: any pool format,
+content-addressed under pools/<sha>/) and submitting it as POST /runs does (same run id)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rsieve.adapters.storage import S3Store
+from rsieve.cleaning import pool_image_path
+from rsieve.client import upload_pool
+from rsieve.errors import PermanentError
+from rsieve.schemas import RunSpec
+from rsieve.submission import run_id
+from rsieve.verify import protocol_versions
+from rsieve.watch import COMPLETE, TAKEN, pool_folders, readiness, watch_prefix
+from services.common import Context
+
+log = logging.getLogger("rsieve")
+
+KEY = "rsieve:watch:"  # size:<folder> [size, first seen], claim:<folder>, taken:<folder>
+LOOKS = KEY + "looks"  # looks completed (a counter)
+TAKES = KEY + "takes"  # hash folder -> times taken (1, always; tests read it)
+
+
+def register_watch(ctx: Context) -> None:
+    @ctx.app.task(name="rsieve.watch", ignore_result=True)
+    def watch() -> list[str]:
+        return look(ctx)
+
+
+def look(ctx: Context) -> list[str]:
+    """One look at the watched prefix; returns the runs submitted by it."""
+    prefix = watch_prefix(ctx.settings.watch_prefix)
+    if not prefix:
+        return []
+    runs = []
+    for folder, files in pool_folders(_sizes(ctx.store, prefix), prefix).items():
+        if files.get(TAKEN) is not None or ctx.redis.exists(f"{KEY}taken:{folder}"):
+            continue
+        size_key, now = f"{KEY}size:{folder}", time.time()
+        raw = ctx.redis.get(size_key)
+        seen = None
+        if raw is not None:
+            seen_size, seen_at = json.loads(raw)
+            seen = (int(seen_size), float(seen_at))
+        ready, why = readiness(files, seen, now, ctx.settings.watch_interval_s)
+        size = files.get("items.jsonl", -1)
+        if seen is None or seen[0] != size:  # the time a size was first seen is kept
+            ctx.redis.set(size_key, json.dumps([size, now]), ex=7 * 24 * 3600)
+        if not ready:
+            log.info("watch: %s not ready: %s", folder, why)
+            continue
+        # The claim outlives any take (the task time limit kills a longer one); a take
+        # that died is retried by a later look once it expires, and rewrites the same runs.
+        if not ctx.redis.set(f"{KEY}claim:{folder}", "1", nx=True,
+                             ex=ctx.settings.task_time_limit_s + 60):
+            continue
+        if ctx.store.exists(folder + TAKEN):  # listed before another look marked it
+            continue
+        marker = _take(ctx, folder)
+        ctx.store.put(folder + TAKEN, json.dumps(marker, indent=1).encode(),
+                      content_type="application/json")
+        ctx.redis.set(f"{KEY}taken:{folder}", marker.get("run") or "error")
+        ctx.redis.hincrby(TAKES, folder, 1)
+        log.info("watch: took %s (%s): %s", folder, why, marker)
+        if marker.get("run"):
+            runs.append(marker["run"])
+    ctx.redis.incr(LOOKS)
+    return runs
+
+
+def _sizes(store: S3Store, prefix: str) -> dict[str, int]:
+    """Key -> size under the prefix (one listing; S3Store.list gives keys only)."""
+    sizes: dict[str, int] = {}
+    pages = store._client.get_paginator("list_objects_v2").paginate(
+        Bucket=store.bucket, Prefix=prefix)
+    for page in pages:
+        for obj in page.get("Contents", []):
+            sizes[obj["Key"]] = int(obj["Size"])
+    return sizes
+
+
+def _take(ctx: Context, folder: str) -> dict[str, Any]:
+    """Upload the folder as a pool and submit it; the marker to write (run or error)."""
+    s, store = ctx.settings, ctx.store
+    marker: dict[str, Any] = {"folder": folder, "taken_at": time.time()}
+    with tempfile.TemporaryDirectory(prefix="rsieve-watch-") as tmp:
+        root = Path(tmp)
+        for key in store.list(folder):
+            name = pool_image_path(key[len(folder):])
+            if name is None or name in (TAKEN, COMPLETE):
+                continue
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_bytes(store.get(key))
+        try:
+            pool_uri = upload_pool(store, root)
+        except PermanentError as exc:  # not a pool: taken once, with the reason
+            return marker | {"error": str(exc)[:500]}
+    pool_sha = pool_uri.rstrip("/").rsplit("/", 1)[1]
+    dataset, fingerprint, protocols = s.watch_dataset, s.fingerprint(), protocol_versions()
+    run = run_id(pool_sha, dataset, fingerprint, protocols)
+    if not store.exists(f"runs/{run}/run.json"):  # as POST /runs (services/api/runs.py)
+        spec = RunSpec(run=run, dataset=dataset, pool_uri=pool_uri, pool_sha256=pool_sha,
+                       settings=fingerprint, protocols=protocols)
+        store.put(f"runs/{run}/run.json", spec.model_dump_json(indent=1).encode())
+        store.put(f"index/runs/{run}.json", json.dumps(
+            {"run": run, "dataset": dataset, "pool_uri": pool_uri,
+             "submitted_at": time.time(), "watched": folder}).encode(),
+            content_type="application/json")
+        ctx.next("rsieve.ingest", run=run)
+    return marker | {"run": run, "dataset": dataset, "pool_uri": pool_uri}
