@@ -109,8 +109,9 @@ def triton_counters(stack: Stack) -> dict[str, float]:
 
 
 class Sampler(threading.Thread):
-    """Triton's own counters for the model every `period` seconds: requests done,
-    batches executed, requests pending (queued + executing)."""
+    """Triton's own counters for the model every `period` seconds: items answered
+    (`nv_inference_count`: a request of 16 items counts 16), batches executed, requests
+    pending (queued + executing)."""
 
     def __init__(self, stack: Stack, period: float = 0.25) -> None:
         super().__init__(daemon=True)
@@ -123,7 +124,7 @@ class Sampler(threading.Thread):
             try:
                 c = triton_counters(self.stack)
                 self.samples.append((time.monotonic() - self.t0,
-                                     c.get("nv_inference_request_success", 0.0),
+                                     c.get("nv_inference_count", 0.0),
                                      c.get("nv_inference_exec_count", 0.0),
                                      c.get("nv_inference_pending_request_count", 0.0)))
             except httpx.HTTPError:
@@ -133,7 +134,7 @@ class Sampler(threading.Thread):
 
 def steady_state(samples: list[tuple[float, float, float, float]], total: int
                  ) -> dict[str, Any]:
-    """Rate between 10% and 90% of the model's requests (ramp-up and drain excluded)."""
+    """Rate between 10% and 90% of the model's items (ramp-up and drain excluded)."""
     base = samples[0][1]
     lo = next(s for s in samples if s[1] - base >= 0.1 * total)
     hi = next(s for s in samples if s[1] - base >= 0.9 * total)
@@ -143,6 +144,7 @@ def steady_state(samples: list[tuple[float, float, float, float]], total: int
     pending = [s[3] for s in window]
     return {"items_per_s": rate, "window_s": hi[0] - lo[0],
             "mean_batch": (hi[1] - lo[1]) / batches if batches else 0.0,
+            # requests (a request carries up to a batch of items), not items
             "inflight_mean": sum(pending) / max(1, len(pending)),
             "inflight_min": min(pending, default=0), "inflight_max": max(pending, default=0)}
 
@@ -230,6 +232,7 @@ def wait_done(settings: Any, run: str, timeout: float) -> dict[str, Any]:
 def pipeline_run(stack: Stack, pool: Path, items: int) -> dict[str, Any]:
     pids = service_pids(stack)
     time.sleep(2)  # let the workers settle after start
+    before = {n: tree_cpu_s([p]) for n, p in pids.items()}
     cpu0, wall0 = tree_cpu_s(list(pids.values())), time.monotonic()
     sampler = Sampler(stack)
     sampler.start()
@@ -239,12 +242,12 @@ def pipeline_run(stack: Stack, pool: Path, items: int) -> dict[str, Any]:
     cpu = tree_cpu_s(list(pids.values())) - cpu0
     sampler.stop.set()
     sampler.join()
-    per = {n: tree_cpu_s([p]) for n, p in pids.items()}
+    per = {n: round(tree_cpu_s([p]) - before[n], 2) for n, p in pids.items()}
     steady = steady_state(sampler.samples, items)
     timeline = [{"t": round(t, 2), "done": int(d - sampler.samples[0][1]), "inflight": int(q)}
                 for t, d, _, q in sampler.samples[::4]]
     return {"run": run, "items": items, "wall_s": wall, "service_cpu_s": cpu,
-            "cpu_ms_per_item": 1000 * cpu / items, "cpu_s_by_service_total": per,
+            "cpu_ms_per_item": 1000 * cpu / items, "cpu_s_by_service": per,
             "steady": steady, "gpu_saturation_ratio": steady["items_per_s"] / IDEAL,
             "adds_up": status.get("manifest", {}).get("adds_up"), "timeline": timeline,
             "settings": settings}
@@ -405,7 +408,7 @@ def print_table(r: dict[str, Any]) -> None:
         ("gpu_saturation_ratio", f"{r['gpu_saturation_ratio']:.3f}",
          f"{p['steady']['items_per_s']:.1f} items/s steady (10-90%) / {c['model']}"),
         ("  mean batch, in flight", f"{p['steady']['mean_batch']:.1f}",
-         f"in flight mean {p['steady']['inflight_mean']:.1f} "
+         f"requests at Triton mean {p['steady']['inflight_mean']:.1f} "
          f"(min {p['steady']['inflight_min']:.0f}, max {p['steady']['inflight_max']:.0f})"),
         ("cpu_ms_per_item", f"{r['cpu_ms_per_item']:.2f}",
          f"workers + API, /proc utime+stime, {p['items']} items, {p['wall_s']:.0f} s wall"),

@@ -4,26 +4,29 @@ entry point. Services stay one screen each."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 import redis
 from celery import Celery, Task
+from celery.exceptions import Reject
+from kombu.exceptions import OperationalError
 
 from rsieve.adapters.model import TritonModel
 from rsieve.adapters.queues import enqueue, make_celery
-from rsieve.adapters.storage import S3Store
+from rsieve.adapters.storage import S3Store, read_images
 from rsieve.audit import STAGES, plan_reconcile
 from rsieve.errors import NotFoundError, RetryableError
 from rsieve.metrics import JsonFormatter, RedisMetrics, log_context
-from rsieve.schemas import RunSpec, ShardOutput
+from rsieve.schemas import Item, Quarantined, RunSpec, ShardOutput, ShardQuarantine
 from rsieve.settings import Settings, get_settings
 
 log = logging.getLogger("rsieve")
@@ -57,6 +60,16 @@ class Context:
     def model(self, name: str) -> TritonModel:
         return TritonModel.from_settings(self.settings, name)
 
+    def images(self, items: Iterable[Item]) -> dict[str, bytes]:
+        """sha256 -> bytes of the items' images: ranged reads of the pool's packs; an item
+        cleaned before packs existed has its image at images/<sha256>."""
+        items = list(items)
+        found = read_images(self.store, [i.image_at for i in items if i.image_at])
+        for sha in sorted({i.image_sha256 for i in items} - found.keys()):
+            with contextlib.suppress(NotFoundError):
+                found[sha] = self.store.get(f"images/{sha}")
+        return found
+
     def spec(self, run: str) -> RunSpec:
         return RunSpec.model_validate_json(self.store.get(f"runs/{run}/run.json"))
 
@@ -65,6 +78,11 @@ class Context:
 
     def load(self, run: str, stage: str, shard: str) -> ShardOutput:
         return ShardOutput.model_validate_json(self.store.get(self.output_key(run, stage, shard)))
+
+    def quarantined(self, run: str, stage: str, shard: str) -> list[Quarantined]:
+        """A stored output's quarantine alone (its items are not validated)."""
+        raw = self.store.get(self.output_key(run, stage, shard))
+        return list(ShardQuarantine.model_validate_json(raw).quarantined)
 
     def save(self, out: ShardOutput) -> None:
         self.store.put(self.output_key(out.run, out.stage, out.shard),
@@ -113,15 +131,35 @@ class Context:
         return plan
 
 
+# Redis (the broker, ItemGuard's counters, progress) unreachable inside a task: the
+# shard's message must go back to its queue. OperationalError is a publish that failed
+# after kombu's retries.
+BROKER_DOWN = (redis.ConnectionError, redis.TimeoutError, OperationalError)
+
+
 class StageTask(Task):  # type: ignore[misc]
     """Base of every stage task: late acks (from the app), transient failures retried with
-    backoff, every other failure logged with its run and shard."""
+    backoff, every other failure logged with its run and shard.
+
+    Redis unreachable inside the task (ItemGuard's counters, the next stage's message, a
+    retry's message) requeues the shard, never fails it: a failed shard is acked, and
+    nothing would run it again."""
 
     autoretry_for = (RetryableError,)
     retry_backoff = 2
     retry_backoff_max = 60
     retry_jitter = True
     max_retries = 20
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except BROKER_DOWN as exc:
+            raise Reject(exc, requeue=True) from exc
+        except Reject as exc:
+            if exc.requeue or not isinstance(exc.reason, BROKER_DOWN):
+                raise
+            raise Reject(exc.reason, requeue=True) from exc
 
     _started: dict[str, float] = {}
 
@@ -188,6 +226,10 @@ def run_worker(service: str, queue: str, register: Callable[[Context], None],
     logging.basicConfig(level=logging.INFO, handlers=[handler])
     ctx = bootstrap()
     register(ctx)  # in the main process, before the prefork children exist
+    # botocore parses its S3 model on a session's first client (about 0.3 s of CPU); done
+    # here, every child inherits the parsed model. The client itself is dropped: each child
+    # builds its own (clients are not fork-safe).
+    S3Store(ctx.settings)
     concurrency = str((concurrency_of or (lambda s: s.worker_concurrency))(ctx.settings))
     ctx.app.worker_main(["worker", "-Q", queue, "-c", concurrency, "-n", f"{service}@%h",
                          "--loglevel", "INFO", "--without-gossip", "--without-mingle"])

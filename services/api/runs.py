@@ -22,6 +22,7 @@ from rsieve.audit import STAGES
 from rsieve.client import run_file_key, run_manifest, upload_pool
 from rsieve.errors import NotFoundError, PermanentError
 from rsieve.metrics import progress
+from rsieve.packs import ImageRef
 from rsieve.schemas import Outcome, RunSpec, ShardOutput
 from rsieve.submission import run_id
 from rsieve.verify import protocol_versions
@@ -180,15 +181,15 @@ def quarantined(ctx: Context, s: RunSpec) -> list[dict[str, Any]]:
     if manifest(ctx, s) is not None:
         raw = run_file(ctx, s, "quarantine.jsonl").decode()
         return [json.loads(line) for line in raw.splitlines() if line.strip()]
-    _, outputs = ctx.load_run(s.run)
-    rows = [q.model_dump() for stage in STAGES for out in outputs[stage].values()
-            for q in out.quarantined]
+    rows = [q.model_dump() for stage in STAGES for shard in ctx.stored_shards(s.run, stage)
+            for q in ctx.quarantined(s.run, stage, shard)]
     return sorted(rows, key=lambda q: q["line"])
 
 
 # --- review -------------------------------------------------------------------------------
 
 _CACHE: dict[tuple[str, int], list[dict[str, Any]]] = {}
+_IMAGES: dict[str, dict[str, ImageRef]] = {}  # run -> sha256 -> where, beside _CACHE
 
 
 def review_key(run: str, item_id: str) -> str:
@@ -226,14 +227,31 @@ def review_items(ctx: Context, run: str) -> list[dict[str, Any]]:
     shards = sorted(ctx.stored_shards(run, "judge"))
     key = (run, len(shards))
     if key not in _CACHE:
-        items = []
+        items, images = [], {}
         for shard in shards:
             out: ShardOutput = ctx.load(run, "judge", shard)
             items += [r for o in out.outcomes if (r := _review_item(o)) is not None]
+            images |= {o.generation.item.image_sha256: o.generation.item.image_at
+                       for o in out.outcomes if o.generation.item.image_at is not None}
         if len(_CACHE) > 16:
             _CACHE.clear()
+            _IMAGES.clear()
         _CACHE[key] = sorted(items, key=lambda r: r["line"])
+        _IMAGES[run] = images
     return _CACHE[key]
+
+
+def image(ctx: Context, run: str, sha: str) -> bytes:
+    """A judged item's image: a ranged read of the pool's pack (one image's bytes), or
+    images/<sha256> for items cleaned before packs existed."""
+    review_items(ctx, run)
+    ref = _IMAGES.get(run, {}).get(sha)
+    if ref is None:
+        return ctx.store.get(f"images/{sha}")
+    data = ctx.store.get_range(ref.pack, ref.offset, ref.offset + ref.length)
+    if hashlib.sha256(data).hexdigest() != sha:
+        raise NotFoundError(f"{ref.pack} does not hold image {sha}")
+    return data
 
 
 def tally(items: list[dict[str, Any]], field: str) -> dict[str, int]:

@@ -1,18 +1,21 @@
 """Cleaner: cuts a submitted pool into shards and takes the decisions that need the whole
 pool (exact duplicates, task purity: cleaning.json), then validates each shard's items,
-checks provenance, normalises multiple choice, stores images once by sha256, and hands
-clean items to the generator."""
+checks provenance, normalises multiple choice, and hands clean items to the generator.
+
+Images stay in the pool's packs (rsieve.packs): ingest reads the pack index (or packs a
+pool that came without) and gives every line where its image lies; a shard's images are
+then a few ranged GETs, not one object per item."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from rsieve.adapters.storage import S3Store
+from rsieve.adapters.storage import S3Store, read_images
 from rsieve.cleaning import (
     assess_pool,
     clean_item,
@@ -21,6 +24,7 @@ from rsieve.cleaning import (
     pool_image_path,
 )
 from rsieve.errors import NotFoundError
+from rsieve.packs import INDEX, PackIndex, PackWriter
 from rsieve.provenance import verify_source
 from rsieve.purity import PURITY_VERSION, load_embedder
 from rsieve.schemas import Item, Quarantined, ShardOutput
@@ -42,9 +46,14 @@ def register(ctx: Context) -> None:
             refused = (json.loads(store.get(prefix + REFUSED))
                        if store.exists(prefix + REFUSED) else {})
             resolver = _resolver(ctx)
+            packs = _pack_index(ctx, prefix, shards)
+
+            def image_sha256(path: str) -> str | None:
+                return ref.sha256 if (ref := packs.images.get(path)) else None
+
             assessment = assess_pool(
                 [pl for shard in shards for pl in shard],
-                image_sha256=_image_hasher(ctx, prefix, shards), refused=refused,
+                image_sha256=image_sha256, refused=refused,
                 provenance_policy=s.provenance_policy, text_max_chars=s.text_max_chars,
                 purity_threshold=s.purity_threshold, purity_min_items=s.purity_min_items,
                 embed=_lazy_embed if s.purity_embedding else None,
@@ -57,7 +66,8 @@ def register(ctx: Context) -> None:
             names = [f"{i:05d}" for i in range(len(shards))]
             for name, lines in zip(names, shards, strict=True):
                 lines = [pl.model_copy(update={"verdict": assessment.verdicts.get(pl.line),
-                                               "purity": assessment.rules.get(pl.line)})
+                                               "purity": assessment.rules.get(pl.line),
+                                               "image": packs.images.get(_image_path(pl) or "")})
                          for pl in lines]
                 store.put(f"runs/{run}/input/{name}.json",
                           ShardInput(run=run, shard=name, lines=lines).model_dump_json().encode())
@@ -76,8 +86,10 @@ def register(ctx: Context) -> None:
             raw = ctx.store.get(f"runs/{run}/input/{shard}.json")
             shard_in = ShardInput.model_validate_json(raw)
             resolver = _resolver(ctx)
+            images = read_images(ctx.store, [pl.image for pl in shard_in.lines if pl.image])
             results = ctx.guard("clean", run, shard).run(
-                shard_in.lines, lambda pl: _clean_line(ctx, spec.pool_uri, pl, resolver),
+                shard_in.lines,
+                lambda pl: _clean_line(ctx, spec.pool_uri, pl, resolver, images),
                 poisoned=_poisoned, key=lambda pl: pl.line)
             ctx.save(ShardOutput(
                 run=run, shard=shard, stage="clean", lines=lines,
@@ -117,31 +129,46 @@ def _lazy_embed(texts: Sequence[str]) -> np.ndarray:
     return load_embedder()(texts)
 
 
-def _image_hasher(ctx: Context, prefix: str, shards: list[list[PoolLine]]
-                  ) -> Callable[[str], str | None]:
-    """sha256 of every image the pool names (fetched in parallel once), None if missing."""
-    paths: set[str] = set()
-    for pl in (pl for shard in shards for pl in shard):
-        try:
-            image = json.loads(pl.raw).get("image")
-        except (ValueError, AttributeError):
-            continue
-        if isinstance(image, str) and (path := pool_image_path(image)):
-            paths.add(path)
+def _image_path(pool_line: PoolLine) -> str | None:
+    """The pool path of the image a line names, if it names one inside the pool."""
+    try:
+        image = json.loads(pool_line.raw).get("image")
+    except (ValueError, AttributeError):
+        return None
+    return pool_image_path(image) if isinstance(image, str) else None
 
-    def digest(path: str) -> tuple[str, str | None]:
+
+def _pack_index(ctx: Context, prefix: str, shards: list[list[PoolLine]]) -> PackIndex:
+    """The pool's pack index; a pool written without packs (by another tool than
+    upload_pool) is packed here first, reading each of its images once, in line order."""
+    try:
+        return PackIndex.model_validate_json(ctx.store.get(prefix + INDEX))
+    except NotFoundError:
+        pass
+    paths = list(dict.fromkeys(p for shard in shards for pl in shard
+                               if (p := _image_path(pl)) is not None))
+
+    def fetch(path: str) -> tuple[str, bytes | None]:
         try:
-            return path, hashlib.sha256(ctx.store.get(prefix + path)).hexdigest()
+            return path, ctx.store.get(prefix + path)
         except NotFoundError:
             return path, None
 
+    writer = PackWriter(prefix)
     with ThreadPoolExecutor(max_workers=8) as pool:
-        hashes = dict(pool.map(digest, sorted(paths)))
-    return hashes.get
+        for at in range(0, len(paths), 256):  # bounded memory: 256 images in hand
+            for path, data in pool.map(fetch, paths[at:at + 64]):
+                if data is not None and (done := writer.add(path, data)):
+                    ctx.store.put(*done)
+    if done := writer.flush():
+        ctx.store.put(*done)
+    ctx.store.put(prefix + INDEX, writer.index.model_dump_json().encode(),
+                  content_type="application/json")
+    return writer.index
 
 
-def _clean_line(ctx: Context, pool_uri: str, pool_line: PoolLine, resolver: StackResolver
-                ) -> Item | Quarantined:
+def _clean_line(ctx: Context, pool_uri: str, pool_line: PoolLine, resolver: StackResolver,
+                images: dict[str, bytes]) -> Item | Quarantined:
     s, line = ctx.settings, pool_line.line
     if not pool_line.utf8:
         return Quarantined(id=None, line=line, family=None, stage="clean", reason="invalid_utf8")
@@ -160,14 +187,16 @@ def _clean_line(ctx: Context, pool_uri: str, pool_line: PoolLine, resolver: Stac
         return quarantine("image_outside_pool", parsed.image)
     if pool_line.verdict and pool_line.verdict[0] == "image_symlink":
         return quarantine(*pool_line.verdict)
-    try:
-        data = ctx.store.get(pool_uri.split("/", 3)[3] + path)
-    except NotFoundError:
+    ref = pool_line.image
+    if ref is None or ref.sha256 not in images:
         return quarantine("missing_image", path)
+    data = images[ref.sha256]
     if problem := inspect_image(data, max_pixels=s.image_max_pixels,
                                 max_bytes=s.image_max_bytes):
         return quarantine(*problem)
     sha = hashlib.sha256(data).hexdigest()
+    if sha != ref.sha256:
+        return quarantine("image_digest_mismatch", f"{path}: index {ref.sha256}, bytes {sha}")
     admitted, check = verify_source(parsed.source, sha, s.provenance_policy, resolver)
     if not admitted:
         return quarantine("provenance", check)
@@ -177,7 +206,4 @@ def _clean_line(ctx: Context, pool_uri: str, pool_line: PoolLine, resolver: Stac
                                     "purity_threshold": s.purity_threshold})
     if isinstance(item, Item) and pool_line.verdict:  # duplicate_item, off_task
         return quarantine(*pool_line.verdict)
-    if isinstance(item, Item):  # content-addressed: rewriting the same bytes is harmless
-        ctx.store.put(f"images/{sha}", data)  # and one round trip cheaper than exists+put
-    return item
-
+    return item.model_copy(update={"image_at": ref}) if isinstance(item, Item) else item

@@ -8,12 +8,14 @@ from __future__ import annotations
 import io
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
 from rsieve.adapters.parquet import write_split_parts
+from rsieve.adapters.storage import PackReader
 from rsieve.calibration import (
     CalibrationShard,
     calibration_key,
@@ -46,9 +48,11 @@ def register(ctx: Context) -> None:
             index = json.loads(ctx.store.get(f"runs/{run}/shards.json"))
             outcomes, quarantined = [], []
             for shard in index["shards"]:
-                for stage in STAGES:
-                    quarantined += ctx.load(run, stage, shard).quarantined
-                outcomes += ctx.load(run, "judge", shard).outcomes
+                for stage in STAGES[:-1]:
+                    quarantined += ctx.quarantined(run, stage, shard)
+                judged = ctx.load(run, "judge", shard)
+                quarantined += judged.quarantined
+                outcomes += judged.outcomes
             bound = ctx.settings.judge_false_promotion_bound
             summary = summarise(_calibration_records(ctx, run, index["shards"]),
                                 size=ctx.settings.judge_calibration_size, bound=bound)
@@ -65,14 +69,15 @@ def register(ctx: Context) -> None:
             cleaning = _load_json(ctx, f"runs/{run}/cleaning.json")
             if cleaning is not None:
                 report["cleaning"] = cleaning
-            shards = _write_splits(ctx, prefix, run, assemble_rows(added, run))
+            images = _images(ctx, outcomes)
+            shards = _write_splits(ctx, prefix, run, assemble_rows(added, run), images)
             ctx.store.put(f"{prefix}keys/{run}.json", json.dumps(sorted(
                 qa_key(o.generation.item.image_sha256, o.generation.item.question)
                 for o in added)).encode())
             manifest = next_manifest(previous, dataset=spec.dataset, run=run, shards=shards,
                                      adds_up=report["adds_up"])
             families = {o.generation.item.family for o in outcomes}
-            examples = _examples(ctx, prefix, manifest, added)
+            examples = _examples(ctx, prefix, manifest, added, images)
             manifest["files"].update({path: path for rows in examples.values()
                                       for _, path in rows})
             card = render_card(
@@ -132,15 +137,27 @@ def _load_json(ctx: Context, key: str) -> dict[str, Any] | None:
         return None
 
 
-def _write_splits(ctx: Context, prefix: str, run: str,
-                  splits: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def _images(ctx: Context, outcomes: list[Any]) -> Callable[[str], bytes]:
+    """Image bytes by sha256 for rows written in pool order: a whole stretch of a pack per
+    read (PackReader), images/<sha256> for items cleaned before packs existed."""
+    reader = PackReader(ctx.store, [ref for o in outcomes
+                                    if (ref := o.generation.item.image_at) is not None])
+
+    def image_of(sha: str) -> bytes:
+        return reader.get(sha) if sha in reader else ctx.store.get(f"images/{sha}")
+
+    return image_of
+
+
+def _write_splits(ctx: Context, prefix: str, run: str, splits: dict[str, list[dict[str, Any]]],
+                  image_of: Callable[[str], bytes]) -> list[dict[str, Any]]:
     """Each split's rows into Parquet files of bounded size, uploaded under their final
     names once the count is known."""
     shards: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="rsieve-compact-") as tmp:
         for split, rows in splits.items():
             parts = write_split_parts(
-                rows, Path(tmp), split, image_of=lambda sha: ctx.store.get(f"images/{sha}"),
+                rows, Path(tmp), split, image_of=image_of,
                 shard_bytes=ctx.settings.parquet_shard_bytes,
                 group_rows=ctx.settings.parquet_row_group_rows)
             for i, (path, n) in enumerate(parts):
@@ -160,13 +177,13 @@ def _split_families(manifest: dict[str, Any], families: set[str]) -> dict[str, s
             for s in manifest["splits"]}
 
 
-def _examples(ctx: Context, prefix: str, manifest: dict[str, Any], added: list[Any]
-              ) -> dict[str, list[tuple[dict[str, Any], str]]]:
+def _examples(ctx: Context, prefix: str, manifest: dict[str, Any], added: list[Any],
+              image_of: Callable[[str], bytes]) -> dict[str, list[tuple[dict[str, Any], str]]]:
     """Up to three entries per split this run added, with their images beside the card."""
     examples: dict[str, list[tuple[dict[str, Any], str]]] = {}
     for split, rows in assemble_rows(added).items():
         for row in rows[:3]:
-            data = ctx.store.get(f"images/{row['image_sha256']}")
+            data = image_of(row["image_sha256"])
             with Image.open(io.BytesIO(data)) as img:  # header only: the format
                 ext = (img.format or "bin").lower()
             path = f"examples/{row['image_sha256'][:16]}.{ext}"

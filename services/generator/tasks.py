@@ -7,6 +7,11 @@ while one shard's last batches run, the next is loaded, its images fetched and i
 requests queued at Triton. Every child's requests hold a slot of one file-locked gate of
 `max_inflight` named here, in the main process, before the fork (inflight.py): the worker
 never has more than `max_inflight` requests in flight, and a child that dies frees its slots.
+
+Redis restarted or unreachable mid-shard: the worker's main process lives on
+(rsieve.adapters.queues), cancels the shard it had handed a child and gets it back with
+its unacked messages; a child that meets the outage first gives its shard back to the
+queue (StageTask, services/common.py).
 """
 
 from __future__ import annotations
@@ -16,7 +21,6 @@ import contextlib
 import os
 import secrets
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 
 from rsieve.adapters.model import ModelRequest, TritonModel
 from rsieve.images import ImageError, PreparedImage, prepare_image
@@ -44,12 +48,14 @@ def _slot_file(slots: int) -> SlotFile:
 def register(ctx: Context) -> None:
     slots = _slot_file(ctx.settings.max_inflight)
 
-    def prepared(sha: str) -> PreparedImage | ImageError:
-        """The bytes the model gets, prepared once per image; re-encoded ones are stored
-        content-addressed too, so what the model saw can be fetched by its hash."""
+    def prepared(data: bytes | None) -> PreparedImage | ImageError:
+        """The bytes the model gets; re-encoded ones are stored content-addressed, so
+        what the model saw can be fetched by its hash."""
         s = ctx.settings
+        if data is None:
+            return ImageError("the image is missing from the pool's packs")
         try:
-            image = prepare_image(ctx.store.get(f"images/{sha}"), max_side=s.image_max_side,
+            image = prepare_image(data, max_side=s.image_max_side,
                                   max_pixels=s.image_max_pixels)
         except ImageError as exc:
             return exc
@@ -61,22 +67,23 @@ def register(ctx: Context) -> None:
     def generate(run: str, shard: str, lines: int) -> None:
         if not ctx.done(run, "generate", shard):
             items = ctx.load(run, "clean", shard).items
-            # Fetched in parallel: the model waits on this between shards.
-            shas = sorted({i.image_sha256 for i in items})
-            with ThreadPoolExecutor(max_workers=8) as pool:
-                images = dict(zip(shas, pool.map(prepared, shas), strict=True))
+            # A few ranged reads of the pool's packs: the model waits on this between shards.
+            raw = ctx.images(items)
+            images = {sha: prepared(raw.get(sha)) for sha in {i.image_sha256 for i in items}}
             out = ShardOutput(run=run, shard=shard, stage="generate", lines=lines)
             ready = []
             for item in items:
                 image = images[item.image_sha256]
                 if isinstance(image, ImageError):
-                    reason = "image_too_large" if "exceeds" in str(image) else "unreadable_image"
+                    reason = ("missing_image" if item.image_sha256 not in raw else
+                              "image_too_large" if "exceeds" in str(image) else "unreadable_image")
                     out.quarantined.append(Quarantined(
                         id=item.id, line=item.line, family=item.family, stage="generate",
                         reason=reason, detail=str(image)[:500]))
                 else:
                     ready.append((item, image))
-            model = TritonModel.from_settings(ctx.settings, ctx.settings.generator_model, slots)
+            model = TritonModel.from_settings(ctx.settings, ctx.settings.generator_model, slots,
+                                              sharers=ctx.settings.generator_concurrency)
             replies = ctx.guard("generate", run, shard).batch(
                 ready, lambda batch: model.generate_many(
                     [ModelRequest(i.question, im.data) for i, im in batch]),

@@ -15,8 +15,10 @@ import httpx
 
 from rsieve.adapters.storage import S3Store
 from rsieve.cascade import verify_generation
+from rsieve.cleaning import pool_image_path
 from rsieve.errors import PermanentError
 from rsieve.ingest import read_pool
+from rsieve.packs import INDEX, PackWriter
 
 __all__ = ["export_dataset", "pool_files", "recheck_outcomes", "submit", "upload_pool",
            "wait_for_run"]
@@ -33,24 +35,48 @@ def pool_files(folder: Path) -> list[str]:
 def upload_pool(store: S3Store, folder: Path, *, family: str | None = None) -> str:
     """Upload once under pools/<digest>/ (digest over every file's name and bytes), in the
     pool contract whatever the folder's format (ingest.read_pool: items.jsonl folder,
-    Parquet / HF dataset folder, InfinityMM records). Image files the upload refused
-    (symbolic links leaving the folder) are listed in `_refused.json` for the cleaner.
-    `_complete` is written last and holds the digest."""
+    Parquet / HF dataset folder, InfinityMM records). The images go in packs with their
+    index (`_packs/`, rsieve.packs), a few objects instead of one per image. Image files
+    the upload refused (symbolic links leaving the folder) are listed in `_refused.json`
+    for the cleaner. `_complete` is written last and holds the digest."""
     pool = read_pool(folder, family=family)
-    files: dict[str, bytes] = {"items.jsonl": pool.items}
-    files |= {name: pool.read(name) for name in sorted(pool.files)}
-    if pool.refused:
-        files["_refused.json"] = json.dumps(pool.refused, sort_keys=True).encode()
+    names = sorted(pool.files)
     digest = hashlib.sha256()
-    for name, data in files.items():
+    extra: dict[str, bytes] = {"items.jsonl": pool.items}
+    if pool.refused:
+        extra["_refused.json"] = json.dumps(pool.refused, sort_keys=True).encode()
+    # The digest's order (items.jsonl, the images, _refused.json) keeps earlier pools' ids.
+    for name in ["items.jsonl", *names, *(["_refused.json"] if pool.refused else [])]:
+        data = extra[name] if name in extra else pool.read(name)
         digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
     pool_sha = digest.hexdigest()
     prefix = f"pools/{pool_sha}/"
     if not store.exists(prefix + "_complete"):
-        for name, data in files.items():
+        writer = PackWriter(prefix)
+        for name in _in_line_order(pool.items, names):  # a shard's images lie together
+            if done := writer.add(name, pool.read(name)):
+                store.put(*done)
+        if done := writer.flush():
+            store.put(*done)
+        store.put(prefix + INDEX, writer.index.model_dump_json().encode(),
+                  content_type="application/json")
+        for name, data in extra.items():
             store.put(prefix + name, data)
         store.put(prefix + "_complete", pool_sha.encode())
     return f"s3://{store.bucket}/{prefix}"
+
+
+def _in_line_order(items: bytes, names: list[str]) -> list[str]:
+    """`names` in the order items.jsonl first names them (the rest after, sorted)."""
+    wanted, order = set(names), {}
+    for raw in items.splitlines():
+        try:
+            image = json.loads(raw).get("image")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(image, str) and (path := pool_image_path(image)) in wanted:
+            order.setdefault(path, len(order))
+    return sorted(names, key=lambda n: (order.get(n, len(order)), n))
 
 
 def _headers(token: str | None) -> dict[str, str]:

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rsieve.packs import ImageRef
+
 __all__ = [
     "QUARANTINE_REASONS",
     "REJECT_REASONS",
@@ -23,6 +25,7 @@ __all__ = [
     "RunRequest",
     "RunSpec",
     "ShardOutput",
+    "ShardQuarantine",
     "ShardTask",
     "Verdict",
 ]
@@ -39,6 +42,8 @@ QUARANTINE_REASONS: dict[str, str] = {
     "unknown_protocol": "the family has no verification protocol and the item names none",
     "image_outside_pool": "the image path leaves the pool folder",
     "missing_image": "the image file named by the item does not exist",
+    "image_digest_mismatch": "the image bytes in the pool's packs differ from the sha256 "
+                             "its pack index records (a corrupt upload)",
     "unreadable_image": "the image bytes do not decode as an image",
     "image_too_large": "the image exceeds the pixel or byte limit",
     "provenance": "the recorded source does not resolve to the attached image",
@@ -97,6 +102,8 @@ class Item(_Model):
     options: dict[str, str] | None = None
     image_sha256: str
     clean_meta: dict[str, Any]
+    # Where the image's bytes lie (the pool's packs, rsieve.packs); None: images/<sha256>.
+    image_at: ImageRef | None = None
 
 
 class Quarantined(_Model):
@@ -181,6 +188,15 @@ class ShardOutput(_Model):
     generations: list[Generation] = []
     verified: list[Outcome] = []
     outcomes: list[Outcome] = []
+    quarantined: list[Quarantined] = []
+
+
+class ShardQuarantine(BaseModel):
+    """Only the quarantine of a stored ShardOutput: the rest of the JSON is skipped, not
+    validated (a reader that needs no items parses a fraction of the work)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
     quarantined: list[Quarantined] = []
 
 

@@ -54,7 +54,10 @@ class Settings(BaseSettings):
     triton_grpc_url: str = "127.0.0.1:18001"
     generator_model: str = "rapidocr"
     judge_model: str = "judge-abstain"
-    max_inflight: int = Field(32, ge=1, description="Triton requests in flight per worker")
+    max_inflight: int = Field(32, ge=1, description="items in flight at Triton per worker")
+    # Items per Triton request for rsieve-interface models (client-side batching); 0: the
+    # model's max_batch_size. Always at most max_inflight / the calls sharing the limit.
+    request_items: int = Field(0, ge=0, description="items per Triton request (0: a batch)")
     model_timeout_s: float = 120.0
     model_retries: int = Field(3, ge=0)
     max_new_tokens: int = 1024
@@ -73,9 +76,10 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(1, ge=1, description="Celery prefork children per worker")
     # The generator's children overlap consecutive shards (one loads and fills Triton's
     # queue while the other's last batch runs); together they keep max_inflight at most.
-    # 2 overlaps shards (docs/performance.md) but stalled a shard once across a Redis
-    # restart in CI; 1 until that is understood.
-    generator_concurrency: int = Field(1, ge=1, description="generator prefork children")
+    # With 2, one child is often idle (on BRPOP) while the other holds a shard: the state
+    # in which a Redis restart used to stop the worker (fixed in rsieve.adapters.queues).
+    generator_concurrency: int = Field(2, ge=1, description="generator prefork children "
+                                       "(2 overlaps consecutive shards)")
 
     # Dataset shards: a Parquet file of a split is closed once its data passes this size.
     parquet_shard_bytes: int = Field(256 * 1024 * 1024, ge=1024)
@@ -83,7 +87,7 @@ class Settings(BaseSettings):
     parquet_row_group_rows: int = Field(256, ge=1)
 
     # Work units and limits.
-    shard_size: int = Field(64, ge=1, description="pool lines per shard message")
+    shard_size: int = Field(128, ge=1, description="pool lines per shard message")
     image_max_pixels: int = 40_000_000
     image_max_bytes: int = 32 * 1024 * 1024
     text_max_chars: int = 16_384

@@ -6,6 +6,8 @@ import json
 
 from pydantic import BaseModel, ConfigDict
 
+from rsieve.packs import ImageRef
+
 __all__ = ["PoolLine", "ShardInput", "split_pool"]
 
 
@@ -21,6 +23,8 @@ class PoolLine(BaseModel):
     # that settled the line's question, recorded in clean_meta.
     verdict: tuple[str, str] | None = None
     purity: str | None = None
+    # Where the line's image lies in the pool's packs (rsieve.packs), None if not uploaded.
+    image: ImageRef | None = None
 
 
 class ShardInput(BaseModel):

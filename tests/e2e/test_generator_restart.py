@@ -17,7 +17,7 @@ import datasets
 import pytest
 from PIL import Image, ImageDraw
 
-from rsieve.adapters.storage import S3Store
+from rsieve.adapters.storage import S3Store, read_images
 from rsieve.client import export_dataset, submit, upload_pool, wait_for_run
 from rsieve.local.stack import Stack
 from rsieve.schemas import ShardOutput
@@ -111,7 +111,11 @@ def test_generations_record_what_was_sent(stack: Stack, run: tuple[str, Path, in
         assert gen.latency_s is not None and gen.latency_s > 0
         assert gen.image_sent is not None and gen.image_sent["sha256"] == gen.image_sent_sha256
         assert int(gen.answer or 0) <= 2  # never more than max_inflight at once
-        sent = store.get(f"images/{gen.image_sent_sha256}")
+        # What was sent can be fetched by its hash: re-encoded bytes under images/, the
+        # uploaded bytes from the pool's packs where the item says they lie.
+        assert gen.item.image_at is not None
+        sent = (store.get(f"images/{gen.image_sent_sha256}") if gen.image_sent["reencoded"]
+                else read_images(store, [gen.item.image_at])[gen.image_sent_sha256])
         assert hashlib.sha256(sent).hexdigest() == gen.image_sent_sha256
         original = (pool / f"{gen.item.id}.png").read_bytes()
         if gen.item.id == "w0":

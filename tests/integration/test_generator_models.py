@@ -13,7 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFont
+from rapidfuzz import process
+from rapidfuzz.distance import Levenshtein
 
 from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel
 from rsieve.chat import render_chat
@@ -40,6 +42,15 @@ def build_tiny_vlm(out: Path) -> Path:
 def png(text: str, size: tuple[int, int] = (160, 48)) -> bytes:
     img = Image.new("RGB", size, "white")
     ImageDraw.Draw(img).text((8, 16), text, fill="black")
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def big_png(text: str) -> bytes:
+    """A word RapidOCR reads reliably."""
+    img = Image.new("RGB", (320, 64), "white")
+    ImageDraw.Draw(img).text((12, 12), text, fill="black", font=ImageFont.load_default(36))
     buf = io.BytesIO()
     img.save(buf, format="PNG")
     return buf.getvalue()
@@ -156,6 +167,41 @@ def test_concurrency_reaches_the_configured_inflight(triton: str, inflight: int)
     out = replies(model, [ModelRequest(f"q{i}", png("x")) for i in range(3 * inflight)])
     batches = [int(parse_output(r.text).answer or 0) for r in out]
     assert max(batches) == inflight, batches
+
+
+def test_requests_carry_whole_batches(triton: str) -> None:
+    # 64 items, 32 in flight: four requests of 16, each a whole batch of the probe's 16
+    # (the dynamic batcher cannot merge two of them), whatever the queue delay.
+    model = TritonModel(triton, "inflight-probe", max_inflight=32)
+    out = replies(model, [ModelRequest(f"q{i}", png("x")) for i in range(64)])
+    assert [int(parse_output(r.text).answer or 0) for r in out] == [16] * 64
+
+
+def test_request_items_one_is_a_request_per_item(triton: str) -> None:
+    model = TritonModel(triton, "inflight-probe", max_inflight=4, request_items=1)
+    out = replies(model, [ModelRequest(f"q{i}", png("x")) for i in range(8)])
+    # Four single-item requests in flight: the batcher forms batches of at most 4.
+    assert max(int(parse_output(r.text).answer or 0) for r in out) == 4
+
+
+def test_batched_replies_land_on_their_items(triton: str) -> None:
+    # 20 different words, text-only prompts between them: chunks of 16 + 4 with images and
+    # one without; every answer must be its own item's.
+    words = ["HELLO", "WORLD", "TRITON", "BATCH", "RSIEVE", "SHARD", "POOL", "FAMILY",
+             "VERDICT", "SPLIT", "QUEUE", "IMAGE", "MODEL", "JUDGE", "CLEAN", "PROTOCOL",
+             "SIEVE", "ANSWER", "QUESTION", "REFERENCE"]
+    reqs: list[ModelRequest] = []
+    for i, word in enumerate(words):
+        reqs.append(ModelRequest("Read.", big_png(word)))
+        if i % 7 == 0:
+            reqs.append(ModelRequest("no image"))
+    model = TritonModel(triton, "rapidocr", max_inflight=32, retries=0)
+    out = model.generate_many(reqs)
+    read = [parse_output(r.text).answer for r in out if isinstance(r, ModelReply)]
+    # OCR may misread a letter; each answer must still be nearest its own word.
+    nearest = [process.extractOne(r or "", words, scorer=Levenshtein.distance)[0] for r in read]
+    assert nearest == words, read
+    assert sum(isinstance(r, Exception) for r in out) == 3  # rapidocr needs an image
 
 
 def test_unreachable_triton_is_retryable() -> None:

@@ -79,11 +79,26 @@ def list_reviews(run: str, ctx: Authorised) -> list[ReviewPublic]:
 @router.get("/images/{sha256}", response_class=Response,
             responses={200: {"content": {"image/*": {}}}})
 def image(sha256: Annotated[str, PathParam(pattern=SHA256)], ctx: Authorised) -> Response:
-    """An image by its sha256 (images/<sha256>), as stored."""
+    """An image stored by its sha256 (images/<sha256>: those the generator re-encoded)."""
     try:
-        data = ctx.store.get(f"images/{sha256}")
+        return _image_response(ctx.store.get(f"images/{sha256}"))
     except NotFoundError:
         raise HTTPException(404, "no such image") from None
+
+
+@router.get("/runs/{run}/images/{sha256}", response_class=Response,
+            responses={200: {"content": {"image/*": {}}}})
+def run_image(run: str, sha256: Annotated[str, PathParam(pattern=SHA256)],
+              ctx: Authorised) -> Response:
+    """The image of one of a run's judged items, as uploaded (from the pool's packs)."""
+    runs.spec(ctx, run)
+    try:
+        return _image_response(runs.image(ctx, run, sha256))
+    except NotFoundError:
+        raise HTTPException(404, "no such image in this run") from None
+
+
+def _image_response(data: bytes) -> Response:
     media = next((m for magic, m in _MAGIC if data.startswith(magic)),
                  "application/octet-stream")
     return Response(data, media_type=media,

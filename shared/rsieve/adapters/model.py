@@ -11,11 +11,21 @@ model's metadata (a `text_input` input means the vLLM backend):
   is vLLM SamplingParams JSON, and finish reason and token counts are asked for with the
   backend's `return_*` flags. One gRPC bidirectional stream per request.
 
-Up to `max_inflight` requests are kept in flight so Triton's dynamic batcher (or vLLM's
+Up to `max_inflight` items are kept in flight so Triton's dynamic batcher (or vLLM's
 continuous batching) can fill its batches; a full Triton queue (RESOURCE_EXHAUSTED) is
 backpressure, retried with backoff. With `slots` (a limit shared by several processes, e.g.
-the generator's `services.generator.inflight.SlotFile`) that limit bounds the requests
+the generator's `services.generator.inflight.SlotFile`) that limit bounds the items
 instead, across every call that shares it. Before any work the server and the model must be ready.
+
+Client-side batching (rsieve interface): one request carries up to the model's
+`max_batch_size` items (capped by `request_items`), all with an image or all without, so
+the dynamic batcher receives whole batches instead of forming them from single requests
+that trickle in (docs/performance.md, finding 9), and the client pays one gRPC call per
+batch. A request of several items holds one slot per item; its slots are gathered one
+chunk at a time per call, so with `request_items` at most the limit divided by the calls
+that share it, no set of partly gathered chunks can hold every slot. When a multi-item
+request fails with an error that is not transient, its items are asked again one by one,
+so the error lands on the item that caused it. vLLM's interface is one item per request.
 
 Errors:
     unreachable, not ready, or transient after `retries` -> RetryableError (the shard is
@@ -28,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import time
 import uuid
@@ -95,6 +106,10 @@ class _Transient(Exception):
     """A failure worth retrying (server unavailable, overloaded, restarting)."""
 
 
+class MalformedReply(Exception):
+    """The model answered, but not as its interface says (e.g. not one row per item)."""
+
+
 def _status(exc: BaseException) -> tuple[str, str]:
     """(status code, message) of a vendor error."""
     if isinstance(exc, InferenceServerException):
@@ -125,9 +140,13 @@ class TritonModel:
                  retries: int = 3, backoff_s: float = 1.0, interface: Interface = "auto",
                  max_new_tokens: int | None = 1024, temperature: float = 0.0,
                  seed: int | None = 0, chat_template: str = "qwen2_5_vl",
-                 reasoning: bool = True, slots: SharedSlots | None = None) -> None:
+                 reasoning: bool = True, slots: SharedSlots | None = None,
+                 request_items: int = 0) -> None:
         self.url, self.model = url, model
         self.slots = slots
+        # Items per request (rsieve interface): 0 is the model's max_batch_size.
+        self.request_items = request_items
+        self._per_request = 1
         self.max_inflight, self.timeout_s = max_inflight, timeout_s
         self.retries, self.backoff_s = retries, backoff_s
         self.interface: Interface = interface
@@ -138,10 +157,13 @@ class TritonModel:
         self._outputs: set[str] = set()
 
     @classmethod
-    def from_settings(cls, settings: Settings, model: str,
-                      slots: SharedSlots | None = None) -> TritonModel:
+    def from_settings(cls, settings: Settings, model: str, slots: SharedSlots | None = None,
+                      sharers: int = 1) -> TritonModel:
+        """`sharers`: how many calls may hold `slots` at once (the generator's children)."""
         s = settings
+        cap = max(1, s.max_inflight // max(1, sharers))
         return cls(s.triton_grpc_url, model, max_inflight=s.max_inflight, slots=slots,
+                   request_items=min(cap, s.request_items) if s.request_items else cap,
                    timeout_s=s.model_timeout_s, retries=s.model_retries,
                    backoff_s=s.model_backoff_s, interface=s.model_interface,
                    max_new_tokens=s.max_new_tokens, temperature=s.temperature,
@@ -158,12 +180,22 @@ class TritonModel:
         try:
             await self._wait_ready(client)
             gate = lease if lease is not None else asyncio.Semaphore(self.max_inflight)
+            gathering = asyncio.Lock()
 
-            async def bounded(req: ModelRequest) -> ModelReply | Exception:
-                async with gate:
-                    return await self._one(client, req)
+            async def bounded(chunk: list[int]) -> list[ModelReply | Exception]:
+                async with contextlib.AsyncExitStack() as held:
+                    async with gathering:  # one partly gathered chunk per call at a time
+                        for _ in chunk:
+                            await held.enter_async_context(gate)
+                    return await self._chunk(client, [requests[i] for i in chunk])
 
-            return list(await asyncio.gather(*(bounded(r) for r in requests)))
+            chunks = _chunks(requests, self._per_request)
+            answers = await asyncio.gather(*(bounded(c) for c in chunks))
+            replies: list[ModelReply | Exception] = [Exception("unanswered")] * len(requests)
+            for chunk, answer in zip(chunks, answers, strict=True):
+                for i, reply in zip(chunk, answer, strict=True):
+                    replies[i] = reply
+            return replies
         finally:
             if lease is not None:
                 lease.close()  # slots of requests a failure left behind go back now
@@ -196,6 +228,13 @@ class TritonModel:
         interface = self.interface
         if interface == "auto":
             interface = "vllm" if "text_input" in self._inputs else "rsieve"
+        self._per_request = 1
+        if interface == "rsieve":
+            config = (await client.get_model_config(self.model, as_json=True,
+                                                    client_timeout=10)).get("config", {})
+            batch = int(config.get("max_batch_size") or 0)
+            cap = self.request_items or batch
+            self._per_request = max(1, min(batch, cap, self.max_inflight))
         versions = meta.get("versions") or [""]
         self.info = ModelInfo(name=self.model, version=str(max(versions, key=str)),
                               interface=interface, sampling=self._sampling(interface),
@@ -216,16 +255,29 @@ class TritonModel:
         return params
 
     # ------------------------------------------------------------------ one request
-    async def _one(self, client: grpcclient.InferenceServerClient, req: ModelRequest
-                   ) -> ModelReply | Exception:
+    async def _chunk(self, client: grpcclient.InferenceServerClient,
+                     reqs: list[ModelRequest]) -> list[ModelReply | Exception]:
+        """One request for `reqs`; a model error on several items is asked item by item."""
+        answer = await self._one(client, reqs)
+        if isinstance(answer, Exception) and len(reqs) > 1:
+            return [r for req in reqs for r in await self._chunk(client, [req])]
+        return [answer] * len(reqs) if isinstance(answer, Exception) else answer
+
+    async def _one(self, client: grpcclient.InferenceServerClient, reqs: list[ModelRequest]
+                   ) -> list[ModelReply] | Exception:
         assert self.info is not None
-        call = self._vllm if self.info.interface == "vllm" else self._rsieve
         last = ""
         for attempt in range(self.retries + 1):
             start = time.monotonic()
             try:
-                reply = await call(client, req)
-                return replace(reply, latency_s=round(time.monotonic() - start, 6))
+                if self.info.interface == "vllm":
+                    replies = [await self._vllm(client, reqs[0])]
+                else:
+                    replies = await self._rsieve(client, reqs)
+                latency = round(time.monotonic() - start, 6)
+                return [replace(r, latency_s=latency) for r in replies]
+            except MalformedReply as exc:
+                return exc
             except (InferenceServerException, grpc.RpcError, _Transient) as exc:
                 code, message = _status(exc)
                 last = f"{code} {message}".strip()
@@ -238,28 +290,30 @@ class TritonModel:
                 await asyncio.sleep(self.backoff_s * 2**attempt)
         raise RetryableError(f"Triton {self.url} model {self.model}: {last[:300]}")
 
-    async def _rsieve(self, client: grpcclient.InferenceServerClient, req: ModelRequest
-                      ) -> ModelReply:
-        inputs = [_tensor("prompt", [req.prompt.encode("utf-8")], [1, 1], "BYTES")]
-        if req.image is not None:
-            inputs.append(_tensor("image", [req.image], [1, 1], "BYTES"))
+    async def _rsieve(self, client: grpcclient.InferenceServerClient,
+                      reqs: list[ModelRequest]) -> list[ModelReply]:
+        n = len(reqs)
+        inputs = [_tensor("prompt", [r.prompt.encode("utf-8") for r in reqs], [n, 1], "BYTES")]
+        if reqs[0].image is not None:  # a chunk is all with or all without (_chunks)
+            inputs.append(_tensor("image", [r.image for r in reqs], [n, 1], "BYTES"))
         if self.max_new_tokens is not None and "max_new_tokens" in self._inputs:
-            budget = grpcclient.InferInput("max_new_tokens", [1, 1], "INT32")
-            budget.set_data_from_numpy(np.array([[self.max_new_tokens]], dtype=np.int32))
+            budget = grpcclient.InferInput("max_new_tokens", [n, 1], "INT32")
+            budget.set_data_from_numpy(np.full((n, 1), self.max_new_tokens, dtype=np.int32))
             inputs.append(budget)
         names = ["text", "finish_reason"] + [
             n for n in ("num_input_tokens", "num_output_tokens") if n in self._outputs]
         result = await client.infer(self.model, inputs,
                                     outputs=[grpcclient.InferRequestedOutput(n) for n in names],
                                     client_timeout=self.timeout_s)
-        return ModelReply(
-            text=_first_str(result.as_numpy("text")) or "",
-            finish_reason=_first_str(result.as_numpy("finish_reason")) or "stop",
-            input_tokens=_first_int(result.as_numpy("num_input_tokens")
-                                    if "num_input_tokens" in names else None),
-            output_tokens=_first_int(result.as_numpy("num_output_tokens")
-                                     if "num_output_tokens" in names else None),
-            prompt_sent_sha256=_sha256(req.prompt))
+        texts, finishes = _strs(result.as_numpy("text"), n), _strs(
+            result.as_numpy("finish_reason"), n)
+        n_in = _ints(result.as_numpy("num_input_tokens") if "num_input_tokens" in names
+                     else None, n)
+        n_out = _ints(result.as_numpy("num_output_tokens") if "num_output_tokens" in names
+                      else None, n)
+        return [ModelReply(text=texts[i] or "", finish_reason=finishes[i] or "stop",
+                           input_tokens=n_in[i], output_tokens=n_out[i],
+                           prompt_sent_sha256=_sha256(r.prompt)) for i, r in enumerate(reqs)]
 
     async def _vllm(self, client: grpcclient.InferenceServerClient, req: ModelRequest
                     ) -> ModelReply:
@@ -321,3 +375,25 @@ def _first_int(array: np.ndarray | None, default: int | None = None) -> int | No
     if array is None or array.size == 0:
         return default
     return int(array.reshape(-1)[0])
+
+
+def _chunks(requests: Sequence[ModelRequest], size: int) -> list[list[int]]:
+    """Indexes of `requests` in request-sized chunks, those with an image apart from those
+    without (an optional input is present for a whole request or absent)."""
+    with_image = [i for i, r in enumerate(requests) if r.image is not None]
+    without = [i for i, r in enumerate(requests) if r.image is None]
+    return [group[at:at + size] for group in (with_image, without)
+            for at in range(0, len(group), size)]
+
+
+def _strs(array: np.ndarray | None, n: int) -> list[str | None]:
+    if array is None or array.size != n:
+        raise MalformedReply(f"{0 if array is None else array.size} rows for {n} items")
+    return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+            for v in array.reshape(-1)]
+
+
+def _ints(array: np.ndarray | None, n: int) -> list[int | None]:
+    if array is None or array.size != n:
+        return [None] * n
+    return [int(v) for v in array.reshape(-1)]

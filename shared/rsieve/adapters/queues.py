@@ -2,17 +2,30 @@
 
 Messages are claim checks (`ShardTask`: run, shard, line count), never images or item
 bodies. A stage enqueues the next by task name, so no service imports another.
+
+The broker is kombu's Redis transport with one fix (`RedisTransport`): a worker that loses
+its connection while it holds an unacked message *and* is waiting on BRPOP for the next
+one (a worker with more than one child, one busy and one idle) must survive it. Stock
+kombu leaves that channel half closed (reading the BRPOP reply of a dead socket raises
+before the channel is marked closed); Celery then closes the connection again after it
+dropped the transport's client, the unacked restore dies on an AttributeError that is no
+connection error, and the worker's main process exits ("Unrecoverable error:
+AttributeError(\"'NoneType' object has no attribute 'hostname'\")"), its shard with it.
 """
 
 from __future__ import annotations
 
+import contextlib
+from queue import Empty
 from typing import Any
 
+import redis
 from celery import Celery
+from kombu.transport import redis as kombu_redis
 
 from rsieve.settings import Settings
 
-__all__ = ["QUEUES", "TASKS", "enqueue", "make_celery"]
+__all__ = ["QUEUES", "TASKS", "RedisTransport", "enqueue", "make_celery"]
 
 # Service -> (queue, task name). The queue is the unit KEDA scales on.
 TASKS: dict[str, str] = {
@@ -33,8 +46,40 @@ QUEUES: dict[str, str] = {
 }
 
 
+class _Channel(kombu_redis.Channel):  # type: ignore[misc]
+    def close(self) -> None:
+        # kombu reads an outstanding BRPOP reply first, so that a message popped for this
+        # channel is delivered rather than lost. On a dead connection there is no reply to
+        # read, and the error it raises must not stop the close half way (the channel
+        # still open, its unacked messages not restored): close the rest.
+        if self._in_poll:
+            with contextlib.suppress(Empty, *self.connection_errors):
+                self._brpop_read()
+        super().close()
+
+    def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
+        # A channel whose connection is gone (closed, or its transport dropped) cannot
+        # reach Redis: say so with a connection error, which every caller (close, the
+        # unacked restore, an ack of a message it delivered) handles, never with an
+        # AttributeError that stops the worker. Its unacked messages stay in Redis and
+        # come back (restore on close, else after the visibility timeout).
+        if self.connection is None or self.connection.client is None:
+            raise redis.ConnectionError("the broker connection of this channel is closed")
+        params: dict[str, Any] = super()._connparams(asynchronous=asynchronous)
+        return params
+
+
+class RedisTransport(kombu_redis.Transport):  # type: ignore[misc]
+    """kombu's Redis transport whose channels survive a broker restart (module docstring)."""
+
+    Channel = _Channel
+
+
 def make_celery(settings: Settings, name: str = "rsieve") -> Celery:
     app = Celery(name, broker=settings.redis_url, backend=None)
+    if settings.redis_url.startswith("redis://"):
+        # Instead of kombu's own; other schemes (rediss, sentinel) keep kombu's handling.
+        app.conf.broker_transport = f"{RedisTransport.__module__}:{RedisTransport.__name__}"
     app.conf.update(
         task_serializer="json",
         accept_content=["json"],

@@ -2,7 +2,8 @@
 
 Keys (deterministic, so a redelivered message rewrites the same object):
     pools/<pool_sha256>/...            an uploaded pool folder, `_complete` written last
-    images/<sha256>                    every image once, by content address
+    pools/<pool_sha256>/_packs/...     its images in packs, and index.json (rsieve.packs)
+    images/<sha256>                    images the generator re-encoded, by content address
     runs/<run>/run.json                the run's spec; runs/<run>/shards.json its shards
     runs/<run>/<stage>/<shard>.json    a stage's output for a shard
     runs/<run>/calibration/<shard>.json   the judge's calibration probes for a shard
@@ -15,7 +16,9 @@ Keys (deterministic, so a redelivered message rewrites the same object):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import boto3
@@ -23,33 +26,18 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
 from rsieve.errors import NotFoundError, PermanentError, RetryableError
+from rsieve.packs import ImageRef, Read, plan_reads, slice_read
 from rsieve.settings import Settings
 
-__all__ = ["ObjectStore", "S3Store", "parse_s3_uri"]
+__all__ = ["ObjectStore", "PackReader", "S3Store", "parse_s3_uri", "read_images"]
 
 
 class ObjectStore(Protocol):
     def get(self, key: str) -> bytes: ...
+    def get_range(self, key: str, start: int, end: int) -> bytes: ...
     def put(self, key: str, data: bytes, *, content_type: str = ...) -> None: ...
-    def put_file(self, key: str, path: str, *, content_type: str = "application/octet-stream"
-                 ) -> None:
-        """Upload a local file; large files go as multipart uploads (parts of 64 MiB)."""
-        from boto3.s3.transfer import TransferConfig
-
-        config = TransferConfig(multipart_threshold=64 * 1024 * 1024,
-                                multipart_chunksize=64 * 1024 * 1024)
-        try:
-            self._client.upload_file(path, self.bucket, key, Config=config,
-                                     ExtraArgs={"ContentType": content_type})
-        except Exception as exc:  # noqa: BLE001
-            raise _translate(exc, key) from exc
-
-    def delete(self, key: str) -> None:
-        try:
-            self._client.delete_object(Bucket=self.bucket, Key=key)
-        except Exception as exc:  # noqa: BLE001
-            raise _translate(exc, key) from exc
-
+    def put_file(self, key: str, path: str, *, content_type: str = ...) -> None: ...
+    def delete(self, key: str) -> None: ...
     def exists(self, key: str) -> bool: ...
     def list(self, prefix: str) -> Iterator[str]: ...
 
@@ -103,6 +91,17 @@ class S3Store:
         except Exception as exc:  # noqa: BLE001 - translated below
             raise _translate(exc, key) from exc
 
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) of an object (one ranged GET)."""
+        if end <= start:
+            return b""
+        try:
+            body = self._client.get_object(Bucket=self.bucket, Key=key,
+                                           Range=f"bytes={start}-{end - 1}")["Body"]
+            return bytes(body.read())
+        except Exception as exc:  # noqa: BLE001
+            raise _translate(exc, key) from exc
+
     def put(self, key: str, data: bytes, *, content_type: str = "application/octet-stream"
             ) -> None:
         try:
@@ -149,3 +148,55 @@ class S3Store:
                     yield obj["Key"]
         except Exception as exc:  # noqa: BLE001
             raise _translate(exc, prefix) from exc
+
+
+def read_images(store: ObjectStore, refs: Iterable[ImageRef], *, threads: int = 8
+                ) -> dict[str, bytes]:
+    """sha256 -> bytes of every image `refs` point at: one ranged GET per stretch of a
+    pack (rsieve.packs.plan_reads), several at once. An image its pack does not hold
+    (missing object, short pack) is absent from the answer."""
+    reads = plan_reads(refs)
+
+    def fetch(read: Read) -> list[tuple[str, bytes]]:
+        try:
+            return list(slice_read(read, store.get_range(read.pack, read.start, read.end)))
+        except NotFoundError:
+            return []
+
+    if len(reads) <= 1:
+        return dict(pair for read in reads for pair in fetch(read))
+    with ThreadPoolExecutor(max_workers=min(threads, len(reads))) as pool:
+        return dict(pair for found in pool.map(fetch, reads) for pair in found)
+
+
+class PackReader:
+    """Images by sha256 for a reader that walks them in (roughly) pack order, such as the
+    compactor writing rows in pool order: a miss fetches the whole planned read holding
+    the image, and the last `keep` reads stay in memory (at most `keep` x 32 MiB)."""
+
+    def __init__(self, store: ObjectStore, refs: Iterable[ImageRef], keep: int = 2) -> None:
+        self._store, self._keep = store, keep
+        self._reads = plan_reads(refs)
+        self._read_of: dict[str, int] = {}  # sha256 -> its read's number
+        for n, read in enumerate(self._reads):
+            for ref in read.refs:
+                self._read_of.setdefault(ref.sha256, n)
+        self._cache: OrderedDict[int, dict[str, bytes]] = OrderedDict()
+
+    def __contains__(self, sha: str) -> bool:
+        return sha in self._read_of
+
+    def get(self, sha: str) -> bytes:
+        n = self._read_of.get(sha)
+        if n is None:
+            raise NotFoundError(f"no pack holds image {sha}")
+        if n not in self._cache:
+            read = self._reads[n]
+            self._cache[n] = dict(slice_read(
+                read, self._store.get_range(read.pack, read.start, read.end)))
+            while len(self._cache) > self._keep:
+                self._cache.popitem(last=False)
+        self._cache.move_to_end(n)
+        if sha not in self._cache[n]:
+            raise NotFoundError(f"pack {self._reads[n].pack} is shorter than its index says")
+        return self._cache[n][sha]

@@ -1,0 +1,127 @@
+"""Image packs: a pool's images stored as a few large objects instead of one object each.
+
+Every object-store round trip costs the services 2-3 ms of CPU (boto3 signs, sends and
+parses each one), which is ten times what the rules cost per item (docs/performance.md,
+finding 10). So a pool's images travel in packs: each pack is the images' bytes one after
+the other, and `_packs/index.json` says where each image (by its path in the pool) lies:
+pack, offset, length and sha256. `rsieve.client.upload_pool` writes them; ingest writes
+them for a pool that came without (written by another tool). A stage reads the images of a
+shard with one ranged GET per stretch of a pack (`plan_reads`), not one GET per image.
+
+Pure: building, indexing and slicing; the reads are the services'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from hashlib import sha256
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["INDEX", "ImageRef", "PackIndex", "PackWriter", "Read", "plan_reads", "slice_read"]
+
+INDEX = "_packs/index.json"  # under the pool's prefix, written after its packs
+PACK_BYTES = 64 * 1024 * 1024  # a pack is closed once it passes this size
+
+
+class ImageRef(BaseModel):
+    """Where one image's bytes lie: `pack` is the object key, bytes [offset, offset+length)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pack: str
+    offset: int
+    length: int
+    sha256: str
+
+
+class PackIndex(BaseModel):
+    """A pool's `_packs/index.json`: path in the pool -> where its bytes are."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = 1
+    images: dict[str, ImageRef] = {}
+
+
+@dataclass
+class PackWriter:
+    """Adds images in order and hands back each pack once it is full: streaming, so
+    memory is bounded by one pack. Pack keys are `<prefix>_packs/<n>.pack`; an image whose
+    bytes were already added (same sha256) is not stored twice."""
+
+    prefix: str
+    max_bytes: int = PACK_BYTES
+    index: PackIndex = field(default_factory=PackIndex)
+    _parts: list[bytes] = field(default_factory=list)
+    _size: int = 0
+    _count: int = 0
+    _by_sha: dict[str, ImageRef] = field(default_factory=dict)
+
+    def _key(self) -> str:
+        return f"{self.prefix}_packs/{self._count:05d}.pack"
+
+    def add(self, path: str, data: bytes) -> tuple[str, bytes] | None:
+        """Index `path`; returns (key, bytes) of a pack this addition closed, else None."""
+        digest = sha256(data).hexdigest()
+        if digest in self._by_sha:
+            self.index.images[path] = self._by_sha[digest]
+            return None
+        ref = ImageRef(pack=self._key(), offset=self._size, length=len(data), sha256=digest)
+        self.index.images[path] = self._by_sha[digest] = ref
+        self._parts.append(data)
+        self._size += len(data)
+        return self.flush() if self._size >= self.max_bytes else None
+
+    def flush(self) -> tuple[str, bytes] | None:
+        """The open pack, if it holds anything."""
+        if not self._parts:
+            return None
+        done = (self._key(), b"".join(self._parts))
+        self._parts, self._size, self._count = [], 0, self._count + 1
+        return done
+
+
+@dataclass(frozen=True)
+class Read:
+    """One ranged GET: bytes [start, end) of `pack`, holding `refs`."""
+
+    pack: str
+    start: int
+    end: int
+    refs: tuple[ImageRef, ...]
+
+
+def plan_reads(refs: Iterable[ImageRef], *, max_gap: int = 1024 * 1024,
+               max_span: int = 32 * 1024 * 1024) -> list[Read]:
+    """The fewest ranged GETs that fetch `refs`: neighbours in a pack share a read when the
+    bytes between them are at most `max_gap` (cheaper to fetch than a round trip) and the
+    read stays within `max_span` (bounded memory). An image longer than `max_span` is
+    read alone."""
+    unique = sorted({(r.pack, r.offset, r.length): r for r in refs}.values(),
+                    key=lambda r: (r.pack, r.offset))
+    reads: list[Read] = []
+    group: list[ImageRef] = []
+    end = 0
+    for ref in unique:
+        if group and (ref.pack != group[0].pack or ref.offset - end > max_gap
+                      or ref.offset + ref.length - group[0].offset > max_span):
+            reads.append(Read(group[0].pack, group[0].offset, end, tuple(group)))
+            group = []
+        end = max(end, ref.offset + ref.length) if group else ref.offset + ref.length
+        group.append(ref)
+    if group:
+        reads.append(Read(group[0].pack, group[0].offset, end, tuple(group)))
+    return reads
+
+
+def slice_read(read: Read, data: bytes) -> Iterator[tuple[str, bytes]]:
+    """(sha256, bytes) of each image in a read's bytes; a short read (the pack is not what
+    the index says) yields what it holds and no more."""
+    view = memoryview(data)
+    for ref in read.refs:
+        start = ref.offset - read.start
+        piece = bytes(view[start:start + ref.length])
+        if len(piece) == ref.length:
+            yield ref.sha256, piece

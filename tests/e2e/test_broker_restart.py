@@ -1,0 +1,72 @@
+"""Redis restarted under a worker with two children, one busy with a shard and one idle
+(waiting on BRPOP for the next): the worker's main process lives on and the shard is
+done. With kombu's own Redis transport the main process died here ("Unrecoverable error:
+AttributeError ... 'hostname'") and took the shard with it: the generator's stall after a
+Redis restart with `generator_concurrency` 2 (shared/rsieve/adapters/queues.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rsieve.adapters.queues import enqueue, make_celery
+from rsieve.local import processes as proc
+from rsieve.local.stack import REPO_ROOT
+from rsieve.settings import Settings
+
+
+def _wait(what: str, check: Callable[[], object], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_worker_survives_redis_restart_holding_a_shard(tmp_path: Path) -> None:
+    port, state, redis_log = proc.free_port(), tmp_path / "redis", tmp_path / "redis.log"
+    redis = proc.start_redis(state_dir=state, port=port, log=redis_log)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    env = {**os.environ, "RSIEVE_REDIS_URL": f"redis://127.0.0.1:{port}/0",
+           "RSIEVE_VISIBILITY_TIMEOUT_S": "5", "RSIEVE_UNACKED_RESTORE_INTERVAL_S": "1",
+           "RSIEVE_TEST_MARKS": str(marks), "RSIEVE_TEST_HOLD_S": "3"}
+    worker_log = tmp_path / "worker.log"
+    worker = None
+    try:
+        proc.wait_redis(port, 30, proc=redis)
+        with worker_log.open("ab") as log:
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "tests.e2e.broker_worker", "worker",
+                 "-Q", "generate", "-c", "2", "--without-gossip", "--without-mingle",
+                 "--loglevel", "INFO"],
+                env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True)
+        app = make_celery(Settings.from_env_map({"RSIEVE_REDIS_URL": env["RSIEVE_REDIS_URL"]}))
+        enqueue(app, "rsieve.generate", run="r", shard="00000", lines=1)
+        _wait("the shard never started", lambda: list(marks.glob("start-00000-*")), 60)
+        time.sleep(0.3)  # one child holds the shard, the other waits for the next
+
+        proc.stop(redis)
+        time.sleep(1)
+        redis = proc.start_redis(state_dir=state, port=port, log=redis_log)
+        proc.wait_redis(port, 30, proc=redis)
+
+        # The shard held across the restart is done (by the child that held it, or
+        # redelivered after it was cancelled on the connection loss: visibility timeout
+        # 5 s), and the worker goes on taking shards.
+        def done(shard: str) -> object:
+            return list(marks.glob(f"done-{shard}-*")) or worker.poll() is not None
+
+        _wait("the shard held across the restart was never done", lambda: done("00000"), 60)
+        enqueue(app, "rsieve.generate", run="r", shard="00001", lines=1)
+        _wait("a shard sent after the restart was never done", lambda: done("00001"), 60)
+        assert worker.poll() is None, (
+            "the worker's main process exited after the Redis restart:\n"
+            + worker_log.read_text(errors="replace")[-3000:])
+    finally:
+        proc.stop(worker, timeout=30)
+        proc.stop(redis)
