@@ -2,6 +2,9 @@
 # rsieve container entrypoint.
 #
 #   entrypoint.sh SERVICE        exec `python -m services.SERVICE` (SERVICE below)
+#   entrypoint.sh beat [ARG...]  exec `python -m services.cleaner.beat ARG...`: the Celery beat
+#                                of continuous ingestion (exactly one per deployment; exits 0
+#                                at once when RSIEVE_WATCH_PREFIX is empty)
 #   entrypoint.sh --healthcheck  exit 0 when this container's rsieve service is healthy
 #
 # The service runs as PID 1 (exec, no shell in between), so `docker stop` delivers SIGTERM
@@ -21,7 +24,7 @@ set -eu
 SERVICES="api cleaner compactor generator judge verifier"
 
 usage() {
-    echo "usage: $0 {$(echo "$SERVICES" | tr ' ' '|')} | --healthcheck" >&2
+    echo "usage: $0 {$(echo "$SERVICES" | tr ' ' '|')} | beat [--schedule FILE] | --healthcheck" >&2
 }
 
 healthcheck() {
@@ -78,6 +81,14 @@ case "${1:-}" in
 esac
 
 name=$1
+if [ "$name" = "beat" ]; then
+    # Not a folder of its own (services/cleaner/beat.py), so not in SERVICES; the only name
+    # that takes arguments (--schedule FILE: beat's state file, on a writable volume). The
+    # health check above passes it like a worker: PID 1 is `python -m services.cleaner.beat`.
+    shift
+    cd "$(dirname "$0")/../.."
+    exec python -m services.cleaner.beat "$@"
+fi
 for service in $SERVICES; do
     if [ "$service" = "$name" ]; then
         # The repository root (/app in the image), so `services` imports from the source.

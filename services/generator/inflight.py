@@ -10,7 +10,8 @@ crash) gives its slots back: no count can leak.
 
 Within one shard (one `Lease`, one asyncio loop) a slot freed while requests of the same
 shard wait goes straight to the next of them; only when none is left waiting does it go back
-to the file, where the other child's shard, polling every `poll_s`, takes it. So the shard
+to the file, where the other child's shard, polling every `poll_s` (backing off to 8 x
+`poll_s` while none is free), takes it. So the shard
 being answered keeps its slots and the next shard's requests fill its tail: they are
 queued at Triton while its last batch runs.
 """
@@ -131,12 +132,17 @@ class Lease:
             self._slots.release(slot)
 
     async def _poll(self) -> None:
+        # Each look tries every slot's lock (a syscall each): while none is free, look
+        # less often, up to 8 x poll_s (within one batch of any model worth overlapping).
+        wait = self._poll_s
         while self._live_waiters():
             slot = self._take()
             if slot is None:
-                await asyncio.sleep(self._poll_s)
+                await asyncio.sleep(wait)
+                wait = min(2 * wait, 8 * self._poll_s)
             else:
                 self._give(slot)
+                wait = self._poll_s
 
     def close(self) -> None:
         self._closed = True

@@ -4,6 +4,7 @@ show, filters narrow the list, a person's call on a judge promotion is stored.""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -98,6 +99,15 @@ def test_review_page_shows_filters_and_records(finished: tuple[Stack, str, Scena
     wrong_kind = httpx.put(f"{api}/runs/{run}/reviews/w-wrong", json={"verdict": "wrong"},
                            headers={"Authorization": f"Bearer {TOKEN}"})
     assert wrong_kind.status_code == 404  # only judge promotions are reviewed
+    # The page's images come from the pool's packs, exactly as uploaded.
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    items = httpx.get(f"{api}/runs/{run}/review/items", headers=auth).json()["data"]
+    for sha in {i["image_sha256"] for i in items}:
+        got = httpx.get(f"{api}/runs/{run}/images/{sha}", headers=auth)
+        assert got.status_code == 200 and hashlib.sha256(got.content).hexdigest() == sha
+        assert got.headers["content-type"] == "image/png"
+    assert httpx.get(f"{api}/runs/{run}/images/{'0' * 64}", headers=auth).status_code == 404
+    assert httpx.get(f"{api}/runs/{run}/images/{items[0]['image_sha256']}").status_code == 401
 
 
 def test_reviews_count_in_the_card_at_the_next_compaction(

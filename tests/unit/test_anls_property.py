@@ -8,23 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rsieve.verify import PROTOCOLS
-
-
-def levenshtein(a: str, b: str) -> int:
-    """The card's reference edit distance (CARD.md), quadratic loop as written there."""
-    if a == b:
-        return 0
-    if not a:
-        return len(b)
-    if not b:
-        return len(a)
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        cur = [i] + [0] * len(b)
-        for j, cb in enumerate(b, 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
-        prev = cur
-    return prev[len(b)]
+from tests.unit.cases.references import card_levenshtein as levenshtein
 
 
 def _norm(text: str) -> str:

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from rsieve.settings import Settings
+from services.cleaner.beat import beat_schedule
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -146,6 +147,10 @@ def test_rsieve_services_run_a_real_module(services: dict[str, dict[str, Any]]) 
         entrypoint = as_list(service.get("entrypoint"))
         assert entrypoint in ([], [IMAGE_ENTRYPOINT]), f"{name} overrides the entrypoint"
         command = as_list(service.get("command"))
+        if command[:1] == ["beat"]:
+            # The entrypoint's one name that is not a folder: services/cleaner/beat.py.
+            assert (REPO / "services" / "cleaner" / "beat.py").is_file()
+            continue
         assert len(command) == 1, f"{name}: command must be one service name, got {command}"
         module = REPO / "services" / command[0] / "__main__.py"
         assert module.is_file(), f"{name} runs services.{command[0]}, which has no __main__.py"
@@ -219,6 +224,54 @@ def test_workers_stop_gracefully(services: dict[str, dict[str, Any]]) -> None:
     longest = max(seconds(str(services[n]["stop_grace_period"])) for n in WORKERS)
     # A shard stopped anyway is redelivered after the visibility timeout: it must be longer.
     assert Settings.model_fields["visibility_timeout_s"].default > longest
+
+
+def test_beat_is_one_opt_in_service(services: dict[str, dict[str, Any]]) -> None:
+    """Continuous ingestion's Celery beat: exactly one, from the rsieve image, only with the
+    `watch` profile, and not restarted after the clean exit of an empty watch prefix."""
+    beats = [n for n, s in services.items() if as_list(s.get("command"))[:1] == ["beat"]]
+    assert beats == ["beat"], f"exactly one service may run the beat: {beats}"
+    beat = services["beat"]
+    assert builds_rsieve_image(beat) and beat["image"] == services["cleaner"]["image"]
+    assert beat["profiles"] == ["watch"]
+    # Only the beat is optional this way: `docker compose up` without the profile runs the
+    # rest as before.
+    for name, service in services.items():
+        if name != "beat":
+            assert "watch" not in (service.get("profiles") or []), name
+    # unless-stopped (the image default) would restart the exit 0 of an empty prefix forever.
+    assert beat["restart"] == "on-failure"
+    assert (beat.get("deploy") or {}).get("replicas", 1) == 1 and not beat.get("scale")
+    assert not beat.get("ports")
+    command = as_list(beat["command"])
+    assert command[1] == "--schedule" and len(command) == 3
+    # /app is root-owned and read-only to the service user; /tmp is writable.
+    assert command[2].startswith("/tmp/"), command
+    assert beat["depends_on"] == {"redis": {"condition": "service_healthy"}}
+    assert as_list(beat["healthcheck"]["test"]) == ["CMD", IMAGE_ENTRYPOINT, "--healthcheck"]
+
+
+def test_beat_and_cleaners_share_the_watch_settings(
+    services: dict[str, dict[str, Any]], env_example: dict[str, str]
+) -> None:
+    beat, cleaner = environment(services["beat"]), environment(services["cleaner"])
+    # The cleaners run the looks the beat sends: same settings, the prefix included.
+    assert beat == cleaner
+    for name in SERVICE_MODULES:
+        assert "RSIEVE_WATCH_PREFIX" in environment(services[name]), name
+    # No literal: passed through from the shell or .env when set, absent (watching off) if not.
+    assert services["beat"]["environment"]["RSIEVE_WATCH_PREFIX"] is None
+
+    def settings(prefix: str) -> Settings:
+        values = {key.removeprefix("RSIEVE_").lower(): interpolate(value, env_example)
+                  for key, value in beat.items() if key.startswith("RSIEVE_")}
+        return Settings(**{**values, "watch_prefix": prefix})
+
+    assert beat_schedule(settings("")) == {}, "an unset prefix must turn the beat off"
+    (entry,) = beat_schedule(settings("incoming/")).values()
+    assert entry["task"] == "rsieve.watch" and entry["options"]["queue"] == "clean"
+    cleaner_main = (REPO / "services" / "cleaner" / "__main__.py").read_text()
+    assert re.search(r'run_worker\(\s*"cleaner"\s*,\s*"clean"', cleaner_main)
 
 
 def test_every_variable_is_defined_in_env_example(env_example: dict[str, str]) -> None:
@@ -397,7 +450,24 @@ def test_entrypoint_execs_the_service_module(service: str, fake_python: dict[str
     assert out.stdout.strip() == f"{REPO}|-m services.{service}"
 
 
-@pytest.mark.parametrize("argv", [[], ["nope"], ["common"], ["../cleaner"], ["-h"]])
+def test_entrypoint_execs_beat_with_its_arguments(fake_python: dict[str, str]) -> None:
+    out = subprocess.run(
+        [str(ENTRYPOINT), "beat", "--schedule", "/tmp/celerybeat-schedule"],
+        env=fake_python,
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == (
+        f"{REPO}|-m services.cleaner.beat --schedule /tmp/celerybeat-schedule"
+    )
+
+
+@pytest.mark.parametrize(
+    "argv", [[], ["nope"], ["common"], ["../cleaner"], ["-h"], ["cleaner.beat"], ["beats"]]
+)
 def test_entrypoint_refuses_other_names(argv: list[str], fake_python: dict[str, str]) -> None:
     out = subprocess.run(
         [str(ENTRYPOINT), *argv], env=fake_python, capture_output=True, text=True, timeout=30
@@ -441,6 +511,17 @@ def test_worker_healthcheck_follows_the_process(service_process: subprocess.Pope
     service_process.kill()
     service_process.wait(timeout=10)
     assert healthcheck(service_process.pid).returncode == 1
+
+
+def test_healthcheck_passes_the_beat() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                             "-m", "services.cleaner.beat", "--schedule", "/tmp/x"])
+    try:
+        out = healthcheck(proc.pid)
+        assert out.returncode == 0, out.stderr
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 def test_healthcheck_refuses_a_process_that_is_not_a_service() -> None:

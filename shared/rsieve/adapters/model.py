@@ -260,7 +260,9 @@ class TritonModel:
         """One request for `reqs`; a model error on several items is asked item by item."""
         answer = await self._one(client, reqs)
         if isinstance(answer, Exception) and len(reqs) > 1:
-            return [r for req in reqs for r in await self._chunk(client, [req])]
+            # All at once, within the slots the chunk holds: the batcher batches them again.
+            singles = await asyncio.gather(*(self._chunk(client, [req]) for req in reqs))
+            return [reply for single in singles for reply in single]
         return [answer] * len(reqs) if isinstance(answer, Exception) else answer
 
     async def _one(self, client: grpcclient.InferenceServerClient, reqs: list[ModelRequest]

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import boto3
@@ -85,30 +86,32 @@ class S3Store:
         except ClientError:
             self._client.create_bucket(Bucket=self.bucket)
 
-    def get(self, key: str) -> bytes:
+    @contextmanager
+    def _as_rsieve_errors(self, key: str) -> Iterator[None]:
+        """boto3's errors as rsieve's (NotFound, Retryable, Permanent), in one place."""
         try:
-            return bytes(self._client.get_object(Bucket=self.bucket, Key=key)["Body"].read())
-        except Exception as exc:  # noqa: BLE001 - translated below
+            yield
+        except Exception as exc:  # noqa: BLE001 - translated
             raise _translate(exc, key) from exc
+
+    def get(self, key: str) -> bytes:
+        with self._as_rsieve_errors(key):
+            return bytes(self._client.get_object(Bucket=self.bucket, Key=key)["Body"].read())
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
         """Bytes [start, end) of an object (one ranged GET)."""
         if end <= start:
             return b""
-        try:
+        with self._as_rsieve_errors(key):
             body = self._client.get_object(Bucket=self.bucket, Key=key,
                                            Range=f"bytes={start}-{end - 1}")["Body"]
             return bytes(body.read())
-        except Exception as exc:  # noqa: BLE001
-            raise _translate(exc, key) from exc
 
     def put(self, key: str, data: bytes, *, content_type: str = "application/octet-stream"
             ) -> None:
-        try:
+        with self._as_rsieve_errors(key):
             self._client.put_object(Bucket=self.bucket, Key=key, Body=data,
                                     ContentType=content_type)
-        except Exception as exc:  # noqa: BLE001
-            raise _translate(exc, key) from exc
 
     def put_file(self, key: str, path: str, *, content_type: str = "application/octet-stream"
                  ) -> None:
@@ -117,37 +120,29 @@ class S3Store:
 
         config = TransferConfig(multipart_threshold=64 * 1024 * 1024,
                                 multipart_chunksize=64 * 1024 * 1024)
-        try:
+        with self._as_rsieve_errors(key):
             self._client.upload_file(path, self.bucket, key, Config=config,
                                      ExtraArgs={"ContentType": content_type})
-        except Exception as exc:  # noqa: BLE001
-            raise _translate(exc, key) from exc
 
     def delete(self, key: str) -> None:
-        try:
+        with self._as_rsieve_errors(key):
             self._client.delete_object(Bucket=self.bucket, Key=key)
-        except Exception as exc:  # noqa: BLE001
-            raise _translate(exc, key) from exc
 
     def exists(self, key: str) -> bool:
         try:
-            self._client.head_object(Bucket=self.bucket, Key=key)
+            with self._as_rsieve_errors(key):
+                self._client.head_object(Bucket=self.bucket, Key=key)
             return True
-        except Exception as exc:  # noqa: BLE001
-            err = _translate(exc, key)
-            if isinstance(err, NotFoundError):
-                return False
-            raise err from exc
+        except NotFoundError:
+            return False
 
     def list(self, prefix: str) -> Iterator[str]:
-        try:
+        with self._as_rsieve_errors(prefix):
             pages = self._client.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=prefix)
             for page in pages:
                 for obj in page.get("Contents", []):
                     yield obj["Key"]
-        except Exception as exc:  # noqa: BLE001
-            raise _translate(exc, prefix) from exc
 
 
 def read_images(store: ObjectStore, refs: Iterable[ImageRef], *, threads: int = 8
