@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from rsieve.adapters.storage import S3Store, read_images
+from rsieve.adapters.storage import S3Store, read_images, write_packs
 from rsieve.cleaning import (
     assess_pool,
     clean_item,
@@ -24,7 +24,7 @@ from rsieve.cleaning import (
     pool_image_path,
 )
 from rsieve.errors import NotFoundError
-from rsieve.packs import INDEX, PackIndex, PackWriter
+from rsieve.packs import INDEX, PackIndex
 from rsieve.provenance import verify_source
 from rsieve.purity import PURITY_VERSION, load_embedder
 from rsieve.schemas import Item, Quarantined, ShardOutput
@@ -154,17 +154,14 @@ def _pack_index(ctx: Context, prefix: str, shards: list[list[PoolLine]]) -> Pack
         except NotFoundError:
             return path, None
 
-    writer = PackWriter(prefix)
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        for at in range(0, len(paths), 256):  # bounded memory: 256 images in hand
-            for path, data in pool.map(fetch, paths[at:at + 64]):
-                if data is not None and (done := writer.add(path, data)):
-                    ctx.store.put(*done)
-    if done := writer.flush():
-        ctx.store.put(*done)
-    ctx.store.put(prefix + INDEX, writer.index.model_dump_json().encode(),
-                  content_type="application/json")
-    return writer.index
+    def fetched(step: int = 64) -> Iterator[tuple[str, bytes]]:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            for at in range(0, len(paths), step):  # bounded memory: `step` images in hand
+                for path, data in pool.map(fetch, paths[at:at + step]):
+                    if data is not None:
+                        yield path, data
+
+    return write_packs(ctx.store, prefix, fetched())
 
 
 def _clean_line(ctx: Context, pool_uri: str, pool_line: PoolLine, resolver: StackResolver,

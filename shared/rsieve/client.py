@@ -13,12 +13,11 @@ from typing import Any
 
 import httpx
 
-from rsieve.adapters.storage import S3Store
+from rsieve.adapters.storage import S3Store, write_packs
 from rsieve.cascade import verify_generation
 from rsieve.cleaning import pool_image_path
 from rsieve.errors import PermanentError
 from rsieve.ingest import read_pool
-from rsieve.packs import INDEX, PackWriter
 
 __all__ = ["export_dataset", "pool_files", "recheck_outcomes", "submit", "upload_pool",
            "wait_for_run"]
@@ -52,14 +51,8 @@ def upload_pool(store: S3Store, folder: Path, *, family: str | None = None) -> s
     pool_sha = digest.hexdigest()
     prefix = f"pools/{pool_sha}/"
     if not store.exists(prefix + "_complete"):
-        writer = PackWriter(prefix)
-        for name in _in_line_order(pool.items, names):  # a shard's images lie together
-            if done := writer.add(name, pool.read(name)):
-                store.put(*done)
-        if done := writer.flush():
-            store.put(*done)
-        store.put(prefix + INDEX, writer.index.model_dump_json().encode(),
-                  content_type="application/json")
+        # In line order, so a shard's images lie together.
+        write_packs(store, prefix, ((n, pool.read(n)) for n in _in_line_order(pool.items, names)))
         for name, data in extra.items():
             store.put(prefix + name, data)
         store.put(prefix + "_complete", pool_sha.encode())

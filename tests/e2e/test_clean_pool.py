@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 from rsieve.adapters.storage import S3Store
-from rsieve.client import export_dataset, submit, upload_pool, wait_for_run
+from rsieve.client import export_dataset, pool_files, submit, upload_pool, wait_for_run
 from tests.conftest import stack_settings
 
 
@@ -101,8 +101,31 @@ def result(start_stack: Any, tmp_path_factory: pytest.TempPathFactory
     cleaning = json.loads(store.get(f"runs/{run}/cleaning.json"))
     clean_items = [i for n in range(4) for i in json.loads(
         store.get(f"runs/{run}/clean/{n:05d}.json"))["items"]]
+    # The same pool as another tool would write it: each file its own object, no packs,
+    # no _refused.json (the symbolic link is simply not there). Ingest packs it.
+    for name in pool_files(pool):
+        store.put(f"by-hand/{name}", (pool / name).read_bytes())
+    store.put("by-hand/_complete", b"written by hand")
+    manual = submit(settings.api_url, f"s3://{store.bucket}/by-hand/", "clean-by-hand")
+    wait_for_run(settings.api_url, manual, timeout=300)
+    by_hand = export_dataset(store, "clean-by-hand", root / "out-by-hand")
+    # More images than ingest fetches at once (64), each a different one.
+    lines = []
+    for n in range(150):
+        store.put(f"by-hand-big/{n}.png", _png(f"#{n:06x}"))
+        lines.append(json.dumps({"id": f"big-{n}", "family": "SynthWords", "image": f"{n}.png",
+                                 "question": "What is shown?", "answer": "x",
+                                 "source": {"dataset": "by-hand"}}))
+    store.put("by-hand-big/items.jsonl", ("\n".join(lines) + "\n").encode())
+    store.put("by-hand-big/_complete", b"written by hand")
+    big = submit(settings.api_url, f"s3://{store.bucket}/by-hand-big/", "clean-by-hand-big")
+    wait_for_run(settings.api_url, big, timeout=300)
     return expected, export_dataset(store, "clean-test", root / "out"), {
-        "cleaning": cleaning, "items": clean_items}
+        "cleaning": cleaning, "items": clean_items, "by_hand": by_hand,
+        "by_hand_index": json.loads(store.get("by-hand/_packs/index.json")),
+        "big_index": json.loads(store.get("by-hand-big/_packs/index.json")),
+        "big_quarantine": [q for key in store.list(f"runs/{big}/clean/")
+                           for q in json.loads(store.get(key))["quarantined"]]}
 
 
 def test_each_bad_item_has_its_reason_and_line(result: Any) -> None:
@@ -126,3 +149,19 @@ def test_good_items_pass_and_multiple_choice_is_normalised(result: Any) -> None:
         "normalised": 1}
     assert stored["cleaning"]["files_refused"] == {
         "escape.png": "symbolic link to a file outside the pool folder"}
+
+
+def test_a_pool_without_packs_is_packed_at_ingest(result: Any) -> None:
+    expected, _, stored = result
+    quarantine = [json.loads(x) for x in
+                  (stored["by_hand"] / "quarantine.jsonl").read_text().splitlines()]
+    cleaner = {q["line"]: (q["id"], q["reason"]) for q in quarantine if q["stage"] == "clean"}
+    # Every line ends as with the packed upload, but the link nobody uploaded is missing.
+    assert {line: (item, "missing_image" if reason == "image_symlink" else reason)
+            for line, (item, reason) in expected.items()} == cleaner
+    report = json.loads((stored["by_hand"] / "run_report.json").read_text())
+    assert report["adds_up"] is True and report["lines"] == 17
+    images = stored["by_hand_index"]["images"]
+    assert images and all(ref["pack"].startswith("by-hand/_packs/") for ref in images.values())
+    assert len(stored["big_index"]["images"]) == 150
+    assert not [q for q in stored["big_quarantine"] if q["reason"] == "missing_image"]

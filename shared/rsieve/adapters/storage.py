@@ -27,10 +27,11 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
 from rsieve.errors import NotFoundError, PermanentError, RetryableError
-from rsieve.packs import ImageRef, Read, plan_reads, slice_read
+from rsieve.packs import INDEX, ImageRef, PackIndex, PackWriter, Read, plan_reads, slice_read
 from rsieve.settings import Settings
 
-__all__ = ["ObjectStore", "PackReader", "S3Store", "parse_s3_uri", "read_images"]
+__all__ = ["ObjectStore", "PackReader", "S3Store", "parse_s3_uri", "read_images",
+           "write_packs"]
 
 
 class ObjectStore(Protocol):
@@ -143,6 +144,21 @@ class S3Store:
             for page in pages:
                 for obj in page.get("Contents", []):
                     yield obj["Key"]
+
+
+def write_packs(store: ObjectStore, prefix: str, images: Iterable[tuple[str, bytes]]
+                ) -> PackIndex:
+    """A pool's images (path, bytes), in the order given, as packs under `prefix`, then
+    their index (`_packs/index.json`), which is written last; memory is one pack."""
+    writer = PackWriter(prefix)
+    for path, data in images:
+        if done := writer.add(path, data):
+            store.put(*done)
+    if done := writer.flush():
+        store.put(*done)
+    store.put(prefix + INDEX, writer.index.model_dump_json().encode(),
+              content_type="application/json")
+    return writer.index
 
 
 def read_images(store: ObjectStore, refs: Iterable[ImageRef], *, threads: int = 8
