@@ -436,29 +436,21 @@ def fake_python(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
 
 
+def _entrypoint(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """The image's entrypoint with `args`, its python replaced by one that echoes argv."""
+    return subprocess.run([str(ENTRYPOINT), *args], env=env, cwd="/", capture_output=True,
+                          text=True, timeout=30)
+
+
 @pytest.mark.parametrize("service", SERVICE_MODULES)
 def test_entrypoint_execs_the_service_module(service: str, fake_python: dict[str, str]) -> None:
-    out = subprocess.run(
-        [str(ENTRYPOINT), service],
-        env=fake_python,
-        cwd="/",
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    out = _entrypoint(fake_python, service)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"{REPO}|-m services.{service}"
 
 
 def test_entrypoint_execs_beat_with_its_arguments(fake_python: dict[str, str]) -> None:
-    out = subprocess.run(
-        [str(ENTRYPOINT), "beat", "--schedule", "/tmp/celerybeat-schedule"],
-        env=fake_python,
-        cwd="/",
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    out = _entrypoint(fake_python, "beat", "--schedule", "/tmp/celerybeat-schedule")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == (
         f"{REPO}|-m services.cleaner.beat --schedule /tmp/celerybeat-schedule"
