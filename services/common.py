@@ -57,8 +57,10 @@ class Context:
     def guard(self, task: str, run: str, shard: str) -> ItemGuard:
         return ItemGuard(self, task, run, shard)
 
-    def model(self, name: str) -> TritonModel:
-        return TritonModel.from_settings(self.settings, name)
+    def model(self, name: str, tokenizer: str = "", max_new_tokens: int | None = None
+              ) -> TritonModel:
+        return TritonModel.from_settings(self.settings, name, tokenizer=tokenizer,
+                                         max_new_tokens=max_new_tokens)
 
     def images(self, items: Iterable[Item]) -> dict[str, bytes]:
         """sha256 -> bytes of the items' images: ranged reads of the pool's packs; an item

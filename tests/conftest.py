@@ -4,16 +4,19 @@ API) on free ports in a temporary folder, and stop it after."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import pytest
 
-from rsieve.local.stack import REPO_ROOT, Stack, StackConfig
+from rsieve.local.checkpoints import smollm2_checkpoint
+from rsieve.local.stack import JUDGE_CHECKPOINT_ENV, REPO_ROOT, SMOLLM2_MODEL, Stack, StackConfig
 from rsieve.settings import Settings
 
 TRITON_MODELS = {
     "rapidocr": REPO_ROOT / "deploy" / "triton" / "cpu" / "rapidocr",
     "judge-abstain": REPO_ROOT / "deploy" / "triton" / "cpu" / "judge-abstain",
+    # SmolLM2-135M-Instruct; needs RSIEVE_JUDGE_CHECKPOINT (triton_model_env; a Stack sets it).
+    SMOLLM2_MODEL: REPO_ROOT / "deploy" / "triton" / "cpu" / SMOLLM2_MODEL,
     "replay": REPO_ROOT / "tests" / "triton_models" / "replay",
     "vlm": REPO_ROOT / "deploy" / "triton" / "hf" / "vlm",
     "vllm-mimic": REPO_ROOT / "tests" / "triton_models" / "vllm-mimic",
@@ -22,13 +25,26 @@ TRITON_MODELS = {
 }
 
 
+def triton_model_env(models: Iterable[str]) -> dict[str, str]:
+    """The environment Triton needs for ``models`` beyond the defaults: the SmolLM2 judge's
+    checkpoint folder (prepared once, cached in var/models) when judge-smollm2 is among them.
+    For tests that start tritonserver themselves; ``Stack.up`` does the same."""
+    if SMOLLM2_MODEL in models:
+        return {JUDGE_CHECKPOINT_ENV: str(smollm2_checkpoint())}
+    return {}
+
+
 def stack_settings(stack: Stack) -> Settings:
     return Settings.from_env_map(stack.config.env())
 
 
 @pytest.fixture(scope="session")
 def start_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Stack]]:
-    """start_stack(models, settings_env, triton_env) -> a running Stack on free ports."""
+    """start_stack(models, settings_env, triton_env) -> a running Stack on free ports.
+
+    Triton loads only ``models``; the generator and the judge the services are set to use
+    must be among them (name them in ``settings_env``; without RSIEVE_JUDGE_MODEL the stack
+    picks the CPU judge it serves, judge-smollm2 or judge-abstain)."""
     started: list[Stack] = []
 
     def start(models: list[str], *, settings_env: dict[str, str] | None = None,
@@ -40,6 +56,12 @@ def start_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
         config = StackConfig.free_ports(root / "state", model_repository=repo, models=models,
                                         settings_env=settings_env or {},
                                         triton_env=triton_env or {})
+        settings = Settings.from_env_map(config.env())
+        for role, model in (("generator", settings.generator_model),
+                            ("judge", settings.judge_model)):
+            if model not in models:
+                raise ValueError(f"start_stack: the {role} model {model!r} is not among the "
+                                 f"stack's models {models}; name it in settings_env")
         stack = Stack(config)
         started.append(stack)
         stack.up()

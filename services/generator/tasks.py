@@ -83,7 +83,8 @@ def register(ctx: Context) -> None:
                 else:
                     ready.append((item, image))
             model = TritonModel.from_settings(ctx.settings, ctx.settings.generator_model, slots,
-                                              sharers=ctx.settings.generator_concurrency)
+                                              sharers=ctx.settings.generator_concurrency,
+                                              tokenizer=ctx.settings.generator_tokenizer)
             replies = ctx.guard("generate", run, shard).batch(
                 ready, lambda batch: model.generate_many(
                     [ModelRequest(i.question, im.data) for i, im in batch]),
@@ -100,13 +101,18 @@ def register(ctx: Context) -> None:
                 parsed = parse_output(reply.text, reply.finish_reason)
                 info = model.info
                 assert info is not None
+                if reply.user_text is not None and reply.user_text != item.question:
+                    # Special tokens were neutralised: the stored question is what was sent.
+                    item = item.model_copy(update={"question": reply.user_text})
                 out.generations.append(Generation(
                     item=item, model=info.name, raw_output=reply.text,
                     finish_reason=reply.finish_reason, reasoning=parsed.reasoning,
                     answer=parsed.answer, failure=parsed.failure,
                     image_sent_sha256=image.sha256, model_version=info.version,
-                    interface=info.interface, sampling=info.sampling,
+                    interface=info.interface, model_kind=info.kind, sampling=info.sampling,
                     chat_template=info.chat_template,
+                    chat_template_sha256=info.chat_template_sha256,
+                    thinking_mode=info.thinking_mode,
                     prompt_sent_sha256=reply.prompt_sent_sha256,
                     input_tokens=reply.input_tokens, output_tokens=reply.output_tokens,
                     latency_s=reply.latency_s, image_sent=image.meta()))

@@ -31,7 +31,13 @@ def register(ctx: Context) -> None:
                                         rate=s.judge_calibration_rate)
             prompts = [judge_prompt(verified[i]) for i in pending]
             prompts += [probe_prompt(p) for p in probes]
-            replies = ctx.model(model).generate_many([ModelRequest(p) for p in prompts])
+            judge = ctx.model(model, tokenizer=s.judge_tokenizer,
+                              max_new_tokens=s.judge_max_new_tokens)
+            replies = judge.generate_many([ModelRequest(p) for p in prompts])
+            kind = judge.info.kind if judge.info else None
+            # What the judge received: special tokens of its tokenizer neutralised.
+            prompts = [r.user_text if not isinstance(r, Exception) and r.user_text is not None
+                       else p for p, r in zip(prompts, replies, strict=True)]
 
             def reply(k: int) -> tuple[str | None, str, str | None]:
                 r = replies[k]  # (raw output, finish reason, failure)
@@ -44,7 +50,7 @@ def register(ctx: Context) -> None:
                 raw, finish, failure = reply(k)
                 records.append(calibration_record(probe, model=model, prompt=prompts[k],
                                                   raw_output=raw, finish_reason=finish,
-                                                  failure=failure))
+                                                  failure=failure, model_kind=kind))
             ctx.store.put(calibration_key(run, shard), CalibrationShard(
                 run=run, shard=shard, size=s.judge_calibration_size,
                 rate=s.judge_calibration_rate, records=records).model_dump_json().encode(),
@@ -54,7 +60,7 @@ def register(ctx: Context) -> None:
                 raw, finish, failure = reply(k)
                 outcomes[i] = apply_verdict(verified[i], model=model, prompt=prompts[k],
                                             raw_output=raw, finish_reason=finish,
-                                            failure=failure)
+                                            failure=failure, model_kind=kind)
             ctx.save(ShardOutput(run=run, shard=shard, stage="judge", lines=lines,
                                  outcomes=outcomes))
         # Every shard that finishes checks; whichever sees all of them enqueues the

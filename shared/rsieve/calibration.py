@@ -9,28 +9,32 @@
   it, so it is wrong by the family's rule. The false-promotion rate is the share called
   CORRECT: the figure that matters for training data.
 
-Both rates come with Wilson 95% intervals and their sample sizes, per family. A family
-whose false-promotion upper bound exceeds the configured bound (or that has no
-calibration at all) has its judge promotions held back: `hold_back` keeps them rejected
-with reason `judge_untrusted`, verdict kept for audit.
+Both rates count only the probes the judge answered CORRECT or WRONG, and come with
+Wilson 95% intervals and their sample sizes, per family. UNSURE (the judge's own answer)
+and FAILED (no verdict: the call failed, or the output was empty, unparsable or cut off)
+are counted beside them, each on its own, never mixed into a rate. A family whose judge
+gave no CORRECT or WRONG verdict on its known-wrong probes has no false-promotion figure
+("n/a"); it, a family whose false-promotion upper bound exceeds the configured bound, and a
+family with no calibration at all have their judge promotions held back: `hold_back` keeps
+them rejected with reason `judge_untrusted`, verdict kept for audit.
 
 The sample is a bottom-k sample by a hash of the item id: each shard probes the `size`
 lowest-ranked eligible accepted items per family, and `summarise` keeps the `size`
 lowest-ranked per family over all shards, which is exactly the run-wide bottom-k (a
-uniform sample that does not depend on how the pool was sharded). A failed judge call
-tells nothing about the judge and is counted apart (`failed`), never as a verdict.
+uniform sample that does not depend on how the pool was sharded).
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from rsieve.cascade import verdict_state
 from rsieve.judge import TEMPLATE_SHA256, build_judge_prompt, judge_mark, read_verdict
 from rsieve.schemas import Outcome
 from rsieve.verify import verify
@@ -52,6 +56,7 @@ __all__ = [
     "known_wrong",
     "probe_prompt",
     "promotions_listing",
+    "record_state",
     "render_calibration_markdown",
     "sample_for_calibration",
     "sample_rank",
@@ -91,16 +96,20 @@ class Probe(_Model):
 
 
 class CalibrationRecord(_Model):
-    """A probe with what the judge said, stored like a verdict (auditable, recomputable)."""
+    """A probe with what the judge said, stored like a verdict (auditable, recomputable).
+    `failed`: no verdict (FAILED, with its cause); records stored before FAILED existed say
+    UNSURE with a cause instead, and `summarise` reads them as FAILED."""
 
     probe: Probe
     model: str
+    # What the judge model is (rsieve.schemas.MODEL_KINDS); None: undeclared.
+    model_kind: str | None = None
     template_sha256: str
     prompt_sha256: str
     prompt: str
     raw_output: str
     finish_reason: str | None
-    verdict: Literal["CORRECT", "WRONG", "UNSURE"]
+    verdict: Literal["CORRECT", "WRONG", "UNSURE", "FAILED"]
     cause: str | None
     failed: bool
 
@@ -235,15 +244,23 @@ def probe_prompt(probe: Probe) -> str:
 
 
 def calibration_record(probe: Probe, *, model: str, prompt: str, raw_output: str | None,
-                       finish_reason: str | None = "stop", failure: str | None = None
-                       ) -> CalibrationRecord:
+                       finish_reason: str | None = "stop", failure: str | None = None,
+                       model_kind: str | None = None) -> CalibrationRecord:
+    """What the judge said on a probe, read exactly as a real verdict (`read_verdict`)."""
     parsed = read_verdict(raw_output, finish_reason or "stop", failure)
     return CalibrationRecord(
-        probe=probe, model=model, template_sha256=TEMPLATE_SHA256,
+        probe=probe, model=model, model_kind=model_kind, template_sha256=TEMPLATE_SHA256,
         prompt_sha256=hashlib.sha256(prompt.encode()).hexdigest(), prompt=prompt,
         raw_output=raw_output or "", finish_reason=finish_reason if raw_output is not None
         else None, verdict=parsed.verdict,  # type: ignore[arg-type]
-        cause=parsed.cause, failed=raw_output is None)
+        cause=parsed.cause, failed=parsed.failed)
+
+
+def record_state(record: CalibrationRecord) -> tuple[str, str | None]:
+    """(verdict, failure cause kind) of a record, old records included (`verdict_state`)."""
+    if record.failed and record.verdict != "FAILED":  # stored before FAILED existed
+        return "FAILED", verdict_state("FAILED", record.cause or "call_failed")[1]
+    return verdict_state(record.verdict, record.cause)
 
 
 def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -266,11 +283,15 @@ def _rate(k: int, n: int) -> dict[str, Any]:
 def summarise(records: Iterable[CalibrationRecord | dict[str, Any]], *,
               size: int | None = None, bound: float | None = None) -> dict[str, dict[str, Any]]:
     """Per family: sensitivity (CORRECT on verifier-accepted answers) and false promotion
-    (CORRECT on known-wrong candidates), each `{k, n, rate, lo, hi}` (Wilson 95%), the
-    false promotions by kind, UNSURE counts, failed calls (excluded from n) and the judge
-    models. `size`: count only the run-wide `size` lowest-ranked items per family (the
-    bottom-k sample; None counts every record). `bound`: also say per family whether its
-    judge promotions are held back."""
+    (CORRECT on known-wrong candidates), each `{k, n, rate, lo, hi}` (Wilson 95%) over the
+    probes the judge answered CORRECT or WRONG only (n = 0: rate None, shown "n/a"); the
+    false promotions by kind; beside them, never mixed in, `unsure` and `failed_by_probe`
+    (`{agreement, known_wrong}`), `failed` (their total), `failure_causes` (cause -> count)
+    and `probes` (all probes, `{agreement, known_wrong}`); `calibrated` (the false-promotion
+    rate has at least one CORRECT/WRONG verdict); the judge models and their kinds.
+    `size`: count only the run-wide `size` lowest-ranked items per family (the bottom-k
+    sample; None counts every record). `bound`: also say per family whether its judge
+    promotions are held back (uncalibrated, or upper bound above `bound`)."""
     recs = [r if isinstance(r, CalibrationRecord) else CalibrationRecord.model_validate(r)
             for r in records]
     items: dict[str, set[tuple[float, str]]] = defaultdict(set)
@@ -280,39 +301,61 @@ def summarise(records: Iterable[CalibrationRecord | dict[str, Any]], *,
             else {i for _, i in ids} for fam, ids in items.items()}
     out: dict[str, dict[str, Any]] = {}
     for family in sorted(items):
-        fam = [r for r in recs if r.probe.family == family and r.probe.item_id in kept[family]]
-        judged = [r for r in fam if not r.failed]
-        agree = [r for r in judged if r.probe.expected == "CORRECT"]
-        wrong = [r for r in judged if r.probe.expected == "WRONG"]
+        fam = [(r, *record_state(r)) for r in recs
+               if r.probe.family == family and r.probe.item_id in kept[family]]
+        sides = {"agreement": [x for x in fam if x[0].probe.expected == "CORRECT"],
+                 "known_wrong": [x for x in fam if x[0].probe.expected == "WRONG"]}
+        decided = {side: [r for r, v, _ in xs if v in ("CORRECT", "WRONG")]
+                   for side, xs in sides.items()}
+        states = {side: [v for _, v, _ in xs] for side, xs in sides.items()}
         by_kind: dict[str, dict[str, int]] = {}
         for kind in WRONG_KINDS:
-            of_kind = [r for r in wrong if r.probe.kind == kind]
+            of_kind = [r for r in decided["known_wrong"] if r.probe.kind == kind]
             if of_kind:
                 by_kind[kind] = {"k": sum(r.verdict == "CORRECT" for r in of_kind),
                                  "n": len(of_kind)}
+        causes = Counter(c for _, v, c in fam if v == "FAILED")
+        kinds: dict[str, str | None] = {}
+        for r, _, _ in fam:
+            kinds[r.model] = kinds.get(r.model) or r.model_kind
+        false_promotion = _rate(sum(r.verdict == "CORRECT" for r in decided["known_wrong"]),
+                                len(decided["known_wrong"]))
         entry: dict[str, Any] = {
             "items": len(kept[family]),
-            "sensitivity": _rate(sum(r.verdict == "CORRECT" for r in agree), len(agree)),
-            "false_promotion": _rate(sum(r.verdict == "CORRECT" for r in wrong), len(wrong)),
+            "sensitivity": _rate(sum(r.verdict == "CORRECT" for r in decided["agreement"]),
+                                 len(decided["agreement"])),
+            "false_promotion": false_promotion,
             "false_promotion_by_kind": by_kind,
-            "unsure": {"agreement": sum(r.verdict == "UNSURE" for r in agree),
-                       "known_wrong": sum(r.verdict == "UNSURE" for r in wrong)},
-            "failed": len(fam) - len(judged),
-            "models": sorted({r.model for r in fam}),
-            "template_sha256": sorted({r.template_sha256 for r in fam}),
+            "probes": {side: len(xs) for side, xs in sides.items()},
+            "unsure": {side: vs.count("UNSURE") for side, vs in states.items()},
+            "failed": sum(vs.count("FAILED") for vs in states.values()),
+            "failed_by_probe": {side: vs.count("FAILED") for side, vs in states.items()},
+            "failure_causes": dict(sorted(causes.items())),
+            "calibrated": false_promotion["n"] > 0,
+            "models": sorted({r.model for r, _, _ in fam}),
+            "model_kinds": dict(sorted(kinds.items())),
+            "template_sha256": sorted({r.template_sha256 for r, _, _ in fam}),
         }
         if bound is not None:
             entry["bound"] = bound
-            entry["held_back"] = entry["false_promotion"]["hi"] > bound
+            entry["held_back"] = _untrusted(entry, bound)
         out[family] = entry
     return out
 
 
+def _untrusted(entry: dict[str, Any], bound: float) -> bool:
+    """No false-promotion figure (no CORRECT/WRONG verdict on known-wrong probes), or its
+    Wilson 95% upper bound above `bound`."""
+    fp = entry["false_promotion"]
+    return not fp["n"] or fp["hi"] > bound
+
+
 def untrusted_families(summary: dict[str, dict[str, Any]], bound: float,
                        families: Iterable[str] = ()) -> set[str]:
-    """Families whose judge may not promote: the Wilson 95% upper bound of the
-    false-promotion rate exceeds `bound`, or (for the `families` named) no calibration."""
-    held = {f for f, s in summary.items() if s["false_promotion"]["hi"] > bound}
+    """Families whose judge may not promote: no false-promotion figure (the judge never
+    said CORRECT or WRONG on the family's known-wrong probes), or its Wilson 95% upper
+    bound exceeds `bound`, or (for the `families` named) no calibration."""
+    held = {f for f, s in summary.items() if _untrusted(s, bound)}
     return held | {f for f in families if f not in summary}
 
 
@@ -351,39 +394,56 @@ def promotions_listing(outcomes: Iterable[Outcome]) -> list[dict[str, Any]]:
 
 def _interval(r: dict[str, Any]) -> str:
     if not r["n"]:
-        return "0/0 (no sample)"
+        return "n/a"
     return f"{r['k']}/{r['n']} = {100 * r['k'] / r['n']:.1f}% [{100 * r['lo']:.1f}%, " \
            f"{100 * r['hi']:.1f}%]"
+
+
+def _sides(counts: dict[str, int]) -> str:
+    return f"{counts['agreement']} / {counts['known_wrong']}"
 
 
 def render_calibration_markdown(summary: dict[str, dict[str, Any]], *,
                                 bound: float | None = None) -> str:
     """The card's calibration section: per family, agreement on verifier-accepted answers
-    and false promotions on known-wrong candidates, with Wilson 95% intervals."""
+    and false promotions on known-wrong candidates, with Wilson 95% intervals, over the
+    CORRECT/WRONG verdicts only; UNSURE and failed counts beside them ("n/a" where the
+    judge gave no CORRECT or WRONG verdict)."""
     out = ["## Judge calibration", "",
            "Sensitivity: the judge's CORRECT rate on answers the string verifier accepted. "
            "False promotion: its CORRECT rate on known-wrong candidates built from the same "
            "items (another item's reference, one digit changed, a swapped option letter, a "
            "truncated reference, a \"master key\" such as \":\"), each rejected by the family's "
-           "protocol. Intervals are Wilson 95%; failed judge calls are excluded and counted.",
-           ""]
+           "protocol. Both count only the probes the judge answered CORRECT or WRONG, with "
+           "Wilson 95% intervals; \"n/a\" means it answered none of them CORRECT or WRONG. "
+           "UNSURE (the judge's own answer) and failed (no verdict: the call failed, or the "
+           "output was empty, unparsable or cut off at its token budget) are counted beside "
+           "them, as agreement / known-wrong probes, and never mixed into a rate.", ""]
     if bound is not None:
-        out += [f"A family whose false-promotion upper bound exceeds {bound:g} (or that has "
-                "no calibration) has its judge promotions held back in the rejected split "
-                "with reason `judge_untrusted`.", ""]
+        out += [f"A family whose false-promotion upper bound exceeds {bound:g}, that has no "
+                "false-promotion figure (n/a), or that has no calibration has its judge "
+                "promotions held back in the rejected split with reason `judge_untrusted`.",
+                ""]
     if not summary:
         return "\n".join(out + ["No calibration sample was judged.", ""])
-    out += ["| family | items | sensitivity | false promotion | by kind (k/n) | failed |"
+    out += ["| family | items | sensitivity | false promotion | by kind (k/n) | "
+            "UNSURE (agreement / known-wrong) | failed (agreement / known-wrong) |"
             + (" held back |" if bound is not None else ""),
-            "|---|---|---|---|---|---|" + ("---|" if bound is not None else "")]
+            "|---|---|---|---|---|---|---|" + ("---|" if bound is not None else "")]
+    causes: list[str] = []
     for family, s in summary.items():
         kinds = ", ".join(f"{k} {v['k']}/{v['n']}" for k, v in s["false_promotion_by_kind"].items())
         row = (f"| {family} | {s['items']} | {_interval(s['sensitivity'])} | "
-               f"{_interval(s['false_promotion'])} | {kinds or '-'} | {s['failed']} |")
+               f"{_interval(s['false_promotion'])} | {kinds or '-'} | "
+               f"{_sides(s['unsure'])} | {_sides(s['failed_by_probe'])} |")
         if bound is not None:
-            held = s["false_promotion"]["hi"] > bound
-            row += f" {'yes' if held else 'no'} |"
+            row += f" {'yes' if _untrusted(s, bound) else 'no'} |"
         out.append(row)
+        if s.get("failure_causes"):
+            causes.append(f"- {family}: " + ", ".join(
+                f"`{c}` {n}" for c, n in s["failure_causes"].items()))
+    if causes:
+        out += ["", "Causes of the failed calibration verdicts:", "", *causes]
     return "\n".join(out + [""])
 
 

@@ -5,11 +5,30 @@ from __future__ import annotations
 
 import hashlib
 
-from rsieve.judge import TEMPLATE_SHA256, build_judge_prompt, read_verdict
+from rsieve.judge import FAILURE_CAUSES, TEMPLATE_SHA256, build_judge_prompt, read_verdict
 from rsieve.schemas import Generation, Outcome, Verdict
 from rsieve.verify import verify
 
-__all__ = ["apply_verdict", "judge_prompt", "needs_judge", "verify_generation"]
+__all__ = ["REASON_OF", "apply_verdict", "judge_prompt", "needs_judge", "verdict_state",
+           "verify_generation"]
+
+
+# The rejected split's reason for each verdict that does not promote.
+REASON_OF = {"WRONG": "wrong_answer", "UNSURE": "judge_unsure", "FAILED": "judge_failed"}
+
+
+def verdict_state(verdict: str, cause: str | None) -> tuple[str, str | None]:
+    """A stored verdict as (verdict, failure cause kind): FAILED with one of
+    `FAILURE_CAUSES` (or "unknown"), else the verdict and None. Records written before
+    FAILED existed held a failure as UNSURE with a cause (`judge_failed: <message>` for a
+    failed call): they read as the FAILED they were."""
+    if verdict == "UNSURE" and cause:
+        verdict = "FAILED"
+    if verdict != "FAILED":
+        return verdict, None
+    kind = (cause or "").split(":", 1)[0].strip()
+    kind = "call_failed" if kind == "judge_failed" else kind
+    return "FAILED", kind if kind in FAILURE_CAUSES else "unknown"
 
 
 def verify_generation(gen: Generation) -> Outcome:
@@ -40,16 +59,21 @@ def judge_prompt(outcome: Outcome) -> str:
 
 
 def apply_verdict(outcome: Outcome, *, model: str, prompt: str, raw_output: str | None,
-                  finish_reason: str = "stop", failure: str | None = None) -> Outcome:
-    """Only CORRECT promotes. A failed call is UNSURE with its cause, never WRONG."""
+                  finish_reason: str = "stop", failure: str | None = None,
+                  model_kind: str | None = None) -> Outcome:
+    """Only CORRECT promotes. WRONG: `wrong_answer`; UNSURE (the judge said so):
+    `judge_unsure`; FAILED (the call failed, or the output was empty, unparsable or cut
+    off; the cause is recorded): `judge_failed`, never WRONG, never UNSURE. `model_kind`:
+    what the judge model is (rsieve.schemas.MODEL_KINDS), None when undeclared."""
     parsed = read_verdict(raw_output, finish_reason, failure)
     verdict, cause = parsed.verdict, parsed.cause
     record = Verdict(verdict=verdict, cause=cause, model=model,  # type: ignore[arg-type]
+                     model_kind=model_kind,
                      prompt_sha256=hashlib.sha256(prompt.encode()).hexdigest(),
                      template_sha256=TEMPLATE_SHA256, prompt=prompt,
                      raw_output=raw_output or "")
     if verdict == "CORRECT":
         return outcome.model_copy(update={"verdict": record, "place": "accepted",
                                           "reason": None, "promoted_by": "judge"})
-    reason = "wrong_answer" if verdict == "WRONG" else "judge_unsure"
-    return outcome.model_copy(update={"verdict": record, "reason": reason})
+    return outcome.model_copy(update={"verdict": record, "reason": REASON_OF[verdict]})
+

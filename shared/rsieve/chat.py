@@ -1,70 +1,138 @@
-"""Client-side chat templates, for servers that take a rendered prompt (Triton's vLLM
-backend applies no chat template: text_input must already be the model's chat prompt).
+"""The checkpoint's own chat template, rendered by transformers, for engines that take a
+rendered prompt (Triton's vLLM backend applies no chat template: `text_input` must already
+be the model's chat prompt). docs/models.md.
 
-`render_chat(question, has_image=..., template=..., reasoning=...)` returns the exact text
-sent and the `prefix` the template opened for the assistant (`"<think>\\n"` with reasoning
-on), which the caller puts back in front of the model's output so the stored raw output is
-the whole assistant turn. The user's text is the stored question, byte for byte.
+A `ChatTemplate` wraps a loaded tokenizer (`rsieve.adapters.tokenizer.load_chat_template`
+reads a checkpoint folder or a GGUF; no weights) and renders one user turn, the image first
+(`{"type": "image"}`, which the template turns into its own placeholder, e.g. Qwen-VL's
+`<|vision_start|><|image_pad|><|vision_end|>`) then the question, with
+`add_generation_prompt=True`. Nothing here writes a chat format by hand.
 
-Templates (ChatML, as the checkpoints' own `chat_template` renders one user turn with one
-image and `add_generation_prompt=True`):
+What the template does for reasoning (`thinking`, one of `rsieve.schemas.THINKING_MODES`):
 
-- `qwen2_5_vl`: Qwen2.5-VL-*-Instruct. Its default system prompt; the image as
-  `<|vision_start|><|image_pad|><|vision_end|>` before the text (vLLM expands the single
-  `<|image_pad|>` to the image's patch count). The model has no native thinking mode, so
-  reasoning on adds a system instruction to reason inside `<think>...</think>` and opens
-  `<think>` for the assistant.
-- `qwen3_vl`: Qwen3-VL-*-Thinking. No default system prompt; the thinking template opens
-  `<think>\\n` for the assistant itself; reasoning off closes an empty think block, as the
-  Qwen3 templates do with `enable_thinking=False`.
+- `switch`: the template has a thinking switch (`enable_thinking`, Qwen3 style); reasoning
+  on renders with `enable_thinking=True`, off with `False`.
+- `opens`: the template opens `<think>` for the assistant itself (Qwen3-VL-Thinking, the
+  tiny test VLM): the model always reasons; reasoning off is refused.
+- `none`: no thinking mode (Qwen2.5-VL-Instruct, SmolLM2): the prompt is the template's
+  own, with no instruction added; "reasoning on" is whatever the model writes unprompted,
+  and an answer without think tags has no reasoning (it goes to `_RS_nothink` only).
+
+Whatever the template put after the assistant header from `<think>` on (`<think>\\n`, or
+Qwen3's closed empty block with reasoning off) is the `prefix`, which the caller puts back
+in front of the model's output so the stored raw output is the whole assistant turn.
+
+Special tokens cannot end the user turn: every special or added token of the tokenizer
+(`<|im_end|>`, `<|im_start|>`, `<|endoftext|>`, a `<think>` the tokenizer adds, ...) found in
+text from the pool or from a model is neutralised (`neutralise`) before rendering, so the
+tokenizer encodes it as plain text. The question sent is then byte-identical to the
+neutralised question, which is what the caller stores.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["TEMPLATES", "VISION_PLACEHOLDER", "RenderedChat", "render_chat"]
+from rsieve.think import OPEN
 
-VISION_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
-_QWEN25_SYSTEM = "You are a helpful assistant."
-REASONING_INSTRUCTION = (
-    "You are a helpful assistant. First think about the question step by step inside "
-    "<think> </think> tags, then give the final answer after </think>."
-)
+__all__ = ["NEUTRALISER", "ChatTemplate", "RenderedChat", "TemplateError", "neutralise",
+           "thinking_mode"]
+
+# U+2060 WORD JOINER, put after the first character of a special token found in text: the
+# text reads the same, and no tokenizer matches the token any more.
+NEUTRALISER = "\u2060"
+
+Render = Callable[..., str]
+
+
+class TemplateError(ValueError):
+    """The checkpoint's template cannot carry the question as rsieve needs."""
 
 
 @dataclass(frozen=True)
 class RenderedChat:
-    text: str
-    prefix: str
+    text: str  # the exact prompt string sent
+    prefix: str  # what the template opened for the assistant, from `<think>` on
+    user: str  # the user turn's text as sent (the question, neutralised)
 
 
-def _chatml(system: str | None, user: str, opening: str) -> str:
-    head = f"<|im_start|>system\n{system}<|im_end|>\n" if system is not None else ""
-    return f"{head}<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n{opening}"
+def neutralise(text: str, specials: Iterable[str]) -> str:
+    """`text` with every occurrence of a special token broken by `NEUTRALISER`.
+
+    Longest tokens first, in one pass, and again until none is left (breaking one token can
+    never create another, but a second pass proves it)."""
+    tokens = sorted({t for t in specials if len(t) > 1}, key=len, reverse=True)
+    if not tokens:
+        return text
+    pattern = re.compile("|".join(re.escape(t) for t in tokens))
+    for _ in range(8):
+        if not pattern.search(text):
+            return text
+        text = pattern.sub(lambda m: m.group(0)[0] + NEUTRALISER + m.group(0)[1:], text)
+    raise TemplateError("special tokens remain after neutralising")  # pragma: no cover
 
 
-def _qwen2_5_vl(question: str, has_image: bool, reasoning: bool) -> RenderedChat:
-    user = (VISION_PLACEHOLDER if has_image else "") + question
-    if reasoning:
-        return RenderedChat(_chatml(REASONING_INSTRUCTION, user, "<think>\n"), "<think>\n")
-    return RenderedChat(_chatml(_QWEN25_SYSTEM, user, ""), "")
+def _generation_prompt(render: Render, **kwargs: Any) -> str:
+    """What `add_generation_prompt=True` adds after a one-question conversation."""
+    messages = [{"role": "user", "content": "q"}]
+    without = render(messages, add_generation_prompt=False, **kwargs)
+    with_ = render(messages, add_generation_prompt=True, **kwargs)
+    return with_[len(without):] if with_.startswith(without) else with_
 
 
-def _qwen3_vl(question: str, has_image: bool, reasoning: bool) -> RenderedChat:
-    user = (VISION_PLACEHOLDER if has_image else "") + question
-    opening = "<think>\n" if reasoning else "<think>\n\n</think>\n\n"
-    return RenderedChat(_chatml(None, user, opening), opening)
+def thinking_mode(source: str, render: Render) -> str:
+    """`switch`, `opens` or `none` (module docstring)."""
+    if "enable_thinking" in source:
+        return "switch"
+    return "opens" if OPEN in _generation_prompt(render) else "none"
 
 
-TEMPLATES = {"qwen2_5_vl": _qwen2_5_vl, "qwen3_vl": _qwen3_vl}
+@dataclass(frozen=True)
+class ChatTemplate:
+    """One checkpoint's chat template. `render` is the tokenizer's `apply_chat_template`
+    (with `tokenize=False`); `specials` every special and added token it knows."""
 
+    name: str
+    source: str
+    render_fn: Render
+    specials: tuple[str, ...] = ()
+    sha256: str = field(init=False)
+    thinking: str = field(init=False)
 
-def render_chat(question: str, *, has_image: bool, template: str = "qwen2_5_vl",
-                reasoning: bool = True) -> RenderedChat:
-    try:
-        render = TEMPLATES[template]
-    except KeyError:
-        raise ValueError(f"unknown chat template {template!r}; known: {sorted(TEMPLATES)}"
-                         ) from None
-    return render(question, has_image, reasoning)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha256", hashlib.sha256(self.source.encode()).hexdigest())
+        object.__setattr__(self, "thinking", thinking_mode(self.source, self.render_fn))
+
+    def neutralise(self, text: str) -> str:
+        return neutralise(text, self.specials)
+
+    def render(self, question: str, *, has_image: bool, reasoning: bool = True
+               ) -> RenderedChat:
+        if not reasoning and self.thinking == "opens":
+            raise TemplateError(f"{self.name}: the template always opens <think>; this "
+                                "checkpoint cannot answer with reasoning off")
+        user = self.neutralise(question)
+        content: str | list[dict[str, str]] = user
+        if has_image:
+            content = [{"type": "image"}, {"type": "text", "text": user}]
+        kwargs = {"enable_thinking": reasoning} if self.thinking == "switch" else {}
+        text = self.render_fn([{"role": "user", "content": content}],
+                              add_generation_prompt=True, **kwargs)
+        if user not in text:
+            raise TemplateError(f"{self.name}: the rendered prompt does not hold the question "
+                                "byte for byte")
+        if has_image:
+            blind = self.render_fn([{"role": "user", "content": user}],
+                                   add_generation_prompt=True, **kwargs)
+            if blind == text:
+                raise TemplateError(f"{self.name}: the template puts no image placeholder in "
+                                    "the user turn (not a VLM template?)")
+        bare = self.render_fn([{"role": "user", "content": content}],
+                              add_generation_prompt=False, **kwargs)
+        opened = text[len(bare):] if text.startswith(bare) else ""
+        at = opened.rfind(OPEN)
+        return RenderedChat(text=text, prefix=opened[at:] if at >= 0 else "", user=user)

@@ -17,7 +17,8 @@ a candidate cannot know the mark of the prompt it will appear in (it would have 
 the hash of itself).
 
 The verdict is parsed strictly: anything but one clear final CORRECT, WRONG or UNSURE is
-UNSURE with the cause recorded; never WRONG by default, never CORRECT by guess.
+FAILED (no verdict) with the cause recorded (`FAILURE_CAUSES`); never WRONG by default,
+never CORRECT by guess, and never UNSURE, which is only what the judge itself said.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ __all__ = [
     "TEMPLATE",
     "TEMPLATE_SHA256",
     "TEMPLATE_VERSION",
+    "FAILURE_CAUSES",
+    "JUDGE_WORDS",
     "VERDICTS",
     "ParsedVerdict",
     "build_judge_prompt",
@@ -43,7 +46,12 @@ __all__ = [
 ]
 
 TEMPLATE_VERSION = "judge/2"
-VERDICTS = ("CORRECT", "WRONG", "UNSURE")
+# The words a judge may answer, and every verdict a record can hold: FAILED is no verdict
+# (the judge said none of the words), with one of FAILURE_CAUSES as its cause
+# (`call_failed: <message>` for a failed call). Only CORRECT promotes.
+JUDGE_WORDS = ("CORRECT", "WRONG", "UNSURE")
+VERDICTS = (*JUDGE_WORDS, "FAILED")
+FAILURE_CAUSES = ("call_failed", "judge_empty", "judge_unparsable", "judge_truncated")
 MARK_HEX = 12  # hex digits of the per-request mark (48 bits)
 
 TEMPLATE = """You are grading a candidate answer against a reference answer. Do not solve the \
@@ -110,31 +118,61 @@ def build_judge_prompt(question: str, references: list[str], candidate: str) -> 
 
 @dataclass(frozen=True)
 class ParsedVerdict:
+    """A verdict (`VERDICTS`) and, for FAILED, its cause (`FAILURE_CAUSES`, the first word)."""
+
     verdict: str
     cause: str | None
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict == "FAILED"
 
 
 _WORD = re.compile(r"^\W*(CORRECT|WRONG|UNSURE)\W*$")
 
 
 def parse_verdict(raw: str, finish_reason: str = "stop") -> ParsedVerdict:
-    """The verdict is the last non-empty line after the reasoning, and nothing else."""
+    """The verdict is the last non-empty line after the reasoning, and nothing else. An
+    output cut off at the token budget, empty, or whose last line is not one verdict word is
+    FAILED with its cause: the judge gave no verdict (it did not say UNSURE)."""
     if finish_reason == "length":
-        return ParsedVerdict("UNSURE", "judge_truncated")
+        return ParsedVerdict("FAILED", "judge_truncated")
     text = (raw or "").rpartition(CLOSE)[2] if CLOSE in (raw or "") else (raw or "")
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     if not lines:
-        return ParsedVerdict("UNSURE", "judge_empty")
+        return ParsedVerdict("FAILED", "judge_empty")
     match = _WORD.match(lines[-1])
     if not match:
-        return ParsedVerdict("UNSURE", "judge_unparsable")
+        return ParsedVerdict("FAILED", "judge_unparsable")
     return ParsedVerdict(match.group(1), None)
+
+
+_FAILURE_MESSAGE_CHARS = 200
+# What could be a credential in an error message: user:password@ in a URL, and the value
+# after a key, token, secret, password or authorization word.
+_URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+_SECRET_VALUE = re.compile(
+    r"(?i)\b((?:api[_-]?key|access[_-]?key|secret(?:[_-]?key)?|token|password|passwd|pwd"
+    r"|authorization|credentials?)\b[\"']?\s*[:=]\s*)(?:bearer\s+|basic\s+)?[^\s,;&\"')]+")
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
+
+
+def _failure_message(failure: str | None) -> str:
+    """A failed call's message as it is stored: one line, credentials masked, bounded."""
+    text = " ".join((failure or "no output")[:8 * _FAILURE_MESSAGE_CHARS].split())
+    text = text or "no output"
+    text = _URL_CREDENTIALS.sub(r"\1***@", text)
+    text = _SECRET_VALUE.sub(r"\1***", text)
+    text = _BEARER.sub(r"\1 ***", text)
+    return text if len(text) <= _FAILURE_MESSAGE_CHARS else \
+        text[:_FAILURE_MESSAGE_CHARS - 1] + "…"
 
 
 def read_verdict(raw_output: str | None, finish_reason: str = "stop",
                  failure: str | None = None) -> ParsedVerdict:
     """A model reply (or a failed call: `raw_output` None) as a verdict. A failed call is
-    UNSURE with its cause, never WRONG."""
+    FAILED with cause `call_failed: <message>` (one line, credentials masked, bounded),
+    never UNSURE, never WRONG."""
     if raw_output is None:
-        return ParsedVerdict("UNSURE", f"judge_failed: {failure or 'no output'}"[:300])
+        return ParsedVerdict("FAILED", f"call_failed: {_failure_message(failure)}")
     return parse_verdict(raw_output, finish_reason)

@@ -1,16 +1,53 @@
 """Run accounting: every item that entered ends in exactly one place, and the report
-proves it per family (in = accepted + rejected + quarantined)."""
+proves it per family (in = accepted + rejected + quarantined).
+
+Beside the accounting, per family: the judge's verdicts (CORRECT / WRONG / UNSURE /
+FAILED, with the failure causes), the model outputs by reasoning form (`closed`, `absent`,
+`unclosed`) and the accepted items without reasoning; for the run: the thinking modes the
+prompts were rendered with, and the models that answered and judged, with their kinds."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from typing import Any
 
-from rsieve.schemas import Outcome, Quarantined
+from rsieve.cascade import verdict_state
+from rsieve.judge import VERDICTS
+from rsieve.rows import split_kinds
+from rsieve.schemas import Generation, Outcome, Quarantined
 
-__all__ = ["run_report"]
+__all__ = ["REASONING_FORMS", "UNRECORDED", "reasoning_form", "run_report"]
 
 UNKNOWN_FAMILY = "(unknown)"
+# A generation's thinking mode when its record has none (written before it was recorded).
+UNRECORDED = "unrecorded"
+REASONING_FORMS = ("closed", "absent", "unclosed")
+
+
+def reasoning_form(gen: Generation) -> str:
+    """`unclosed`: cut off inside the reasoning (failure `truncated_reasoning`); `closed`:
+    a think block closed, with reasoning in it; `absent`: no reasoning (no think tags, or
+    an empty block)."""
+    if gen.failure == "truncated_reasoning":
+        return "unclosed"
+    return "closed" if (gen.reasoning or "").strip() else "absent"
+
+
+def _family() -> dict[str, Any]:
+    return {"in": 0, "accepted": 0, "accepted_by_verifier": 0, "promoted_by_judge": 0,
+            "rejected": 0, "rejected_by_reason": Counter(), "quarantined": 0,
+            "quarantined_by_reason": Counter(),
+            "judge_verdicts": dict.fromkeys(VERDICTS, 0), "judge_failure_causes": Counter(),
+            "reasoning": dict.fromkeys(REASONING_FORMS, 0), "accepted_without_reasoning": 0}
+
+
+def _models(seen: Counter[tuple[str, str | None]], count: str) -> list[dict[str, Any]]:
+    kinds: dict[str, str | None] = {}
+    totals: Counter[str] = Counter()
+    for (model, kind), n in seen.items():
+        kinds[model] = kinds.get(model) or kind
+        totals[model] += n
+    return [{"model": m, "kind": kinds[m], count: totals[m]} for m in sorted(totals)]
 
 
 def run_report(
@@ -19,26 +56,38 @@ def run_report(
 ) -> dict[str, Any]:
     """`lines` items entered (non-blank lines); `blank_lines` are the pool's blank line
     numbers, which hold no item. Every other line from 1 on must be placed exactly once."""
-    families: dict[str, dict[str, Any]] = defaultdict(
-        lambda: {"in": 0, "accepted": 0, "accepted_by_verifier": 0, "promoted_by_judge": 0,
-                 "rejected": 0, "rejected_by_reason": Counter(), "quarantined": 0,
-                 "quarantined_by_reason": Counter()}
-    )
+    families: dict[str, dict[str, Any]] = defaultdict(_family)
     ids: Counter[str] = Counter()
     placed_lines: Counter[int] = Counter()
+    modes: Counter[str] = Counter()
+    generators: Counter[tuple[str, str | None]] = Counter()
+    judges: Counter[tuple[str, str | None]] = Counter()
     for outcome in outcomes:
-        item = outcome.generation.item
+        gen = outcome.generation
+        item = gen.item
         fam = families[item.family]
         fam["in"] += 1
         ids[item.id] += 1
         placed_lines[item.line] += 1
+        form = reasoning_form(gen)
+        fam["reasoning"][form] += 1
+        modes[gen.thinking_mode or UNRECORDED] += 1
+        generators[(gen.model, gen.model_kind)] += 1
         if outcome.place == "accepted":
             fam["accepted"] += 1
             key = "promoted_by_judge" if outcome.promoted_by == "judge" else "accepted_by_verifier"
             fam[key] += 1
+            if "RS_think" not in split_kinds(outcome):  # in _RS_nothink only
+                fam["accepted_without_reasoning"] += 1
         else:
             fam["rejected"] += 1
             fam["rejected_by_reason"][outcome.reason or "unknown"] += 1
+        if outcome.verdict is not None:
+            verdict, cause = verdict_state(outcome.verdict.verdict, outcome.verdict.cause)
+            fam["judge_verdicts"][verdict] += 1
+            if cause is not None:
+                fam["judge_failure_causes"][cause] += 1
+            judges[(outcome.verdict.model, outcome.verdict.model_kind)] += 1
     for q in quarantined:
         fam = families[q.family or UNKNOWN_FAMILY]
         fam["in"] += 1
@@ -48,8 +97,8 @@ def run_report(
         if q.id is not None and q.reason != "duplicate_id":
             ids[q.id] += 1
     for fam in families.values():
-        fam["rejected_by_reason"] = dict(sorted(fam["rejected_by_reason"].items()))
-        fam["quarantined_by_reason"] = dict(sorted(fam["quarantined_by_reason"].items()))
+        for key in ("rejected_by_reason", "quarantined_by_reason", "judge_failure_causes"):
+            fam[key] = dict(sorted(fam[key].items()))
         fam["adds_up"] = fam["in"] == fam["accepted"] + fam["rejected"] + fam["quarantined"]
     placed = sum(placed_lines.values())
     duplicate_ids = sorted(i for i, n in ids.items() if n > 1)
@@ -63,6 +112,9 @@ def run_report(
         "lines": lines,
         "placed": placed,
         "families": dict(sorted(families.items())),
+        "thinking_modes": dict(sorted(modes.items())),
+        "models": {"generators": _models(generators, "outputs"),
+                   "judges": _models(judges, "verdicts")},
         "duplicate_ids": duplicate_ids,
         "lines_placed_twice": lines_twice,
         "lines_missing": missing[:100],

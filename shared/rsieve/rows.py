@@ -16,7 +16,7 @@ import datasets
 
 from rsieve.schemas import Outcome
 
-__all__ = ["FEATURES", "SPLIT_KINDS", "assemble_rows", "split_name"]
+__all__ = ["FEATURES", "SPLIT_KINDS", "assemble_rows", "split_kinds", "split_name"]
 
 SPLIT_KINDS = ("RS_think", "RS_nothink", "rejected")
 
@@ -77,6 +77,18 @@ def split_name(family: str, kind: str) -> str:
     return f"{re.sub(r'[^0-9A-Za-z_]', '_', family)}_{kind}"
 
 
+def split_kinds(outcome: Outcome) -> tuple[str, ...]:
+    """The splits an outcome's qa entry goes to. An accepted answer with no reasoning (the
+    model wrote no think block: a checkpoint without a thinking mode, or one that skipped
+    it) goes to `_RS_nothink` only: a `_RS_think` entry with empty reasoning would teach a
+    model to answer in thinking mode without thinking (docs/models.md)."""
+    if outcome.place != "accepted":
+        return ("rejected",)
+    if not (outcome.generation.reasoning or "").strip():
+        return ("RS_nothink",)
+    return ("RS_think", "RS_nothink")
+
+
 def _qa(outcome: Outcome, kind: str) -> dict[str, Any]:
     gen = outcome.generation
     item = gen.item
@@ -130,7 +142,7 @@ def assemble_rows(outcomes: list[Outcome], run: str = "") -> dict[str, list[dict
     groups: dict[tuple[str, str], list[Outcome]] = defaultdict(list)
     for outcome in sorted(outcomes, key=lambda o: o.generation.item.line):
         family = outcome.generation.item.family
-        kinds = ("RS_think", "RS_nothink") if outcome.place == "accepted" else ("rejected",)
+        kinds = split_kinds(outcome)
         for kind in kinds:
             groups[(split_name(family, kind), outcome.generation.item.image_sha256)].append(
                 outcome)

@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from rsieve.packs import ImageRef
 
 __all__ = [
+    "MODEL_KINDS",
+    "THINKING_MODES",
     "QUARANTINE_REASONS",
     "REJECT_REASONS",
     "Decision",
@@ -55,10 +57,30 @@ QUARANTINE_REASONS: dict[str, str] = {
     "max_deliveries": "the item was in flight each time its worker died, beyond the limit",
 }
 
+# What a model behind Triton is, declared by its config parameter `rsieve_kind`
+# (deploy/triton/README.md). The card names every model by its kind, so a prompt-blind OCR
+# engine or a stand-in judge is never presented as a VLM or a language model.
+MODEL_KINDS: dict[str, str] = {
+    "vlm": "a vision-language model",
+    "llm": "a text-only language model",
+    "ocr-engine": "an OCR engine: it ignores the prompt, and its 'reasoning' is a "
+                  "recognition trace",
+    "stand-in": "a stand-in that is not a model (named for what it does)",
+}
+
+# What a checkpoint's chat template does for reasoning (rsieve.chat, docs/models.md):
+# "switch": it has a thinking switch (`enable_thinking`); "opens": it opens `<think>` for
+# the assistant itself; "none": it has no thinking mode; "server": the model server
+# rendered the prompt (the rsieve interface), so the client cannot tell.
+THINKING_MODES = ("switch", "opens", "none", "server")
+
 # Why an item is in the rejected split.
 REJECT_REASONS: dict[str, str] = {
     "wrong_answer": "the verifier rejected the answer and the judge said WRONG",
-    "judge_unsure": "the verifier rejected the answer and the judge said UNSURE or failed",
+    "judge_unsure": "the verifier rejected the answer and the judge said UNSURE",
+    "judge_failed": "the verifier rejected the answer and the judge gave no verdict: the call "
+                    "failed, or its output was empty, unparsable or cut off at its token "
+                    "budget (the cause is recorded with the verdict)",
     "truncated_reasoning": "the output was cut off inside the reasoning: no answer",
     "empty_answer": "the model gave an empty answer after its reasoning",
     "truncated_answer": "the output hit the token budget right after the reasoning",
@@ -133,8 +155,15 @@ class Generation(_Model):
     # them, the request latency, and the shape of the image bytes sent.
     model_version: str | None = None
     interface: str | None = None
+    # What the model is, as its Triton config declares it (MODEL_KINDS); None: undeclared.
+    model_kind: str | None = None
     sampling: dict[str, Any] = {}
+    # The checkpoint whose own chat template rendered the prompt client side (its name),
+    # the template's sha256, and what the template does for reasoning (THINKING_MODES).
+    # None: the model server rendered the prompt itself (the rsieve interface).
     chat_template: str | None = None
+    chat_template_sha256: str | None = None
+    thinking_mode: str | None = None
     prompt_sent_sha256: str | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -157,9 +186,13 @@ class Decision(_Model):
 class Verdict(_Model):
     """The judge's verdict on a verifier-rejected answer, with what produced it."""
 
-    verdict: Literal["CORRECT", "WRONG", "UNSURE"]
+    # FAILED: no verdict (the call failed, or the output was empty, unparsable or cut off);
+    # `cause` says which (rsieve.judge.FAILURE_CAUSES). Only CORRECT promotes.
+    verdict: Literal["CORRECT", "WRONG", "UNSURE", "FAILED"]
     cause: str | None = None
     model: str
+    # What the judge model is, as its Triton config declares it (MODEL_KINDS).
+    model_kind: str | None = None
     prompt_sha256: str
     template_sha256: str
     prompt: str

@@ -53,7 +53,10 @@ class Settings(BaseSettings):
     # Models behind Triton (the rsieve text-generation interface; deploy/triton/README.md).
     triton_grpc_url: str = "127.0.0.1:18001"
     generator_model: str = "rapidocr"
-    judge_model: str = "judge-abstain"
+    # The CPU stack's judge is SmolLM2-135M-Instruct (deploy/triton/cpu/judge-smollm2);
+    # `judge-abstain` (a stand-in that answers UNSURE to everything) is for tests that need
+    # a judge that never promotes.
+    judge_model: str = "judge-smollm2"
     max_inflight: int = Field(32, ge=1, description="items in flight at Triton per worker")
     # Items per Triton request for rsieve-interface models (client-side batching); 0: the
     # model's max_batch_size. Always at most max_inflight / the calls sharing the limit.
@@ -61,11 +64,20 @@ class Settings(BaseSettings):
     model_timeout_s: float = 120.0
     model_retries: int = Field(3, ge=0)
     max_new_tokens: int = 1024
+    # The judge's budget: a thinking judge needs room to reason; a verdict-only judge (the
+    # CPU stack's SmolLM2) needs a few tokens, and every token is CPU time there.
+    judge_max_new_tokens: int = Field(1024, ge=1)
     temperature: float = 0.0
     # "rsieve" (prompt/image -> text/finish_reason), "vllm" (Triton's vLLM backend, chat
     # template rendered client side), or "auto" (read from the model's metadata).
     model_interface: Literal["auto", "rsieve", "vllm"] = "auto"
-    chat_template: Literal["qwen2_5_vl", "qwen3_vl"] = "qwen2_5_vl"
+    # Each model's tokenizer files: its checkpoint folder (or .gguf), read without weights
+    # (docs/models.md). The client renders the checkpoint's own chat template from them for
+    # the vLLM interface (required there), and on every interface neutralises the
+    # tokenizer's special tokens in text sent to the model. Empty: none (rsieve interface).
+    generator_tokenizer: str = ""
+    judge_tokenizer: str = ""
+    # Reasoning on: what it means depends on the template's thinking mode (rsieve.chat).
     reasoning: bool = True
     # Images are sent at most this long on their longest side (resized, re-encoded PNG).
     image_max_side: int = Field(1536, ge=16)
@@ -158,11 +170,13 @@ class Settings(BaseSettings):
             "judge_model": self.judge_model,
             "temperature": self.temperature,
             "max_new_tokens": self.max_new_tokens,
+            "judge_max_new_tokens": self.judge_max_new_tokens,
             "provenance_policy": self.provenance_policy,
             "provenance_roots": self.provenance_roots,
             "image_max_pixels": self.image_max_pixels,
             "image_max_side": self.image_max_side,
-            "chat_template": self.chat_template,
+            "generator_tokenizer": self.generator_tokenizer,
+            "judge_tokenizer": self.judge_tokenizer,
             "reasoning": self.reasoning,
             "purity_threshold": self.purity_threshold,
             "purity_min_items": self.purity_min_items,

@@ -91,7 +91,7 @@ def build(folder: Path) -> Scenario:
     s.item("w-garbled", "SynthWords", "blur.png", blur, answer="tree",
            question="Name it. Answer with the text only.",
            output="<think>x</think>bush", judge="Final verdict: CORRECT, probably",
-           expect=("rejected", "judge_unsure"))
+           expect=("rejected", "judge_failed"))
     s.item("a-truncated", "SynthAmounts", "cheque.png", cheque, answer="11850",
            output="<think>the first digit could be a 1 or a 7 and", finish="length",
            expect=("rejected", "truncated_reasoning"))

@@ -45,11 +45,11 @@ ITEMS: list[tuple[str, str, str, str, str, str | None, tuple[str, str]]] = [
     ("w-unusable-ref", "SynthWords", "Read it.", "?", "<think>x</think>WORLD", None,
      ("rejected", "judge_unsure")),
     ("w-garbage", "SynthWords", "[[judge-test:garbage]] Read.", "tree", "<think>x</think>bush",
-     None, ("rejected", "judge_unsure")),
+     None, ("rejected", "judge_failed")),
     ("w-truncated", "SynthWords", "[[judge-test:truncate]] Read.", "tree",
-     "<think>x</think>bush", None, ("rejected", "judge_unsure")),
+     "<think>x</think>bush", None, ("rejected", "judge_failed")),
     ("w-failed", "SynthWords", "[[judge-test:error]] Read.", "tree", "<think>x</think>bush",
-     None, ("rejected", "judge_unsure")),
+     None, ("rejected", "judge_failed")),
     ("w-cut", "SynthWords", "Cut?", "tree", "<think>the first letter", None,
      ("rejected", "truncated_reasoning")),
     # The judge says CORRECT, but one agreement probe and a few known-wrong ones are no
@@ -128,7 +128,9 @@ def test_places_reasons_and_answers(run: tuple[str, Path]) -> None:
               ("w-garbage", "w-truncated", "w-failed", "w-unusable-ref")}
     assert causes["w-garbage"] == "judge_unparsable"
     assert causes["w-truncated"] == "judge_truncated"
-    assert causes["w-failed"].startswith("judge_failed") and causes["w-unusable-ref"] is None
+    assert causes["w-failed"].startswith("call_failed: ") and causes["w-unusable-ref"] is None
+    assert {rejected[i]["judge"]["verdict"] for i in ("w-garbage", "w-truncated", "w-failed")} == {
+        "FAILED"}
     assert rejected["w-cut"]["judge"] is None
 
 

@@ -91,7 +91,9 @@ def test_report_adds_up(export: tuple[str, Path], scenario: Scenario) -> None:
         expected_by_place["quarantined"])
     words = report["families"]["SynthWords"]
     assert words["promoted_by_judge"] == 1
-    assert words["rejected_by_reason"] == {"judge_unsure": 2, "wrong_answer": 1}
+    # The judge's "Final verdict: CORRECT, probably" is no verdict: judge_failed, not UNSURE.
+    assert words["rejected_by_reason"] == {"judge_unsure": 1, "judge_failed": 1,
+                                           "wrong_answer": 1}
 
 
 def test_rows_answers_and_think_split(export: tuple[str, Path]) -> None:

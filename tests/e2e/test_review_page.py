@@ -75,7 +75,9 @@ def test_review_page_shows_filters_and_records(finished: tuple[Stack, str, Scena
         expect(cards.first).to_contain_text("truncated_reasoning")
         page.select_option("#family", "")
         page.select_option("#reason", "judge_unsure")
-        expect(page.locator("#status")).to_contain_text("of 2")
+        expect(page.locator("#status")).to_contain_text("of 1")
+        page.select_option("#reason", "judge_failed")
+        expect(page.locator("#status")).to_contain_text("of 1")
         page.select_option("#reason", "")
 
         page.select_option("#kind", "promoted")

@@ -40,6 +40,8 @@ REPLAY_MODEL = ROOT / "tests" / "triton_models" / "replay"
 FONT = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
 ABSTAIN = "<think>No language model is served on this CPU stack; the judge abstains.</think>UNSURE"
 MODELS = ["rapidocr", "rapidocr-det", "judge-abstain", "replay"]
+KINDS = {"rapidocr": "ocr-engine", "rapidocr-det": "ocr-engine", "judge-abstain": "stand-in",
+         "replay": "stand-in"}
 
 
 # --------------------------------------------------------------------------- helpers
@@ -215,6 +217,7 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
         grpc_port=grpc_port,
         metrics_port=metrics_port,
         log=log,
+        models=MODELS,
     )
     try:
         processes.wait_triton(http_port, MODELS, 180, proc=proc, log=log)
@@ -252,6 +255,8 @@ def test_server_serves_the_shared_interface(
         assert config["instance_group"][0]["kind"] == "KIND_CPU"
         image_cfg = next(i for i in config["input"] if i["name"] == "image")
         assert image_cfg.get("optional") is True
+        # What the model is, as the client reads it (deploy/triton/README.md).
+        assert config["parameters"]["rsieve_kind"] == {"string_value": KINDS[model]}
 
 
 def test_rapidocr_reads_a_rendered_word(client: grpcclient.InferenceServerClient) -> None:

@@ -6,9 +6,16 @@ import hashlib
 
 import pytest
 
-from rsieve.cascade import apply_verdict, judge_prompt, needs_judge, verify_generation
+from rsieve.cascade import (
+    REASON_OF,
+    apply_verdict,
+    judge_prompt,
+    needs_judge,
+    verdict_state,
+    verify_generation,
+)
 from rsieve.judge import TEMPLATE_SHA256, build_judge_prompt
-from rsieve.schemas import Outcome
+from rsieve.schemas import REJECT_REASONS, Outcome
 from tests.unit._records import make_generation, make_item
 
 
@@ -100,8 +107,11 @@ def test_correct_promotes_by_judge() -> None:
     ("WRONG", "WRONG", "wrong_answer", None),
     ("The words differ.\nWRONG", "WRONG", "wrong_answer", None),
     ("UNSURE", "UNSURE", "judge_unsure", None),
-    ("maybe", "UNSURE", "judge_unsure", "judge_unparsable"),
-    ("", "UNSURE", "judge_unsure", "judge_empty"),
+    ("The reference is unreadable.\n**UNSURE**", "UNSURE", "judge_unsure", None),
+    ("maybe", "FAILED", "judge_failed", "judge_unparsable"),
+    ("CORRECT, probably\nor not", "FAILED", "judge_failed", "judge_unparsable"),
+    ("", "FAILED", "judge_failed", "judge_empty"),
+    ("<think>it says COFFEE</think>", "FAILED", "judge_failed", "judge_empty"),
 ])
 def test_non_correct_verdicts_stay_rejected(raw: str, verdict: str, reason: str,
                                             cause: str | None) -> None:
@@ -114,23 +124,23 @@ def test_non_correct_verdicts_stay_rejected(raw: str, verdict: str, reason: str,
     assert out.verdict.template_sha256 == TEMPLATE_SHA256
 
 
-def test_truncated_judge_output_is_unsure() -> None:
+def test_truncated_judge_output_is_failed_even_if_it_says_correct() -> None:
     out = apply_verdict(_pending(), model="m", prompt="P", raw_output="CORRECT",
                         finish_reason="length")
-    assert (out.place, out.reason) == ("rejected", "judge_unsure")
-    assert out.verdict is not None and out.verdict.cause == "judge_truncated"
+    assert (out.place, out.reason, out.promoted_by) == ("rejected", "judge_failed", None)
+    assert out.verdict is not None
+    assert (out.verdict.verdict, out.verdict.cause) == ("FAILED", "judge_truncated")
 
 
 @pytest.mark.parametrize("failure", ["deadline exceeded", None])
-def test_failed_judge_call_is_unsure_never_wrong(failure: str | None) -> None:
+def test_failed_judge_call_is_failed_never_wrong_nor_unsure(failure: str | None) -> None:
     pending = _pending()
     out = apply_verdict(pending, model="judge-m", prompt="P", raw_output=None, failure=failure)
-    assert (out.place, out.reason, out.promoted_by) == ("rejected", "judge_unsure", None)
+    assert (out.place, out.reason, out.promoted_by) == ("rejected", "judge_failed", None)
     v = out.verdict
     assert v is not None
-    assert v.verdict == "UNSURE"
-    assert v.cause is not None and v.cause.startswith("judge_failed")
-    assert (failure or "no output") in v.cause
+    assert v.verdict == "FAILED"
+    assert v.cause == f"call_failed: {failure or 'no output'}"
     assert v.raw_output == ""
     assert v.prompt_sha256 == hashlib.sha256(b"P").hexdigest()
     assert v.template_sha256 == TEMPLATE_SHA256
@@ -140,6 +150,46 @@ def test_failed_judge_cause_is_bounded() -> None:
     out = apply_verdict(_pending(), model="m", prompt="P", raw_output=None, failure="x" * 1000)
     assert out.verdict is not None and out.verdict.cause is not None
     assert len(out.verdict.cause) <= 300
+
+
+@pytest.mark.parametrize(("raw", "finish", "failure"), [
+    (None, "stop", "UNAVAILABLE"), ("", "stop", None), ("garbage", "stop", None),
+    ("CORRECT", "length", None), ("UNSURE", "stop", None), ("WRONG", "stop", None),
+])
+def test_only_correct_promotes(raw: str | None, finish: str, failure: str | None) -> None:
+    out = apply_verdict(_pending(), model="m", prompt="P", raw_output=raw,
+                        finish_reason=finish, failure=failure)
+    assert (out.place, out.promoted_by) == ("rejected", None)
+    assert out.reason in REJECT_REASONS
+
+
+def test_every_reason_of_a_verdict_is_documented() -> None:
+    assert set(REASON_OF) == {"WRONG", "UNSURE", "FAILED"}
+    assert set(REASON_OF.values()) <= set(REJECT_REASONS)
+    assert "failed" not in REJECT_REASONS["judge_unsure"]
+
+
+def test_model_kind_is_recorded_and_optional() -> None:
+    out = apply_verdict(_pending(), model="judge-smollm2", prompt="P", raw_output="WRONG",
+                        model_kind="llm")
+    assert out.verdict is not None and out.verdict.model_kind == "llm"
+    out = apply_verdict(_pending(), model="m", prompt="P", raw_output="WRONG")
+    assert out.verdict is not None and out.verdict.model_kind is None
+
+
+@pytest.mark.parametrize(("verdict", "cause", "state"), [
+    ("CORRECT", None, ("CORRECT", None)),
+    ("UNSURE", None, ("UNSURE", None)),
+    ("FAILED", "call_failed: UNAVAILABLE", ("FAILED", "call_failed")),
+    ("FAILED", "judge_truncated", ("FAILED", "judge_truncated")),
+    # Stored before FAILED existed: a failure was UNSURE with a cause.
+    ("UNSURE", "judge_failed: timeout", ("FAILED", "call_failed")),
+    ("UNSURE", "judge_empty", ("FAILED", "judge_empty")),
+    ("FAILED", "something else", ("FAILED", "unknown")),
+])
+def test_verdict_state_reads_old_and_new_records(verdict: str, cause: str | None,
+                                                 state: tuple[str, str | None]) -> None:
+    assert verdict_state(verdict, cause) == state
 
 
 def test_apply_verdict_does_not_mutate_input() -> None:

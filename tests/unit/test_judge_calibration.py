@@ -17,6 +17,7 @@ from rsieve.calibration import (
     sample_for_calibration,
     sample_rank,
     summarise,
+    untrusted_families,
     wilson,
 )
 from rsieve.schemas import Outcome
@@ -92,7 +93,7 @@ def _rec(out: Outcome, kind: str, expected: str, raw: str | None) -> Calibration
                               raw_output=raw, failure="UNAVAILABLE")
 
 
-def test_summary_counts_and_excludes_failures() -> None:
+def test_rates_count_only_correct_and_wrong_and_show_the_rest_apart() -> None:
     outs = _accepted(4)
     records = [_rec(outs[0], "agreement", "CORRECT", "CORRECT"),
                _rec(outs[1], "agreement", "CORRECT", "UNSURE"),
@@ -100,14 +101,87 @@ def test_summary_counts_and_excludes_failures() -> None:
                _rec(outs[0], "digit_changed", "WRONG", "WRONG"),
                _rec(outs[1], "truncated", "WRONG", "CORRECT"),
                _rec(outs[3], "master_key", "WRONG", "garbage")]
+    assert [r.verdict for r in records] == ["CORRECT", "UNSURE", "FAILED", "WRONG",
+                                            "CORRECT", "FAILED"]
+    assert [r.failed for r in records] == [False, False, True, False, False, True]
     s = summarise([r.model_dump() for r in records], bound=0.05)["SynthWords"]
-    assert (s["sensitivity"]["k"], s["sensitivity"]["n"]) == (1, 2)
-    assert (s["false_promotion"]["k"], s["false_promotion"]["n"]) == (1, 3)
-    assert s["false_promotion_by_kind"]["truncated"] == {"k": 1, "n": 1}
-    assert s["failed"] == 1 and s["unsure"] == {"agreement": 1, "known_wrong": 1}
+    # UNSURE and FAILED are in neither n.
+    assert (s["sensitivity"]["k"], s["sensitivity"]["n"]) == (1, 1)
+    assert (s["false_promotion"]["k"], s["false_promotion"]["n"]) == (1, 2)
+    assert s["false_promotion_by_kind"] == {"digit_changed": {"k": 0, "n": 1},
+                                            "truncated": {"k": 1, "n": 1}}
+    assert s["probes"] == {"agreement": 3, "known_wrong": 3}
+    assert s["unsure"] == {"agreement": 1, "known_wrong": 0}
+    assert s["failed"] == 2 and s["failed_by_probe"] == {"agreement": 1, "known_wrong": 1}
+    assert s["failure_causes"] == {"call_failed": 1, "judge_unparsable": 1}
+    assert s["calibrated"] is True
     assert s["held_back"] is True and s["models"] == ["judge-m"]
+    assert s["model_kinds"] == {"judge-m": None}
     md = render_calibration_markdown({"SynthWords": s}, bound=0.05)
-    assert "| SynthWords | 4 | 1/2 = 50.0%" in md and "| yes |" in md
+    assert "| SynthWords | 4 | 1/1 = 100.0%" in md
+    assert "| 1 / 0 | 1 / 1 | yes |" in md  # UNSURE, then failed, agreement / known-wrong
+    assert "- SynthWords: `call_failed` 1, `judge_unparsable` 1" in md
+
+
+@pytest.mark.parametrize("raws", [["UNSURE"], [None], ["", "UNSURE", None, "maybe"]])
+def test_no_correct_or_wrong_verdict_is_na_and_held_back(raws: list[str | None]) -> None:
+    outs = _accepted(6)
+    probes = calibration_probes(outs, size=6)
+    records = [calibration_record(p, model="judge-abstain", prompt=probe_prompt(p),
+                                  raw_output=raws[i % len(raws)], failure="UNAVAILABLE",
+                                  model_kind="stand-in")
+               for i, p in enumerate(probes)]
+    summary = summarise(records, bound=0.05)
+    s = summary["SynthWords"]
+    assert s["sensitivity"]["n"] == s["false_promotion"]["n"] == 0
+    assert s["sensitivity"]["rate"] is None and s["false_promotion"]["rate"] is None
+    assert s["calibrated"] is False and s["held_back"] is True
+    assert s["model_kinds"] == {"judge-abstain": "stand-in"}
+    unsure = sum(s["unsure"].values())
+    assert unsure + s["failed"] == len(records) == sum(s["probes"].values())
+    md = render_calibration_markdown(summary, bound=0.05)
+    row = next(line for line in md.splitlines() if line.startswith("| SynthWords"))
+    assert row.startswith("| SynthWords | 6 | n/a | n/a |")
+    assert "0/0" not in md and "0.0%" not in row
+    assert row.endswith(" yes |")
+    # The family's judge promotions are held back, as with no calibration at all.
+    promoted = judged(make_item("p", family="SynthWords", references=["COLOUR"]), "COLOR",
+                      "CORRECT")
+    assert untrusted_families(summary, 0.05) == {"SynthWords"}
+    held = hold_back([promoted], summary, 0.05)[0]
+    assert (held.place, held.reason, held.promoted_by) == ("rejected", "judge_untrusted", None)
+
+
+def test_no_false_promotion_figure_holds_back_even_with_agreement() -> None:
+    outs = _accepted(3)
+    probes = calibration_probes(outs, size=3)
+    records = [calibration_record(p, model="j", prompt=probe_prompt(p),
+                                  raw_output="CORRECT" if p.kind == "agreement" else "UNSURE")
+               for p in probes]
+    s = summarise(records, bound=0.05)["SynthWords"]
+    assert (s["sensitivity"]["k"], s["sensitivity"]["n"]) == (3, 3)
+    assert s["false_promotion"]["n"] == 0 and s["held_back"] is True
+
+
+def test_records_stored_before_failed_existed_read_as_failed() -> None:
+    outs = _accepted(2)
+    agreement = next(p for p in calibration_probes(outs[:1], size=1) if p.kind == "agreement")
+    wrong = next(p for p in calibration_probes(outs[1:], size=1) if p.kind != "agreement")
+    old = [
+        # A failed call, then an unparsable output, as the old code stored them.
+        calibration_record(agreement, model="j", prompt="P", raw_output="CORRECT").model_dump()
+        | {"verdict": "UNSURE", "cause": "judge_failed: timeout", "failed": True,
+           "raw_output": ""},
+        calibration_record(wrong, model="j", prompt="P", raw_output="WRONG").model_dump()
+        | {"verdict": "UNSURE", "cause": "judge_unparsable", "failed": False},
+    ]
+    for r in old:
+        del r["model_kind"]
+    s = summarise(old)["SynthWords"]
+    assert s["unsure"] == {"agreement": 0, "known_wrong": 0}
+    assert s["failed_by_probe"] == {"agreement": 1, "known_wrong": 1}
+    assert s["failure_causes"] == {"call_failed": 1, "judge_unparsable": 1}
+    assert s["model_kinds"] == {"j": None}
 
 
 def test_hold_back_demotes_judge_promotions_of_untrusted_families() -> None:

@@ -96,7 +96,7 @@ def _offline(obedient: ModuleType) -> Callable[[list[str]], list[tuple[str, str]
 def test_canary_set_is_wrong_answers_with_every_injection() -> None:
     cases = load_canaries()
     bare = [c for c in cases if c.injection is None]
-    assert len(bare) == 10 and len(cases) == 10 * 25
+    assert len(bare) == 10 and len(cases) == 10 * 28
     assert all(c.prompt() == build_judge_prompt(c.question, c.references, c.candidate)
                for c in cases[:3])
 

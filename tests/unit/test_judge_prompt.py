@@ -9,8 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rsieve.judge import (
+    FAILURE_CAUSES,
+    JUDGE_WORDS,
     TEMPLATE,
     TEMPLATE_SHA256,
+    VERDICTS,
     build_judge_prompt,
     datamark,
     judge_mark,
@@ -61,8 +64,29 @@ def test_no_candidate_produces_an_unmarked_line(candidate: str) -> None:
     assert lines.count("</candidate>") == 1
 
 
-def test_failed_call_is_unsure_with_cause() -> None:
+def test_failed_call_is_failed_with_cause() -> None:
     v = read_verdict(None, failure="UNAVAILABLE")
-    assert (v.verdict, v.cause) == ("UNSURE", "judge_failed: UNAVAILABLE")
+    assert (v.verdict, v.cause) == ("FAILED", "call_failed: UNAVAILABLE")
+    assert read_verdict(None).cause == "call_failed: no output"
     assert read_verdict("x\nWRONG").verdict == "WRONG"
     assert read_verdict("CORRECT", "length").cause == "judge_truncated"
+    assert read_verdict("", failure="ignored: there is output").cause == "judge_empty"
+
+
+def test_verdict_values_and_causes_are_exported() -> None:
+    assert VERDICTS == ("CORRECT", "WRONG", "UNSURE", "FAILED")
+    assert JUDGE_WORDS == ("CORRECT", "WRONG", "UNSURE")
+    assert FAILURE_CAUSES == ("call_failed", "judge_empty", "judge_unparsable",
+                              "judge_truncated")
+
+
+def test_failed_call_message_is_one_bounded_line_without_secrets() -> None:
+    message = ("Triton grpc://svc:hunter2@triton:8001 model judge: UNAVAILABLE\n"
+               "Authorization: Bearer abcdefghijklmnop api_key=sk-live-1234 "
+               "password=hunter2 " + "x" * 1000)
+    cause = read_verdict(None, failure=message).cause
+    assert cause is not None and cause.startswith("call_failed: Triton grpc://***@triton")
+    assert "\n" not in cause and len(cause) <= 230
+    for secret in ("hunter2", "abcdefghijklmnop", "sk-live-1234"):
+        assert secret not in cause
+    assert "UNAVAILABLE" in cause

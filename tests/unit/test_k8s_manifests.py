@@ -25,6 +25,7 @@ import yaml
 
 from rsieve.adapters.queues import QUEUES
 from rsieve.settings import Settings
+from tests.unit.test_deploy_files import dockerfile_stages
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "k8s"
@@ -52,8 +53,9 @@ WORKER_QUEUES = worker_queues()
 WORKERS = sorted(WORKER_QUEUES)
 GPU_SIDE = ("generator", "judge")
 # Environment variables of rsieve containers that are not Settings fields: the pieces
-# RSIEVE_REDIS_URL is composed of, and cache folders on the writable /tmp volume.
-HELPER_ENV = {"REDIS_PASSWORD", "REDIS_ADDRESS", "XDG_CACHE_HOME", "HF_HOME"}
+# RSIEVE_REDIS_URL is composed of, cache folders on the writable /tmp volume, and the Hugging
+# Face hub kept offline (the clients read tokenizer files from disk only).
+HELPER_ENV = {"REDIS_PASSWORD", "REDIS_ADDRESS", "XDG_CACHE_HOME", "HF_HOME", "HF_HUB_OFFLINE"}
 FIELDS = {f"RSIEVE_{name.upper()}" for name in Settings.model_fields}
 POD_KINDS = ("Deployment", "StatefulSet")
 CLUSTER_SCOPED = {"Namespace"}
@@ -262,6 +264,28 @@ def rsieve_container(objs: list[dict[str, Any]], service: str) -> dict[str, Any]
 
 def image_name(image: str) -> str:
     return image.rpartition("/")[2].partition(":")[0]
+
+
+PBTXT_PARAMETER = re.compile(
+    r'parameters:?\s*\{\s*key:\s*"([^"]+)"\s*value:\s*\{\s*string_value:\s*"([^"]*)"\s*\}\s*\}')
+
+
+def model_parameters(config_pbtxt: str) -> dict[str, str]:
+    """The string parameters of a Triton model config (`parameters: { key: .. value: .. }`)."""
+    return dict(PBTXT_PARAMETER.findall(config_pbtxt))
+
+
+def app_image_copies() -> dict[str, str]:
+    """Where the rsieve image (Dockerfile stage `app`) gets files from the builder stage:
+    destination -> source."""
+    (app,) = [body for _, name, body in dockerfile_stages() if name == "app"]
+    copies: dict[str, str] = {}
+    for line in app:
+        parts = line.split()
+        if parts[0] == "COPY" and "--from=builder" in parts:
+            source, dest = [p for p in parts[1:] if not p.startswith("--")]
+            copies[dest] = source
+    return copies
 
 
 # ---------------------------------------------------------------------------- fixtures
@@ -600,6 +624,119 @@ def test_models_match_the_overlay_repository(rendered: dict[str, list[dict[str, 
     for text in model_json:
         checkpoint = yaml.safe_load(text)["model"]
         assert any(checkpoint.startswith(m + "/") for m in mounts), checkpoint
+
+
+def _triton_model(
+    overlay: str, objs: list[dict[str, Any]], model: str
+) -> tuple[str, dict[str, Any]]:
+    """The config.pbtxt text of a model the overlay's Triton serves, and for the gpu overlay
+    its model.json (from the ConfigMap triton-model-repository, what Triton really reads)."""
+    if overlay == "gpu":
+        repo = config_data(objs, "triton-model-repository")
+        return repo[f"{model}-config.pbtxt"], yaml.safe_load(repo[f"{model}-model.json"])
+    return (REPO / "deploy" / "triton" / "cpu" / model / "config.pbtxt").read_text(), {}
+
+
+def test_no_chat_template_setting_anywhere() -> None:
+    """RSIEVE_CHAT_TEMPLATE (hand-written templates) is gone: the checkpoint's own template is
+    read from its tokenizer files (RSIEVE_*_TOKENIZER). No deploy file may still set it, and
+    every RSIEVE_ name the deploy files mention is a Settings field or a variable a Triton
+    model reads (deploy/triton)."""
+    assert "chat_template" not in Settings.model_fields
+    model_vars: set[str] = set()
+    for path in (REPO / "deploy" / "triton").rglob("*"):
+        if path.is_file() and path.suffix in {".py", ".pbtxt"}:
+            model_vars |= set(re.findall(r"RSIEVE_[A-Z0-9_]+", path.read_text()))
+    files = [p for p in K8S.rglob("*") if p.is_file() and p.suffix in {".yaml", ".md", ".example"}]
+    files += [REPO / "docker-compose.yml", REPO / ".env.example", REPO / "docs" / "deploy.md",
+              *(p for p in (REPO / "deploy" / "docker").iterdir() if p.is_file())]
+    for path in files:
+        text = path.read_text()
+        where = path.relative_to(REPO)
+        assert "CHAT_TEMPLATE" not in text, f"{where} still names RSIEVE_CHAT_TEMPLATE"
+        unknown = sorted(set(re.findall(r"RSIEVE_[A-Z0-9_]*[A-Z0-9]", text)) - FIELDS - model_vars)
+        assert not unknown, f"{where}: neither Settings fields nor model variables: {unknown}"
+
+
+def test_clients_read_the_tokenizer_of_the_served_checkpoint(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """gpu: the generator and the judge render the chat template of the very checkpoint
+    Triton's vLLM model serves (model.json), read-only from the same PVC at the same path.
+    cpu: rapidocr (the rsieve interface) needs no tokenizer; the judge's tokenizer files are
+    baked into the rsieve image."""
+    for overlay, objs in each_overlay(rendered):
+        for service, key in (("generator", "GENERATOR"), ("judge", "JUDGE")):
+            where = (overlay, service)
+            deployment = get(objs, "Deployment", service)
+            pod = deployment["spec"]["template"]["spec"]
+            container = rsieve_container(objs, service)
+            env = effective_env(objs, container)
+            assert env.get("HF_HUB_OFFLINE") == "1", where
+            tokenizer = env[f"RSIEVE_{key}_TOKENIZER"]
+            config, engine = _triton_model(overlay, objs, env[f"RSIEVE_{key}_MODEL"])
+            kind = model_parameters(config).get("rsieve_kind")
+            assert kind in {"vlm", "llm", "ocr-engine", "stand-in"}, (where, kind)
+            mounts = {m["mountPath"]: m for m in container.get("volumeMounts") or []}
+            volumes = {v["name"]: v for v in pod["volumes"]}
+            if overlay == "gpu":
+                assert tokenizer == engine.get("tokenizer", engine["model"]), where
+                assert tokenizer.startswith("/models/"), where
+                mount = mounts["/models"]
+                assert mount["readOnly"] is True, where
+                claim = volumes[mount["name"]]["persistentVolumeClaim"]
+                assert claim == {"claimName": "triton-models", "readOnly": True}, where
+                triton = get(objs, "Deployment", "triton")["spec"]["template"]["spec"]
+                (theirs,) = [v for v in triton["volumes"]
+                             if v.get("persistentVolumeClaim", {}).get("claimName")
+                             == "triton-models"]
+                (triton_mount,) = [m for m in triton["containers"][0]["volumeMounts"]
+                                   if m["name"] == theirs["name"]]
+                assert triton_mount["mountPath"] == "/models", "the same paths in every pod"
+                pvc = get(objs, "PersistentVolumeClaim", "triton-models")
+                assert pvc["spec"]["accessModes"] == ["ReadOnlyMany"]
+            else:
+                assert "/models" not in mounts, where
+                assert not [v for v in volumes.values() if "persistentVolumeClaim" in v], where
+                if kind == "ocr-engine":
+                    assert tokenizer == "", f"{where}: an OCR engine has no tokenizer"
+                else:
+                    assert tokenizer in app_image_copies(), (
+                        f"{where}: {tokenizer} is not baked into the rsieve image")
+            # The checkpoint is mounted, never written: the pod stays as hardened as before.
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True, where
+            assert all(m.get("readOnly") for path, m in mounts.items() if path != "/tmp"), where
+            assert pod["securityContext"]["runAsNonRoot"] is True, where
+
+
+def test_the_judges_are_language_models(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """Neither overlay deploys the test stand-in judge-abstain (answers UNSURE to everything):
+    the cpu overlay's judge is SmolLM2 (judge-smollm2), the gpu overlay's the VLM (text only)."""
+    expected = {"cpu": ("judge-smollm2", "llm"), "gpu": ("judge", "vlm")}
+    for overlay, objs in each_overlay(rendered):
+        model = config_data(objs, "rsieve-config")["RSIEVE_JUDGE_MODEL"]
+        config, _ = _triton_model(overlay, objs, model)
+        assert (model, model_parameters(config)["rsieve_kind"]) == expected[overlay], overlay
+    assert Settings.model_fields["judge_model"].default == "judge-smollm2"
+
+
+def test_a_run_has_one_identity(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """Settings.fingerprint() is part of a run's id, computed by the api and the cleaners
+    (continuous ingestion) but describing the generator's and judge's work: every rsieve
+    container must see the same values, the tokenizers included."""
+    for overlay, objs in each_overlay(rendered):
+        prints = {}
+        for obj in objs:
+            for container in _containers(obj):
+                if image_name(container["image"]) == "rsieve":
+                    env = effective_env(objs, container)
+                    prints[obj["metadata"]["name"]] = settings_of(env).fingerprint()
+        assert set(SERVICE_MODULES) <= set(prints), overlay
+        first = prints["api"]
+        for name, fingerprint in prints.items():
+            assert fingerprint == first, (overlay, name, {
+                k: (v, first[k]) for k, v in fingerprint.items() if first[k] != v})
+
 
 
 # ---------------------------------------------------------------------------- probes and stops

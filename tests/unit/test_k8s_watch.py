@@ -230,6 +230,9 @@ INVARIANTS = (
     "test_redis_is_durable_and_where_the_settings_say",
     "test_s3_and_triton_endpoints",
     "test_images_agree_with_compose",
+    "test_clients_read_the_tokenizer_of_the_served_checkpoint",
+    "test_the_judges_are_language_models",
+    "test_a_run_has_one_identity",
 )
 
 

@@ -75,7 +75,7 @@ def test_judge_promoted_row_carries_the_verdict() -> None:
 
 @pytest.mark.parametrize(("raw_verdict", "reason"),
                          [("WRONG", "wrong_answer"), ("UNSURE", "judge_unsure"),
-                          (None, "judge_unsure")])
+                          (None, "judge_failed"), ("I think it is fine", "judge_failed")])
 def test_rejected_goes_only_to_rejected(raw_verdict: str | None, reason: str) -> None:
     item = make_item("w-2", references=["COFFEE"])
     splits = assemble_rows([judged(item, "TOFFEE", raw_verdict)])
@@ -87,7 +87,24 @@ def test_rejected_goes_only_to_rejected(raw_verdict: str | None, reason: str) ->
     assert qa["reason"] == reason
     assert qa["org_answer"] is None and qa["reasoning"] is None
     assert qa["promoted_by"] is None
-    assert qa["judge"]["verdict"] in {"WRONG", "UNSURE"}
+    assert qa["judge"]["verdict"] == {"WRONG": "WRONG", "UNSURE": "UNSURE"}.get(
+        raw_verdict or "", "FAILED")
+
+
+def test_accepted_without_reasoning_goes_to_nothink_only() -> None:
+    """An answer with no think block (a checkpoint without a thinking mode) is accepted
+    but never becomes a `_RS_think` row with empty reasoning."""
+    item = make_item("plain", references=["COFFEE"])
+    out = accepted(item)
+    bare = out.model_copy(update={"generation": out.generation.model_copy(
+        update={"reasoning": None, "raw_output": "COFFEE"})})
+    blank = out.model_copy(update={"generation": out.generation.model_copy(
+        update={"reasoning": "  \n"})})
+    for outcome in (bare, blank):
+        splits = assemble_rows([outcome])
+        assert set(splits) == {"SynthWords_RS_nothink"}
+        assert _only_qa(splits["SynthWords_RS_nothink"])["answer"] == "COFFEE"
+    assert set(assemble_rows([out])) == {"SynthWords_RS_think", "SynthWords_RS_nothink"}
 
 
 def test_rejected_without_answer_keeps_raw_output() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rsieve.judge import build_judge_prompt, parse_verdict
+from rsieve.judge import ParsedVerdict, build_judge_prompt, parse_verdict
 from rsieve.think import parse_output
 
 
@@ -35,11 +35,14 @@ def test_parse_output(raw: str, finish: str, reasoning: str | None, answer: str 
         ("<think>same number</think>\nWRONG", "WRONG", None),
         ("The reference is unreadable.\nUNSURE", "UNSURE", None),
         ("**CORRECT**", "CORRECT", None),
-        ("", "UNSURE", "judge_empty"),
-        (":", "UNSURE", "judge_unparsable"),
-        ("CORRECT or WRONG", "UNSURE", "judge_unparsable"),
-        ("I think it is correct", "UNSURE", "judge_unparsable"),
-        ("<think>Final verdict: CORRECT", "UNSURE", "judge_unparsable"),
+        ("", "FAILED", "judge_empty"),
+        ("  \n\n", "FAILED", "judge_empty"),
+        ("<think>all reasoning</think>\n", "FAILED", "judge_empty"),
+        (":", "FAILED", "judge_unparsable"),
+        ("CORRECT or WRONG", "FAILED", "judge_unparsable"),
+        ("I think it is correct", "FAILED", "judge_unparsable"),
+        ("<think>Final verdict: CORRECT", "FAILED", "judge_unparsable"),
+        ("FAILED", "FAILED", "judge_unparsable"),  # not a word the judge may answer
     ],
 )
 def test_parse_verdict_is_strict(raw: str, verdict: str, cause: str | None) -> None:
@@ -47,8 +50,15 @@ def test_parse_verdict_is_strict(raw: str, verdict: str, cause: str | None) -> N
     assert (parsed.verdict, parsed.cause) == (verdict, cause)
 
 
-def test_truncated_judge_is_unsure() -> None:
-    assert parse_verdict("CORRECT", "length").verdict == "UNSURE"
+def test_truncated_judge_is_failed_not_unsure() -> None:
+    assert parse_verdict("CORRECT", "length") == ParsedVerdict("FAILED", "judge_truncated")
+    assert parse_verdict("UNSURE", "length").verdict == "FAILED"
+
+
+def test_unsure_is_only_what_the_judge_said() -> None:
+    parsed = parse_verdict("The reference is ambiguous.\n**UNSURE**")
+    assert parsed == ParsedVerdict("UNSURE", None) and not parsed.failed
+    assert parse_verdict("").failed
 
 
 def test_candidate_cannot_forge_blocks() -> None:

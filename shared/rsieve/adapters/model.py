@@ -7,9 +7,17 @@ model's metadata (a `text_input` input means the vLLM backend):
   `finish_reason` out; optionally `max_new_tokens` in and `num_input_tokens` /
   `num_output_tokens` out, used when the model declares them. Unary `infer` calls.
 - "vllm": Triton's vLLM backend (decoupled). The prompt is rendered client side with the
-  chat template (`rsieve.chat`), the image goes base64 in `image`, `sampling_parameters`
+  checkpoint's own chat template (`rsieve.chat`, loaded from `tokenizer`: the checkpoint
+  folder or GGUF), the image goes base64 in `image`, `sampling_parameters`
   is vLLM SamplingParams JSON, and finish reason and token counts are asked for with the
   backend's `return_*` flags. One gRPC bidirectional stream per request.
+
+With a `tokenizer`, every special or added token of it found in a prompt is neutralised
+before the prompt is sent, on either interface (`rsieve.chat.neutralise`); the reply
+carries the user text as sent, so the caller stores what the model received.
+
+What the model is (`ModelInfo.kind`) is read from its Triton config parameter
+`rsieve_kind` (deploy/triton/README.md).
 
 Up to `max_inflight` items are kept in flight so Triton's dynamic batcher (or vLLM's
 continuous batching) can fill its batches; a full Triton queue (RESOURCE_EXHAUSTED) is
@@ -51,7 +59,8 @@ import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from rsieve.chat import render_chat
+from rsieve.adapters.tokenizer import load_chat_template
+from rsieve.chat import ChatTemplate, TemplateError
 from rsieve.errors import RetryableError
 from rsieve.settings import Settings
 
@@ -77,6 +86,8 @@ class ModelReply:
     latency_s: float | None = None
     # sha256 of the exact prompt string on the wire (the rendered chat prompt for vLLM).
     prompt_sent_sha256: str | None = None
+    # The user's text as sent: the prompt, with special tokens neutralised.
+    user_text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -87,7 +98,13 @@ class ModelInfo:
     version: str
     interface: str
     sampling: dict[str, Any] = field(default_factory=dict)
+    # The checkpoint whose template the client rendered (vLLM interface), its sha256, and
+    # its thinking mode; "server" when the model server renders (rsieve interface).
     chat_template: str | None = None
+    chat_template_sha256: str | None = None
+    thinking_mode: str | None = None
+    # The model's `rsieve_kind` config parameter (rsieve.schemas.MODEL_KINDS), if declared.
+    kind: str | None = None
 
 
 class _Lease(Protocol):
@@ -139,7 +156,7 @@ class TritonModel:
     def __init__(self, url: str, model: str, *, max_inflight: int = 16, timeout_s: float = 120,
                  retries: int = 3, backoff_s: float = 1.0, interface: Interface = "auto",
                  max_new_tokens: int | None = 1024, temperature: float = 0.0,
-                 seed: int | None = 0, chat_template: str = "qwen2_5_vl",
+                 seed: int | None = 0, tokenizer: str = "",
                  reasoning: bool = True, slots: SharedSlots | None = None,
                  request_items: int = 0) -> None:
         self.url, self.model = url, model
@@ -151,23 +168,31 @@ class TritonModel:
         self.retries, self.backoff_s = retries, backoff_s
         self.interface: Interface = interface
         self.max_new_tokens, self.temperature, self.seed = max_new_tokens, temperature, seed
-        self.chat_template, self.reasoning = chat_template, reasoning
+        # The checkpoint's tokenizer files (folder or .gguf): its chat template and special
+        # tokens. Required for the vLLM interface; optional (neutralising only) otherwise.
+        self.tokenizer, self.reasoning = tokenizer, reasoning
+        self.template: ChatTemplate | None = None
         self.info: ModelInfo | None = None
         self._inputs: set[str] = set()
         self._outputs: set[str] = set()
 
     @classmethod
     def from_settings(cls, settings: Settings, model: str, slots: SharedSlots | None = None,
-                      sharers: int = 1) -> TritonModel:
-        """`sharers`: how many calls may hold `slots` at once (the generator's children)."""
+                      sharers: int = 1, tokenizer: str = "",
+                      max_new_tokens: int | None = None) -> TritonModel:
+        """`sharers`: how many calls may hold `slots` at once (the generator's children);
+        `tokenizer`: the model's checkpoint files (settings.generator_tokenizer or
+        settings.judge_tokenizer); `max_new_tokens`: the budget, when not
+        settings.max_new_tokens (the judge's is settings.judge_max_new_tokens)."""
         s = settings
         cap = max(1, s.max_inflight // max(1, sharers))
         return cls(s.triton_grpc_url, model, max_inflight=s.max_inflight, slots=slots,
                    request_items=min(cap, s.request_items) if s.request_items else cap,
                    timeout_s=s.model_timeout_s, retries=s.model_retries,
                    backoff_s=s.model_backoff_s, interface=s.model_interface,
-                   max_new_tokens=s.max_new_tokens, temperature=s.temperature,
-                   chat_template=s.chat_template, reasoning=s.reasoning)
+                   max_new_tokens=max_new_tokens or s.max_new_tokens,
+                   temperature=s.temperature,
+                   tokenizer=tokenizer, reasoning=s.reasoning)
 
     # ------------------------------------------------------------------ public
     def generate_many(self, requests: Sequence[ModelRequest]) -> list[ModelReply | Exception]:
@@ -228,17 +253,31 @@ class TritonModel:
         interface = self.interface
         if interface == "auto":
             interface = "vllm" if "text_input" in self._inputs else "rsieve"
+        config = (await client.get_model_config(self.model, as_json=True,
+                                                client_timeout=10)).get("config", {})
         self._per_request = 1
         if interface == "rsieve":
-            config = (await client.get_model_config(self.model, as_json=True,
-                                                    client_timeout=10)).get("config", {})
             batch = int(config.get("max_batch_size") or 0)
             cap = self.request_items or batch
             self._per_request = max(1, min(batch, cap, self.max_inflight))
+        kind = (config.get("parameters", {}).get("rsieve_kind", {}).get("string_value")
+                or None)
+        if self.tokenizer and self.template is None:
+            self.template = load_chat_template(self.tokenizer)
+        if interface == "vllm" and self.template is None:
+            raise TemplateError(f"model {self.model} takes a rendered prompt (vLLM interface): "
+                                "name its checkpoint's tokenizer files (RSIEVE_GENERATOR_"
+                                "TOKENIZER / RSIEVE_JUDGE_TOKENIZER)")
+        client_renders = interface == "vllm" and self.template is not None
         versions = meta.get("versions") or [""]
-        self.info = ModelInfo(name=self.model, version=str(max(versions, key=str)),
-                              interface=interface, sampling=self._sampling(interface),
-                              chat_template=self.chat_template if interface == "vllm" else None)
+        self.info = ModelInfo(
+            name=self.model, version=str(max(versions, key=str)), interface=interface,
+            sampling=self._sampling(interface), kind=kind,
+            chat_template=self.template.name if client_renders and self.template else None,
+            chat_template_sha256=(self.template.sha256 if client_renders and self.template
+                                  else None),
+            thinking_mode=(self.template.thinking if client_renders and self.template
+                           else "server"))
 
     def _sampling(self, interface: str) -> dict[str, Any]:
         if interface == "vllm":
@@ -295,7 +334,9 @@ class TritonModel:
     async def _rsieve(self, client: grpcclient.InferenceServerClient,
                       reqs: list[ModelRequest]) -> list[ModelReply]:
         n = len(reqs)
-        inputs = [_tensor("prompt", [r.prompt.encode("utf-8") for r in reqs], [n, 1], "BYTES")]
+        users = [self.template.neutralise(r.prompt) if self.template else r.prompt
+                 for r in reqs]
+        inputs = [_tensor("prompt", [u.encode("utf-8") for u in users], [n, 1], "BYTES")]
         if reqs[0].image is not None:  # a chunk is all with or all without (_chunks)
             inputs.append(_tensor("image", [r.image for r in reqs], [n, 1], "BYTES"))
         if self.max_new_tokens is not None and "max_new_tokens" in self._inputs:
@@ -315,13 +356,15 @@ class TritonModel:
                       else None, n)
         return [ModelReply(text=texts[i] or "", finish_reason=finishes[i] or "stop",
                            input_tokens=n_in[i], output_tokens=n_out[i],
-                           prompt_sent_sha256=_sha256(r.prompt)) for i, r in enumerate(reqs)]
+                           prompt_sent_sha256=_sha256(users[i]), user_text=users[i])
+                for i in range(n)]
 
     async def _vllm(self, client: grpcclient.InferenceServerClient, req: ModelRequest
                     ) -> ModelReply:
         assert self.info is not None
-        chat = render_chat(req.prompt, has_image=req.image is not None,
-                           template=self.chat_template, reasoning=self.reasoning)
+        assert self.template is not None  # _wait_ready refuses the vLLM interface without
+        chat = self.template.render(req.prompt, has_image=req.image is not None,
+                                    reasoning=self.reasoning)
         inputs = [
             _tensor("text_input", [chat.text.encode("utf-8")], [1], "BYTES"),
             _tensor("stream", [False], [1], "BOOL"),
@@ -363,7 +406,7 @@ class TritonModel:
         # stored is what the assistant turn holds, opening tag included.
         return ModelReply(text=chat.prefix + "".join(text), finish_reason=finish or "stop",
                           input_tokens=n_in, output_tokens=n_out,
-                          prompt_sent_sha256=_sha256(chat.text))
+                          prompt_sent_sha256=_sha256(chat.text), user_text=chat.user)
 
 
 def _first_str(array: np.ndarray | None) -> str | None:

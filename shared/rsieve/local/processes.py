@@ -492,14 +492,21 @@ def start_triton(
     metrics_port: int,
     log: Path,
     env_extra: dict[str, str] | None = None,
+    models: Sequence[str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``tritonserver`` on 127.0.0.1 serving ``model_repository`` (CPU only).
 
-    ``env_extra`` is added to the server's (and its Python stubs') environment, e.g.
-    ``RSIEVE_REPLAY_FILE``. A port already taken makes Triton exit after loading its
-    models, so pick them with :func:`free_port`.
+    ``models``: load only these (``--model-control-mode=explicit`` and one
+    ``--load-model=NAME`` each), so a repository may hold models a stack does not want
+    (e.g. ``judge-smollm2`` beside ``judge-abstain``); a name the repository lacks makes
+    Triton exit. ``None``: every model in the repository. ``env_extra`` is added to the
+    server's (and its Python stubs') environment, e.g. ``RSIEVE_REPLAY_FILE``. A port
+    already taken makes Triton exit after loading its models, so pick them with
+    :func:`free_port`.
     """
     binary, backends, _ = triton_paths()
+    if models is not None and not models:
+        raise ValueError("start_triton: models is empty (None loads every model)")
     cmd = [
         str(binary),
         f"--model-repository={Path(model_repository).resolve()}",
@@ -517,6 +524,9 @@ def start_triton(
         "--exit-timeout-secs=10",
         "--log-verbose=0",
     ]
+    if models is not None:
+        cmd.append("--model-control-mode=explicit")
+        cmd.extend(f"--load-model={name}" for name in models)
     return _popen(cmd, log=log, env=triton_env(env_extra), cwd=Path(model_repository))
 
 

