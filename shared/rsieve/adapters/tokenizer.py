@@ -57,7 +57,9 @@ def load_chat_template(path: str) -> ChatTemplate:
     else:
         raise TemplateError(f"{path}: no checkpoint folder or .gguf file there")
     source = _source(tokenizer, folder)
-    render = functools.partial(tokenizer.apply_chat_template, chat_template=source,
-                               tokenize=False)
+    def render(messages: list[dict[str, Any]], **kwargs: Any) -> str:
+        return str(tokenizer.apply_chat_template(messages, chat_template=source,
+                                                 tokenize=False, **kwargs))
+
     return ChatTemplate(name=name, source=source, render_fn=render,
                         specials=special_tokens(tokenizer))

@@ -479,6 +479,11 @@ def triton_env(env_extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libs, env.get("LD_LIBRARY_PATH", "")) if p)
     env[SITE_PACKAGES_ENV] = os.pathsep.join(_venv_site_packages())
     env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+    # torch's OpenMP threads (judge-smollm2, the portable HF model) sleep instead of spinning
+    # between parallel regions. On a small CPU shared by several stubs and the workers,
+    # spinning threads starve the others: measured on 2 cores beside another busy stub, a
+    # SmolLM2 verdict took 5-16 s spinning and 2.0-2.5 s passive.
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if env_extra:
         env.update(env_extra)
     return env

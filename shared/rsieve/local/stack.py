@@ -30,6 +30,15 @@ SERVICES = {"cleaner": "clean", "generator": "generate", "verifier": "verify",
 # its config.pbtxt reads the checkpoint folder from (parameter checkpoint_env).
 SMOLLM2_MODEL = "judge-smollm2"
 JUDGE_CHECKPOINT_ENV = "RSIEVE_JUDGE_CHECKPOINT"
+# The SmolLM2 judge's token budget on the local stack (its config's default too).
+SMOLLM2_MAX_NEW_TOKENS = 64
+# Accepted items probed per family to calibrate the SmolLM2 judge on the local stack. A
+# verdict costs about 1.5 s of 2 CPU cores (batched) and each sampled item about five
+# probes, so the default 60 would make `make run` last minutes; with 2, a family's
+# calibration is too small to clear the false-promotion bound and its promotions are held
+# back, which the card says. `rsieve run` on a real pool should name a larger size
+# (RSIEVE_JUDGE_CALIBRATION_SIZE; docs/judge.md).
+SMOLLM2_CALIBRATION_SIZE = 2
 # The CPU judges, the preferred first: the stack's services use the first it serves unless a
 # judge is named (settings_env or the environment's RSIEVE_JUDGE_MODEL).
 CPU_JUDGES = (SMOLLM2_MODEL, "judge-abstain")
@@ -92,17 +101,22 @@ class StackConfig:
 
     def _judge_settings(self) -> dict[str, str]:
         """RSIEVE_JUDGE_MODEL (the CPU judge served, unless one is named) and, when that judge
-        is judge-smollm2, RSIEVE_JUDGE_TOKENIZER (its checkpoint folder, unless one is
-        named): the client neutralises the tokenizer's special tokens in what it sends."""
+        is judge-smollm2, what serving it well needs, each unless named in ``settings_env`` or
+        the environment: RSIEVE_JUDGE_TOKENIZER (its checkpoint folder: the client
+        neutralises the tokenizer's special tokens in what it sends) and
+        RSIEVE_JUDGE_MAX_NEW_TOKENS (a verdict's budget: every token is CPU time, and a
+        batch decodes until its longest answer ends)."""
         out: dict[str, str] = {}
         judge = self.judge()
         if judge:
             out["RSIEVE_JUDGE_MODEL"] = judge
         named = self.settings_env.get("RSIEVE_JUDGE_MODEL", os.environ.get("RSIEVE_JUDGE_MODEL"))
-        if ((judge or named) == SMOLLM2_MODEL and SMOLLM2_MODEL in self.models
-                and "RSIEVE_JUDGE_TOKENIZER" not in self.settings_env
-                and "RSIEVE_JUDGE_TOKENIZER" not in os.environ):
-            out["RSIEVE_JUDGE_TOKENIZER"] = str(self.judge_checkpoint())
+        if (judge or named) == SMOLLM2_MODEL and SMOLLM2_MODEL in self.models:
+            defaults = {"RSIEVE_JUDGE_TOKENIZER": str(self.judge_checkpoint()),
+                        "RSIEVE_JUDGE_MAX_NEW_TOKENS": str(SMOLLM2_MAX_NEW_TOKENS),
+                        "RSIEVE_JUDGE_CALIBRATION_SIZE": str(SMOLLM2_CALIBRATION_SIZE)}
+            out.update({k: v for k, v in defaults.items()
+                        if k not in self.settings_env and k not in os.environ})
         return out
 
     def env(self) -> dict[str, str]:
