@@ -236,15 +236,18 @@ class TritonModel:
 
     async def _wait_ready(self, client: grpcclient.InferenceServerClient) -> None:
         """Wait (with backoff) until the server and the model are ready, then read the
-        model's metadata: its version, its interface and the optional tensors it has."""
+        model's metadata and config (its version, interface, optional tensors, batch size
+        and `rsieve_kind`); a server that goes away meanwhile is waited for again."""
         for attempt in range(self.retries + 1):
             if await self._ready(client):
                 try:
                     meta = await client.get_model_metadata(self.model, as_json=True,
                                                            client_timeout=10)
+                    config = (await client.get_model_config(
+                        self.model, as_json=True, client_timeout=10)).get("config", {})
                     break
                 except (InferenceServerException, grpc.RpcError):
-                    pass
+                    pass  # the server went away between the calls: wait again
             if attempt == self.retries:
                 raise RetryableError(f"Triton {self.url} model {self.model}: not ready")
             await asyncio.sleep(self.backoff_s * 2**attempt)
@@ -253,8 +256,6 @@ class TritonModel:
         interface = self.interface
         if interface == "auto":
             interface = "vllm" if "text_input" in self._inputs else "rsieve"
-        config = (await client.get_model_config(self.model, as_json=True,
-                                                client_timeout=10)).get("config", {})
         self._per_request = 1
         if interface == "rsieve":
             batch = int(config.get("max_batch_size") or 0)
