@@ -345,8 +345,11 @@ def summarise(records: Iterable[CalibrationRecord | dict[str, Any]], *,
 
 def _untrusted(entry: dict[str, Any], bound: float) -> bool:
     """No false-promotion figure (no CORRECT/WRONG verdict on known-wrong probes), or its
-    Wilson 95% upper bound above `bound`."""
+    Wilson 95% upper bound above `bound`. A bound of 1 turns hold-back off: every rate,
+    measured or not, is within it."""
     fp = entry["false_promotion"]
+    if bound >= 1.0:
+        return False
     return not fp["n"] or fp["hi"] > bound
 
 

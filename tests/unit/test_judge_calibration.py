@@ -203,3 +203,12 @@ def test_hold_back_demotes_judge_promotions_of_untrusted_families() -> None:
     assert [(r["id"], r["held_back"]) for r in listing] == [("a", True), ("w", False)]
     assert (listing[1]["question"], listing[1]["reference"], listing[1]["candidate"]) == (
         words.question, "COLOUR", "COLOR")
+
+
+def test_a_bound_of_one_turns_hold_back_off() -> None:
+    from rsieve.calibration import _untrusted
+
+    unmeasured = {"false_promotion": {"k": 0, "n": 0, "hi": 1.0}}
+    measured = {"false_promotion": {"k": 3, "n": 10, "hi": 0.6}}
+    assert _untrusted(unmeasured, 0.05) and _untrusted(measured, 0.05)
+    assert not _untrusted(unmeasured, 1.0) and not _untrusted(measured, 1.0)
