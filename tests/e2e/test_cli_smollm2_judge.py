@@ -1,0 +1,57 @@
+"""`rsieve run` on the example pool over the stack `make run` starts: RapidOCR generates and
+SmolLM2-135M-Instruct, a real language model, judges through Triton. Its real outputs
+are parsed, its verdicts counted, its calibration measured and its promotions held back,
+and the card says all of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rsieve.local.stack import REPO_ROOT, SMOLLM2_CALIBRATION_SIZE, Stack
+
+POOL = REPO_ROOT / "examples" / "pool"
+
+
+@pytest.fixture(scope="module")
+def stack(start_stack: Any) -> Stack:
+    return start_stack(["rapidocr", "judge-smollm2"])  # type: ignore[no-any-return]
+
+
+def test_the_example_pool_is_judged_by_smollm2(stack: Stack, tmp_path: Path) -> None:
+    env = {**os.environ, "RSIEVE_STACK_DIR": str(stack.dir), "COLUMNS": "120"}
+    result = subprocess.run([sys.executable, "-m", "rsieve.cli", "run", str(POOL), "--out",
+                             str(tmp_path), "--dataset", "ex"], env=env, text=True,
+                            capture_output=True, timeout=900, cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    path = tmp_path / "ex"
+    report = json.loads((path / "run_report.json").read_text())
+    assert report["adds_up"]
+    assert report["models"]["judges"] == [
+        {"model": "judge-smollm2", "kind": "llm", "verdicts": report["models"]["judges"][0][
+            "verdicts"]}]
+    judged = {f: v["judge_verdicts"] for f, v in report["families"].items()}
+    total = sum(sum(v.values()) for v in judged.values())
+    assert total == report["models"]["judges"][0]["verdicts"] > 0
+    # Every judged item ends with exactly one of the four states, with causes for failures.
+    for family, counts in report["families"].items():
+        failed = counts["judge_verdicts"]["FAILED"]
+        assert sum(counts["judge_failure_causes"].values()) == failed, family
+        assert counts["rejected_by_reason"].get("judge_failed", 0) == failed
+    calibration = report["calibration"]
+    assert calibration and all(c["items"] <= SMOLLM2_CALIBRATION_SIZE
+                               for c in calibration.values())
+    card = (path / "README.md").read_text()
+    assert "`judge-smollm2`, a text-only language model" in card
+    assert "an OCR engine" in card
+    assert "| family | judged | CORRECT | WRONG | UNSURE | failed |" in card
+    assert "## Judge calibration" in card and "held back" in card
+    # A small calibration can never clear the bound: no promotion reaches an accepted split.
+    assert all(c["held_back"] for c in calibration.values())
+    assert sum(f["promoted_by_judge"] for f in report["families"].values()) == 0
