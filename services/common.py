@@ -57,10 +57,12 @@ class Context:
     def guard(self, task: str, run: str, shard: str) -> ItemGuard:
         return ItemGuard(self, task, run, shard)
 
-    def model(self, name: str, tokenizer: str = "", max_new_tokens: int | None = None
-              ) -> TritonModel:
-        return TritonModel.from_settings(self.settings, name, tokenizer=tokenizer,
-                                         max_new_tokens=max_new_tokens)
+    def judge_model(self, name: str) -> TritonModel:
+        """The judge's model, on the judge's engine (one engine per role)."""
+        s = self.settings
+        return TritonModel.from_settings(s, name, tokenizer=s.judge_tokenizer,
+                                         max_new_tokens=s.judge_max_new_tokens,
+                                         url=s.judge_triton_grpc_url or s.triton_grpc_url)
 
     def images(self, items: Iterable[Item]) -> dict[str, bytes]:
         """sha256 -> bytes of the items' images: ranged reads of the pool's packs; an item
@@ -222,7 +224,8 @@ def bootstrap(settings: Settings | None = None) -> Context:
 
 
 def run_worker(service: str, queue: str, register: Callable[[Context], None],
-               concurrency_of: Callable[[Settings], int] | None = None) -> None:
+               concurrency_of: Callable[[Settings], int] | None = None,
+               pool: str = "prefork") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter(service))  # one JSON object per line (run, shard, item)
     logging.basicConfig(level=logging.INFO, handlers=[handler])
@@ -233,7 +236,8 @@ def run_worker(service: str, queue: str, register: Callable[[Context], None],
     # builds its own (clients are not fork-safe).
     S3Store(ctx.settings)
     concurrency = str((concurrency_of or (lambda s: s.worker_concurrency))(ctx.settings))
-    ctx.app.worker_main(["worker", "-Q", queue, "-c", concurrency, "-n", f"{service}@%h",
+    ctx.app.worker_main(["worker", "-Q", queue, "-c", concurrency, "-P", pool,
+                         "-n", f"{service}@%h",
                          "--loglevel", "INFO", "--without-gossip", "--without-mingle"])
 
 

@@ -31,8 +31,7 @@ def register(ctx: Context) -> None:
                                         rate=s.judge_calibration_rate)
             prompts = [judge_prompt(verified[i]) for i in pending]
             prompts += [probe_prompt(p) for p in probes]
-            judge = ctx.model(model, tokenizer=s.judge_tokenizer,
-                              max_new_tokens=s.judge_max_new_tokens)
+            judge = ctx.judge_model(model)
             replies = judge.generate_many([ModelRequest(p) for p in prompts])
             kind = judge.info.kind if judge.info else None
             # What the judge received: special tokens of its tokenizer neutralised.

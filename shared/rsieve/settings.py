@@ -51,7 +51,10 @@ class Settings(BaseSettings):
     s3_secret_key: SecretStr = SecretStr(_DEV_SECRET_KEY)
 
     # Models behind Triton (the rsieve text-generation interface; deploy/triton/README.md).
+    # One engine per role: the generator's VLM engine here; the judge's engine at
+    # judge_triton_grpc_url (empty: the same server, as on the CPU stack).
     triton_grpc_url: str = "127.0.0.1:18001"
+    judge_triton_grpc_url: str = ""
     generator_model: str = "rapidocr"
     # The CPU stack's judge is SmolLM2-135M-Instruct (deploy/triton/cpu/judge-smollm2);
     # `judge-abstain` (a stand-in that answers UNSURE to everything) is for tests that need
@@ -59,7 +62,7 @@ class Settings(BaseSettings):
     judge_model: str = "judge-smollm2"
     max_inflight: int = Field(32, ge=1, description="items in flight at Triton per worker")
     # Items per Triton request for rsieve-interface models (client-side batching); 0: the
-    # model's max_batch_size. Always at most max_inflight / the calls sharing the limit.
+    # model's max_batch_size. Always at most the in-flight limit.
     request_items: int = Field(0, ge=0, description="items per Triton request (0: a batch)")
     model_timeout_s: float = 120.0
     model_retries: int = Field(3, ge=0)
@@ -86,12 +89,17 @@ class Settings(BaseSettings):
 
     # Workers.
     worker_concurrency: int = Field(1, ge=1, description="Celery prefork children per worker")
-    # The generator's children overlap consecutive shards (one loads and fills Triton's
-    # queue while the other's last batch runs); together they keep max_inflight at most.
-    # With 2, one child is often idle (on BRPOP) while the other holds a shard: the state
-    # in which a Redis restart used to stop the worker (fixed in rsieve.adapters.queues).
-    generator_concurrency: int = Field(2, ge=1, description="generator prefork children "
-                                       "(2 overlaps consecutive shards)")
+    # Shards a generator worker holds open at once (Celery threads). A reasoning model's
+    # shard waits minutes on its slowest item while the rest of its slots serve other
+    # shards, so keep enough open that the waiting ones cover the engine's share:
+    # roughly share / shard_size x (1 + slowest / mean item time) (docs/performance.md).
+    generator_concurrency: int = Field(32, ge=1, description="shards a generator worker "
+                                       "holds open at once (threads)")
+    # Sequences the generator's engine runs at once (vLLM's max_num_seqs); 0: learned from
+    # the model's Triton config (parameter `max_num_seqs`), else max_inflight. The generator
+    # workers feeding one engine share it (docs/performance.md, "Concurrency sized from the
+    # engine").
+    engine_capacity: int = Field(0, ge=0, description="engine sequences at once (0: learn)")
 
     # Dataset shards: a Parquet file of a split is closed once its data passes this size.
     parquet_shard_bytes: int = Field(256 * 1024 * 1024, ge=1024)

@@ -21,17 +21,18 @@ What the model is (`ModelInfo.kind`) is read from its Triton config parameter
 
 Up to `max_inflight` items are kept in flight so Triton's dynamic batcher (or vLLM's
 continuous batching) can fill its batches; a full Triton queue (RESOURCE_EXHAUSTED) is
-backpressure, retried with backoff. With `slots` (a limit shared by several processes, e.g.
-the generator's `services.generator.inflight.SlotFile`) that limit bounds the items
-instead, across every call that shares it. Before any work the server and the model must be ready.
+backpressure, retried with backoff. With `gate` (an `EngineGate` shared by every call on one
+loop, e.g. the generator's feeder, services/generator/feeder.py) that gate's limit bounds
+the items instead, across every call that shares it, first come first served. Before any
+work the server and the model must be ready; `on_ready` then sees what the model is
+(`ModelInfo.capacity`: the engine's `max_num_seqs` config parameter, when declared).
 
 Client-side batching (rsieve interface): one request carries up to the model's
 `max_batch_size` items (capped by `request_items`), all with an image or all without, so
 the dynamic batcher receives whole batches instead of forming them from single requests
 that trickle in (docs/performance.md, finding 9), and the client pays one gRPC call per
-batch. A request of several items holds one slot per item; its slots are gathered one
-chunk at a time per call, so with `request_items` at most the limit divided by the calls
-that share it, no set of partly gathered chunks can hold every slot. When a multi-item
+batch. A request of several items holds one slot per item, all taken at once (the gate
+never lets a request hold part of its slots while it waits). When a multi-item
 request fails with an error that is not transient, its items are asked again one by one,
 so the error lands on the item that caused it. vLLM's interface is one item per request.
 
@@ -46,19 +47,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import grpc
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from rsieve.adapters.gate import EngineGate
 from rsieve.adapters.tokenizer import load_chat_template
 from rsieve.chat import ChatTemplate, TemplateError
 from rsieve.errors import RetryableError
@@ -105,18 +106,8 @@ class ModelInfo:
     thinking_mode: str | None = None
     # The model's `rsieve_kind` config parameter (rsieve.schemas.MODEL_KINDS), if declared.
     kind: str | None = None
-
-
-class _Lease(Protocol):
-    async def __aenter__(self) -> None: ...
-    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None: ...
-    def close(self) -> None: ...
-
-
-class SharedSlots(Protocol):
-    """An in-flight limit shared beyond one call: one `lease()` per call."""
-
-    def lease(self) -> _Lease: ...
+    # Sequences the engine runs at once: its `max_num_seqs` config parameter, if declared.
+    capacity: int | None = None
 
 
 class _Transient(Exception):
@@ -157,10 +148,11 @@ class TritonModel:
                  retries: int = 3, backoff_s: float = 1.0, interface: Interface = "auto",
                  max_new_tokens: int | None = 1024, temperature: float = 0.0,
                  seed: int | None = 0, tokenizer: str = "",
-                 reasoning: bool = True, slots: SharedSlots | None = None,
-                 request_items: int = 0) -> None:
+                 reasoning: bool = True, gate: EngineGate | None = None,
+                 request_items: int = 0,
+                 on_ready: Callable[[ModelInfo], None] | None = None) -> None:
         self.url, self.model = url, model
-        self.slots = slots
+        self.gate, self.on_ready = gate, on_ready
         # Items per request (rsieve interface): 0 is the model's max_batch_size.
         self.request_items = request_items
         self._per_request = 1
@@ -177,17 +169,17 @@ class TritonModel:
         self._outputs: set[str] = set()
 
     @classmethod
-    def from_settings(cls, settings: Settings, model: str, slots: SharedSlots | None = None,
-                      sharers: int = 1, tokenizer: str = "",
-                      max_new_tokens: int | None = None) -> TritonModel:
-        """`sharers`: how many calls may hold `slots` at once (the generator's children);
-        `tokenizer`: the model's checkpoint files (settings.generator_tokenizer or
+    def from_settings(cls, settings: Settings, model: str, gate: EngineGate | None = None,
+                      tokenizer: str = "", max_new_tokens: int | None = None,
+                      url: str | None = None,
+                      on_ready: Callable[[ModelInfo], None] | None = None) -> TritonModel:
+        """`tokenizer`: the model's checkpoint files (settings.generator_tokenizer or
         settings.judge_tokenizer); `max_new_tokens`: the budget, when not
-        settings.max_new_tokens (the judge's is settings.judge_max_new_tokens)."""
+        settings.max_new_tokens (the judge's is settings.judge_max_new_tokens); `url`: the
+        engine's server, when not settings.triton_grpc_url (the generator's)."""
         s = settings
-        cap = max(1, s.max_inflight // max(1, sharers))
-        return cls(s.triton_grpc_url, model, max_inflight=s.max_inflight, slots=slots,
-                   request_items=min(cap, s.request_items) if s.request_items else cap,
+        return cls(url or s.triton_grpc_url, model, max_inflight=s.max_inflight, gate=gate,
+                   on_ready=on_ready, request_items=s.request_items,
                    timeout_s=s.model_timeout_s, retries=s.model_retries,
                    backoff_s=s.model_backoff_s, interface=s.model_interface,
                    max_new_tokens=max_new_tokens or s.max_new_tokens,
@@ -196,34 +188,37 @@ class TritonModel:
 
     # ------------------------------------------------------------------ public
     def generate_many(self, requests: Sequence[ModelRequest]) -> list[ModelReply | Exception]:
-        return asyncio.run(self._generate_many(requests))
+        return asyncio.run(self.generate_many_async(requests))
 
-    async def _generate_many(self, requests: Sequence[ModelRequest]
+    async def generate_many_async(self, requests: Sequence[ModelRequest]
                              ) -> list[ModelReply | Exception]:
         client = grpcclient.InferenceServerClient(url=self.url)
-        lease = self.slots.lease() if self.slots is not None else None
+        lease = (self.gate or EngineGate(self.max_inflight)).lease()
+        tasks: list[asyncio.Task[list[ModelReply | Exception]]] = []
         try:
             await self._wait_ready(client)
-            gate = lease if lease is not None else asyncio.Semaphore(self.max_inflight)
-            gathering = asyncio.Lock()
 
             async def bounded(chunk: list[int]) -> list[ModelReply | Exception]:
-                async with contextlib.AsyncExitStack() as held:
-                    async with gathering:  # one partly gathered chunk per call at a time
-                        for _ in chunk:
-                            await held.enter_async_context(gate)
+                async with lease.slots(len(chunk)):
                     return await self._chunk(client, [requests[i] for i in chunk])
 
             chunks = _chunks(requests, self._per_request)
-            answers = await asyncio.gather(*(bounded(c) for c in chunks))
+            # Created in order, so the chunks queue at the gate in order (FIFO).
+            tasks = [asyncio.create_task(bounded(c)) for c in chunks]
+            answers = await asyncio.gather(*tasks)
             replies: list[ModelReply | Exception] = [Exception("unanswered")] * len(requests)
             for chunk, answer in zip(chunks, answers, strict=True):
                 for i, reply in zip(chunk, answer, strict=True):
                     replies[i] = reply
             return replies
         finally:
-            if lease is not None:
-                lease.close()  # slots of requests a failure left behind go back now
+            # A failure leaves the call's other requests running: on a shared loop nothing
+            # else would stop them, and they would keep their slots.
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+            lease.close()
             await client.close()
 
     # ------------------------------------------------------------------ readiness
@@ -256,13 +251,10 @@ class TritonModel:
         interface = self.interface
         if interface == "auto":
             interface = "vllm" if "text_input" in self._inputs else "rsieve"
-        self._per_request = 1
-        if interface == "rsieve":
-            batch = int(config.get("max_batch_size") or 0)
-            cap = self.request_items or batch
-            self._per_request = max(1, min(batch, cap, self.max_inflight))
-        kind = (config.get("parameters", {}).get("rsieve_kind", {}).get("string_value")
-                or None)
+        params = config.get("parameters", {})
+        kind = params.get("rsieve_kind", {}).get("string_value") or None
+        seqs = str(params.get("max_num_seqs", {}).get("string_value") or "")
+        capacity = int(seqs) if seqs.isdigit() and int(seqs) > 0 else None
         if self.tokenizer and self.template is None:
             self.template = load_chat_template(self.tokenizer)
         if interface == "vllm" and self.template is None:
@@ -278,7 +270,15 @@ class TritonModel:
             chat_template_sha256=(self.template.sha256 if client_renders and self.template
                                   else None),
             thinking_mode=(self.template.thinking if client_renders and self.template
-                           else "server"))
+                           else "server"),
+            capacity=capacity)
+        if self.on_ready is not None:
+            self.on_ready(self.info)  # may size the gate from the engine's capacity
+        self._per_request = 1
+        if interface == "rsieve":
+            batch = int(config.get("max_batch_size") or 0)
+            limit = self.gate.limit if self.gate is not None else self.max_inflight
+            self._per_request = max(1, min(batch, self.request_items or batch, limit))
 
     def _sampling(self, interface: str) -> dict[str, Any]:
         if interface == "vllm":
