@@ -43,18 +43,19 @@ CLK = os.sysconf("SC_CLK_TCK")
 
 
 # ----------------------------------------------------------------------------- the pool
-def make_pool(folder: Path, count: int) -> Path:
+def make_pool(folder: Path, count: int, wrong_every: int = 4, prefix: str = "w") -> Path:
     """`count` word crops (distinct PNGs). Each PNG carries the answer the stand-in model
-    gives in a tEXt chunk: the right word for 3 in 4 items (the verifier accepts), a wrong
-    one for the rest (they go to the judge)."""
+    gives in a tEXt chunk: the right word, except a wrong one for every `wrong_every`-th
+    item (they go to the judge; 0: never, the engine stand-in errs on its own)."""
     folder.mkdir(parents=True, exist_ok=True)
     lines = []
     for i in range(count):
-        word = f"w{i:05d}x"
+        word = f"{prefix}{i:05d}x"
         img = Image.new("RGB", (120, 40), "white")
         ImageDraw.Draw(img).text((6, 12), word, fill="black")
         meta = PngImagePlugin.PngInfo()
-        meta.add_text("bench-answer", word if i % 4 else "wrong")
+        meta.add_text("bench-answer", "wrong" if wrong_every and i % wrong_every == 0
+                      else word)
         buf = io.BytesIO()
         img.save(buf, format="PNG", pnginfo=meta)
         data = buf.getvalue()

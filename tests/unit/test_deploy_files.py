@@ -33,6 +33,10 @@ IMAGE_ENTRYPOINT = "/app/deploy/docker/entrypoint.sh"
 # Folders services/<name>/ that are runnable with `python -m services.<name>`.
 SERVICE_MODULES = sorted(p.parent.name for p in (REPO / "services").glob("*/__main__.py"))
 WORKERS = ("cleaner", "generator", "verifier", "judge", "compactor")
+# One engine per role (gpu profile), and the setting that names each role's address.
+ENGINES = {"generator": "triton-vlm", "judge": "triton-judge"}
+ENGINE_URL = {"generator": "RSIEVE_TRITON_GRPC_URL", "judge": "RSIEVE_JUDGE_TRITON_GRPC_URL"}
+VLLM = REPO / "deploy" / "triton" / "vllm"
 
 # `${VAR}`, `${VAR:-default}`, `${VAR-default}`, `${VAR:?err}`, ...; `$${...}` is an escape.
 VAR_REF = re.compile(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(?::?[-?+])([^}]*))?\}")
@@ -192,10 +196,12 @@ def test_depends_on_targets_exist_and_are_health_checked(
 def test_workers_wait_for_queues_storage_and_models(services: dict[str, dict[str, Any]]) -> None:
     for name in (*WORKERS, "api"):
         assert {"redis", "s3"} <= set(services[name]["depends_on"]), name
-    for name in ("generator", "judge"):
+    for name, engine in ENGINES.items():
         depends = services[name]["depends_on"]
-        # One model server per profile: each is optional, both are waited for when present.
-        for server in ("triton", "triton-cpu"):
+        # Its own engine (gpu) or the CPU server (cpu): each is optional, whichever is present
+        # is waited for; never the other role's engine.
+        assert {s for s in depends if s.startswith("triton")} == {engine, "triton-cpu"}, name
+        for server in (engine, "triton-cpu"):
             assert depends[server]["required"] is False, (name, server)
 
 
@@ -341,6 +347,7 @@ def test_rsieve_services_get_valid_production_settings(
         "RSIEVE_S3_ACCESS_KEY",
         "RSIEVE_S3_SECRET_KEY",
         "RSIEVE_TRITON_GRPC_URL",
+        "RSIEVE_JUDGE_TRITON_GRPC_URL",
     }
     for name in SERVICE_MODULES:
         env = environment(services[name])
@@ -361,19 +368,90 @@ def test_rsieve_services_get_valid_production_settings(
         assert s3_host in services, f"{name}: S3 host {s3_host!r} is not a service"
 
 
-def test_both_model_servers_answer_as_triton(services: dict[str, dict[str, Any]]) -> None:
-    gpu, cpu = services["triton"], services["triton-cpu"]
-    assert set(gpu["profiles"]).isdisjoint(cpu["profiles"])
-    assert "-vllm-python-py3" in gpu["image"] and gpu["image"].startswith("nvcr.io/nvidia/")
-    devices = gpu["deploy"]["resources"]["reservations"]["devices"]
-    assert any("gpu" in d.get("capabilities", []) for d in devices)
-    assert "triton" in cpu["networks"]["default"]["aliases"]
-    assert cpu["build"]["target"] == "triton-cpu"
-    for server in (gpu, cpu):
-        assert "/v2/health/ready" in " ".join(as_list(server["healthcheck"]["test"]))
-    for name in ("generator", "judge"):
-        url = environment(services[name])["RSIEVE_TRITON_GRPC_URL"]
-        assert url.split(":")[0] == "triton", name
+def triton_services(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The services that run tritonserver (NGC images or the triton-cpu build)."""
+    return {name: svc for name, svc in services.items()
+            if "tritonserver" in str(svc.get("image", "")) or
+            (svc.get("build") or {}).get("target") == "triton-cpu"}
+
+
+def gpu_devices(service: dict[str, Any]) -> list[dict[str, Any]]:
+    reservations = ((service.get("deploy") or {}).get("resources") or {}).get("reservations")
+    return [d for d in (reservations or {}).get("devices", []) if "gpu" in d.get("capabilities",
+                                                                                      [])]
+
+
+def test_one_engine_per_role(services: dict[str, dict[str, Any]]) -> None:
+    """gpu: two Triton services, triton-vlm and triton-judge, each with a GPU of its own;
+    cpu: triton-cpu answers on both names. The workers ask their own role's engine."""
+    servers = triton_services(services)
+    assert set(servers) == {*ENGINES.values(), "triton-cpu"}
+    gpu = {name: svc for name, svc in servers.items() if "gpu" in svc["profiles"]}
+    assert set(gpu) == set(ENGINES.values())
+    cpu = services["triton-cpu"]
+    assert cpu["profiles"] == ["cpu"] and cpu["build"]["target"] == "triton-cpu"
+    assert sorted(cpu["networks"]["default"]["aliases"]) == sorted(ENGINES.values())
+    ids: list[str] = []
+    for name, server in gpu.items():
+        assert "-vllm-python-py3" in server["image"], name
+        assert server["image"].startswith("nvcr.io/nvidia/"), name
+        (device,) = gpu_devices(server)
+        # device_ids, not count: Docker gives every `count: 1` request GPU 0.
+        assert "count" not in device and len(device["device_ids"]) == 1, name
+        ids += device["device_ids"]
+    assert len(set(ids)) == len(ids) == 2, f"the engines share a GPU: {ids}"
+    for name, server in servers.items():
+        assert "/v2/health/ready" in " ".join(as_list(server["healthcheck"]["test"])), name
+        if name not in gpu:
+            assert not gpu_devices(server), name
+    for role, engine in ENGINES.items():
+        url = environment(services[role])[ENGINE_URL[role]]
+        assert url.split(":")[0] == engine, role
+
+
+def test_every_tritonserver_loads_exactly_its_models(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """Explicit model control everywhere (the image's own CMD has none), each server loading
+    the models of the roles it serves, as .env.example's profiles name them."""
+    profiles = profile_examples()
+    wanted = {
+        "triton-vlm": [profiles["gpu"]["GENERATOR_MODEL"]],
+        "triton-judge": [profiles["gpu"]["JUDGE_MODEL"]],
+        "triton-cpu": [profiles["cpu"]["GENERATOR_MODEL"], profiles["cpu"]["JUDGE_MODEL"]],
+    }
+    servers = triton_services(services)
+    assert set(servers) == set(wanted)
+    for name, server in servers.items():
+        command = as_list(server.get("command"))
+        assert command[:1] == ["tritonserver"], f"{name}: the image's CMD loads everything"
+        assert "--model-control-mode=explicit" in command, name
+        assert "--exit-on-error=true" in command, name
+        loads = [a.partition("=")[2] for a in command if a.startswith("--load-model=")]
+        assert loads == wanted[name], (name, loads)
+        repository = next(a.partition("=")[2] for a in command
+                          if a.startswith("--model-repository="))
+        if name == "triton-cpu":
+            source = REPO / "deploy" / "triton" / "cpu"
+        else:
+            source = VLLM
+            assert f"./deploy/triton/vllm:{repository}:ro" in server["volumes"], name
+        for model in loads:
+            assert (source / model / "config.pbtxt").is_file(), (name, model)
+
+
+def test_engine_capacity_is_the_engines_max_num_seqs() -> None:
+    """config.pbtxt's `max_num_seqs` parameter (read by the generator as the engine's
+    capacity) equals the engine argument in the same folder's 1/model.json."""
+    models = sorted(p.parent for p in VLLM.glob("*/config.pbtxt"))
+    assert [m.name for m in models] == ["judge", "vlm"]
+    for model in models:
+        engine = yaml.safe_load((model / "1" / "model.json").read_text())
+        params = model_parameters(model / "config.pbtxt")
+        assert params.get("max_num_seqs") == str(engine["max_num_seqs"]), model.name
+        # Each engine owns its GPU (one Triton per role): no share left for another engine.
+        assert engine["gpu_memory_utilization"] == 0.90, model.name
+    assert yaml.safe_load((VLLM / "vlm" / "1" / "model.json").read_text())["max_num_seqs"] == 256
 
 
 def test_redis_is_durable(services: dict[str, dict[str, Any]]) -> None:
@@ -472,7 +550,7 @@ def test_profiles_name_served_models_and_tokenizers(
             if profile == "gpu":
                 engine = yaml.safe_load((model / "1" / "model.json").read_text())
                 assert tokenizer == engine.get("tokenizer", engine["model"]), (profile, role)
-                for name in ("generator", "judge", "triton"):
+                for name in ("generator", "judge", *ENGINES.values()):
                     assert "${MODELS_DIR}:/models:ro" in services[name]["volumes"], name
                 assert tokenizer.startswith("/models/")
             elif kind == "ocr-engine":
@@ -516,11 +594,14 @@ def test_a_run_has_one_identity(
 
 
 def test_vllm_repository_is_mounted_read_only(services: dict[str, dict[str, Any]]) -> None:
-    volumes = [str(v) for v in services["triton"]["volumes"]]
-    assert any(v.startswith("./deploy/triton/vllm:") and v.endswith(":ro") for v in volumes)
-    command = " ".join(as_list(services["triton"]["command"]))
-    target = next(v.split(":")[1] for v in volumes if v.startswith("./deploy/triton/vllm:"))
-    assert f"--model-repository={target}" in command
+    for engine in ENGINES.values():
+        volumes = [str(v) for v in services[engine]["volumes"]]
+        assert any(v.startswith("./deploy/triton/vllm:") and v.endswith(":ro") for v in volumes)
+        command = " ".join(as_list(services[engine]["command"]))
+        target = next(v.split(":")[1] for v in volumes if v.startswith("./deploy/triton/vllm:"))
+        assert f"--model-repository={target}" in command, engine
+        # The checkpoints too: the weights are read, never written.
+        assert "${MODELS_DIR}:/models:ro" in volumes, engine
 
 
 # ---------------------------------------------------------------------------- entrypoint

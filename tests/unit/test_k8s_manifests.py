@@ -52,6 +52,11 @@ def worker_queues() -> dict[str, str]:
 WORKER_QUEUES = worker_queues()
 WORKERS = sorted(WORKER_QUEUES)
 GPU_SIDE = ("generator", "judge")
+# One engine per role: the Deployment (and its Service) that serves each GPU-side worker's
+# model, and the settings that name its address and its model.
+ENGINES = {"generator": "triton-vlm", "judge": "triton-judge"}
+ENGINE_URL = {"generator": "RSIEVE_TRITON_GRPC_URL", "judge": "RSIEVE_JUDGE_TRITON_GRPC_URL"}
+ENGINE_MODEL = {"generator": "RSIEVE_GENERATOR_MODEL", "judge": "RSIEVE_JUDGE_MODEL"}
 # Environment variables of rsieve containers that are not Settings fields: the pieces
 # RSIEVE_REDIS_URL is composed of, cache folders on the writable /tmp volume, and the Hugging
 # Face hub kept offline (the clients read tokenizer files from disk only).
@@ -365,7 +370,13 @@ def test_every_service_has_a_deployment(rendered: dict[str, list[dict[str, Any]]
             assert image_name(container["image"]) == "rsieve", (overlay, service)
             assert "command" not in container, f"{service} must keep the image's entrypoint"
             assert container["args"] == [service], (overlay, service)
-        assert find(objs, "Deployment", "triton"), overlay
+        for engine in ENGINES.values():
+            assert find(objs, "Deployment", engine), (overlay, engine)
+        # The shared engine of before is gone, with everything that named it.
+        for obj in objs:
+            labels = obj["metadata"].get("labels") or {}
+            assert obj["metadata"]["name"] != "triton", (overlay, obj["kind"])
+            assert labels.get("app.kubernetes.io/component") != "triton", (overlay, obj)
 
 
 def test_settings_env_and_configmap_keys_are_fields(
@@ -387,7 +398,8 @@ def test_settings_env_and_configmap_keys_are_fields(
 REQUIRED = {
     "environment", "redis_url", "visibility_timeout_s", "task_time_limit_s", "max_deliveries",
     "s3_endpoint", "s3_bucket", "s3_region", "s3_access_key", "s3_secret_key",
-    "triton_grpc_url", "generator_model", "judge_model", "max_inflight", "model_timeout_s",
+    "triton_grpc_url", "judge_triton_grpc_url", "generator_model", "judge_model",
+    "max_inflight", "model_timeout_s",
     "model_retries", "worker_concurrency", "shard_size", "api_url",
 }
 TEST_ONLY = {"RSIEVE_FAULT_CRASH_ITEM_IDS"}
@@ -580,28 +592,116 @@ def _gpus(container: dict[str, Any]) -> int:
 
 
 def test_gpus_only_where_intended(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    engines = set(ENGINES.values())
     for overlay, objs in each_overlay(rendered):
         for obj in objs:
             for container in _containers(obj):
-                wanted = 1 if (overlay == "gpu" and obj["metadata"]["name"] == "triton") else 0
+                wanted = 1 if (overlay == "gpu" and obj["metadata"]["name"] in engines) else 0
                 assert _gpus(container) == wanted, (overlay, obj["metadata"]["name"])
-        triton = get(objs, "Deployment", "triton")["spec"]["template"]["spec"]
-        if overlay == "gpu":
-            assert triton["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
-            assert any(t["key"] == "nvidia.com/gpu" for t in triton["tolerations"])
-            (term,) = triton["affinity"]["nodeAffinity"][
-                "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-            (expr,) = term["matchExpressions"]
-            assert expr["key"] == "nvidia.com/gpu.memory" and int(expr["values"][0]) >= 79000
-        else:
-            assert "nodeSelector" not in triton and "tolerations" not in triton
+        for engine in sorted(engines):
+            spec = get(objs, "Deployment", engine)["spec"]["template"]["spec"]
+            if overlay == "gpu":
+                assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}, engine
+                assert any(t["key"] == "nvidia.com/gpu" for t in spec["tolerations"]), engine
+                (term,) = spec["affinity"]["nodeAffinity"][
+                    "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+                (expr,) = term["matchExpressions"]
+                assert expr["key"] == "nvidia.com/gpu.memory", engine
+                assert int(expr["values"][0]) >= 79000, engine
+            else:
+                assert "nodeSelector" not in spec and "tolerations" not in spec, engine
         for name in GPU_SIDE:
             spec = get(objs, "Deployment", name)["spec"]["template"]["spec"]
             affinity = spec["affinity"]["podAffinity"]
             terms = affinity["preferredDuringSchedulingIgnoredDuringExecution"]
+            # Next to its own engine.
             assert any(t["podAffinityTerm"]["labelSelector"]["matchLabels"]
-                       == {"app.kubernetes.io/component": "triton"} for t in terms)
+                       == {"app.kubernetes.io/component": ENGINES[name]} for t in terms), name
             assert any(t["key"] == "nvidia.com/gpu" for t in spec["tolerations"])
+
+
+def test_one_engine_per_role_on_its_own_gpu_and_queue(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """gpu: two GPU Deployments, triton-vlm (the generator's engine) and triton-judge (the
+    judge's), one GPU each, each scaled by its own ScaledObject on its own role's queue only."""
+    objs = rendered["gpu"]
+    gpu_deployments = sorted(o["metadata"]["name"] for o in of_kind(objs, "Deployment")
+                             if any(_gpus(c) for c in _containers(o)))
+    assert gpu_deployments == sorted(ENGINES.values())
+    for role, engine in ENGINES.items():
+        (container,) = get(objs, "Deployment", engine)["spec"]["template"]["spec"]["containers"]
+        for part in ("requests", "limits"):
+            assert int(container["resources"][part]["nvidia.com/gpu"]) == 1, (engine, part)
+        scalers = [so for so in of_kind(objs, "ScaledObject")
+                   if so["spec"]["scaleTargetRef"]["name"] == engine]
+        assert len(scalers) == 1, engine
+        (scaler,) = scalers
+        lists = [trigger["metadata"]["listName"] for trigger in scaler["spec"]["triggers"]]
+        queue = WORKER_QUEUES[role]
+        assert lists == [queue], (engine, lists)
+        assert queue in QUEUES.values()
+        # Warm by default: components/judge-scale-to-zero is the opt-in for zero.
+        assert scaler["spec"]["minReplicaCount"] == 1, engine
+
+
+def tritonserver_containers(
+    objs: list[dict[str, Any]],
+) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """(object, container) for every container that runs tritonserver."""
+    for obj in objs:
+        for container in _containers(obj):
+            argv = [*container.get("command", []), *container.get("args", [])]
+            if "tritonserver" in argv[:1]:
+                yield obj, container
+
+
+def loaded_models(container: dict[str, Any]) -> list[str]:
+    """The models a tritonserver container loads (`--load-model=NAME`, in order)."""
+    argv = [*container.get("command", []), *container.get("args", [])]
+    return [arg.partition("=")[2] for arg in argv if arg.startswith("--load-model=")]
+
+
+def engine_of(objs: list[dict[str, Any]], model: str) -> dict[str, Any]:
+    """The one Deployment whose tritonserver loads `model`."""
+    found = [obj for obj, container in tritonserver_containers(objs)
+             if model in loaded_models(container)]
+    assert len(found) == 1, f"{model}: loaded by {[o['metadata']['name'] for o in found]}"
+    return found[0]
+
+
+def test_every_tritonserver_loads_exactly_its_models(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """Explicit model control everywhere: a ConfigMap-mounted repository holds `..data` and a
+    timestamped folder that Triton's default mode would take for models; and each engine
+    loads its role's model, nothing else (cpu: rapidocr and judge-smollm2 from the image's
+    repository, never the test stand-in judge-abstain)."""
+    for overlay, objs in each_overlay(rendered):
+        config = config_data(objs, "rsieve-config")
+        servers = list(tritonserver_containers(objs))
+        assert sorted(o["metadata"]["name"] for o, _ in servers) == sorted(ENGINES.values())
+        for obj, container in servers:
+            argv = container.get("args", [])
+            where = (overlay, obj["metadata"]["name"])
+            assert "--model-control-mode=explicit" in argv, where
+            assert "--exit-on-error=true" in argv, where
+            assert any(a.startswith("--exit-timeout-secs=") for a in argv), where
+            assert sum(a.startswith("--model-repository=") for a in argv) == 1, where
+        for role, engine in ENGINES.items():
+            (container,) = get(objs, "Deployment", engine)["spec"]["template"]["spec"][
+                "containers"]
+            assert loaded_models(container) == [config[ENGINE_MODEL[role]]], (overlay, role)
+            assert engine_of(objs, config[ENGINE_MODEL[role]])["metadata"]["name"] == engine
+            assert "judge-abstain" not in loaded_models(container)
+
+
+def _engine_repository(objs: list[dict[str, Any]], engine: str) -> tuple[str, dict[str, str]]:
+    """The ConfigMap that is an engine's model repository: its name and its data."""
+    spec = get(objs, "Deployment", engine)["spec"]["template"]["spec"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "model-repository"]
+    name = volume["configMap"]["name"]
+    return name, config_data(objs, name)
 
 
 def test_models_match_the_overlay_repository(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -612,28 +712,40 @@ def test_models_match_the_overlay_repository(rendered: dict[str, list[dict[str, 
         for key in ("RSIEVE_GENERATOR_MODEL", "RSIEVE_JUDGE_MODEL"):
             model = repositories[overlay] / config[key]
             assert (model / "config.pbtxt").is_file(), f"{overlay}: {key} names no model"
-    repo = config_data(rendered["gpu"], "triton-model-repository")
-    triton = get(rendered["gpu"], "Deployment", "triton")["spec"]["template"]["spec"]
-    (volume,) = [v for v in triton["volumes"] if v["name"] == "model-repository"]
-    paths = {item["path"] for item in volume["configMap"]["items"]}
+    objs = rendered["gpu"]
+    config = config_data(objs, "rsieve-config")
     source = REPO / "deploy" / "triton" / "vllm"
-    assert paths == {str(p.relative_to(source)) for p in source.rglob("*") if p.is_file()}
-    assert set(repo) == {item["key"] for item in volume["configMap"]["items"]}
-    model_json = [json for key, json in repo.items() if key.endswith("model.json")]
-    mounts = {m["mountPath"] for m in triton["containers"][0]["volumeMounts"]}
-    for text in model_json:
-        checkpoint = yaml.safe_load(text)["model"]
+    served: set[str] = set()
+    for role, engine in ENGINES.items():
+        model = config[ENGINE_MODEL[role]]
+        name, repo = _engine_repository(objs, engine)
+        assert name == f"{engine}-repository", (engine, name)
+        spec = get(objs, "Deployment", engine)["spec"]["template"]["spec"]
+        (volume,) = [v for v in spec["volumes"] if v["name"] == "model-repository"]
+        items = {item["key"]: item["path"] for item in volume["configMap"]["items"]}
+        assert set(repo) == set(items), engine
+        # Its one model's files, at their places in deploy/triton/vllm, byte for byte.
+        files = {str(p.relative_to(source)) for p in (source / model).rglob("*") if p.is_file()}
+        assert set(items.values()) == files, engine
+        for key, path in items.items():
+            assert repo[key] == (source / path).read_text(), (engine, path)
+        served |= files
+        mounts = {m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
+        checkpoint = yaml.safe_load(repo["model.json"])["model"]
         assert any(checkpoint.startswith(m + "/") for m in mounts), checkpoint
+    # Every model of deploy/triton/vllm is some engine's.
+    assert served == {str(p.relative_to(source)) for p in source.rglob("*") if p.is_file()}
 
 
 def _triton_model(
     overlay: str, objs: list[dict[str, Any]], model: str
 ) -> tuple[str, dict[str, Any]]:
-    """The config.pbtxt text of a model the overlay's Triton serves, and for the gpu overlay
-    its model.json (from the ConfigMap triton-model-repository, what Triton really reads)."""
+    """The config.pbtxt text of a model the overlay's engines serve, and for the gpu overlay
+    its model.json (from the repository ConfigMap of the engine that loads it, what Triton
+    really reads)."""
     if overlay == "gpu":
-        repo = config_data(objs, "triton-model-repository")
-        return repo[f"{model}-config.pbtxt"], yaml.safe_load(repo[f"{model}-model.json"])
+        _, repo = _engine_repository(objs, engine_of(objs, model)["metadata"]["name"])
+        return repo["config.pbtxt"], yaml.safe_load(repo["model.json"])
     return (REPO / "deploy" / "triton" / "cpu" / model / "config.pbtxt").read_text(), {}
 
 
@@ -686,15 +798,19 @@ def test_clients_read_the_tokenizer_of_the_served_checkpoint(
                 assert mount["readOnly"] is True, where
                 claim = volumes[mount["name"]]["persistentVolumeClaim"]
                 assert claim == {"claimName": "triton-models", "readOnly": True}, where
-                triton = get(objs, "Deployment", "triton")["spec"]["template"]["spec"]
+                # Its own engine reads the checkpoint at the same path, read-only too.
+                triton = get(objs, "Deployment", ENGINES[service])["spec"]["template"]["spec"]
                 (theirs,) = [v for v in triton["volumes"]
                              if v.get("persistentVolumeClaim", {}).get("claimName")
                              == "triton-models"]
+                assert theirs["persistentVolumeClaim"]["readOnly"] is True, where
                 (triton_mount,) = [m for m in triton["containers"][0]["volumeMounts"]
                                    if m["name"] == theirs["name"]]
                 assert triton_mount["mountPath"] == "/models", "the same paths in every pod"
+                assert triton_mount["readOnly"] is True, where
+                # Written by the weights Job (components/weights), read by pods on any node.
                 pvc = get(objs, "PersistentVolumeClaim", "triton-models")
-                assert pvc["spec"]["accessModes"] == ["ReadOnlyMany"]
+                assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
             else:
                 assert "/models" not in mounts, where
                 assert not [v for v in volumes.values() if "persistentVolumeClaim" in v], where
@@ -745,7 +861,9 @@ def test_a_run_has_one_identity(rendered: dict[str, list[dict[str, Any]]]) -> No
 def test_probes(rendered: dict[str, list[dict[str, Any]]]) -> None:
     for overlay, objs in each_overlay(rendered):
         for obj in objs:
-            for container in _containers(obj):
+            spec = _pod_spec(obj)
+            # Init containers run to completion before the pod starts: no probes there.
+            for container in [] if spec is None else spec["containers"]:
                 where = (overlay, obj["metadata"]["name"])
                 assert container.get("livenessProbe"), f"{where}: no liveness probe"
                 text = yaml.safe_dump({k: v for k, v in container.items() if "Probe" in k})
@@ -759,13 +877,14 @@ def test_probes(rendered: dict[str, list[dict[str, Any]]]) -> None:
         assert api["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
         service = get(objs, "Service", "api")
         assert service["spec"]["ports"][0]["port"] == port
-        triton = get(objs, "Deployment", "triton")["spec"]["template"]["spec"]["containers"][0]
-        assert triton["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
-        startup = triton["startupProbe"]
-        assert startup["httpGet"]["path"] == "/v2/health/ready"
-        budget = startup["periodSeconds"] * startup["failureThreshold"]
-        # Loading a 7B VLM takes minutes (compose allows 15); the CPU models seconds.
-        assert budget >= (900 if overlay == "gpu" else 120), (overlay, budget)
+        for engine in ENGINES.values():
+            triton = get(objs, "Deployment", engine)["spec"]["template"]["spec"]["containers"][0]
+            assert triton["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+            startup = triton["startupProbe"]
+            assert startup["httpGet"]["path"] == "/v2/health/ready"
+            budget = startup["periodSeconds"] * startup["failureThreshold"]
+            # Loading an 8B VLM takes minutes (compose allows 15); the CPU models seconds.
+            assert budget >= (900 if overlay == "gpu" else 120), (overlay, engine, budget)
 
 
 def model_seconds(env: dict[str, str]) -> float:
@@ -888,6 +1007,27 @@ def test_network_policies(rendered: dict[str, list[dict[str, Any]]]) -> None:
                            for s in sources), service
 
 
+
+def test_each_engine_takes_requests_from_its_role_only(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """Inference (8000, 8001) on triton-vlm from the generator only, on triton-judge from the
+    judge only; metrics (8002) from the monitoring namespace."""
+    for overlay, objs in each_overlay(rendered):
+        policies = of_kind(objs, "NetworkPolicy")
+        for role, engine in ENGINES.items():
+            labels = get(objs, "Deployment", engine)["spec"]["template"]["metadata"]["labels"]
+            rules = [rule for p in policies if p["spec"]["podSelector"]
+                     and _selects(p["spec"]["podSelector"], labels)
+                     for rule in p["spec"].get("ingress", [])]
+            inference = [r for r in rules if {p["port"] for p in r["ports"]} & {8000, 8001}]
+            sources = [s for r in inference for s in r["from"]]
+            assert sources == [{"podSelector": {"matchLabels": {
+                "app.kubernetes.io/component": role}}}], (overlay, engine, sources)
+            metrics = [r for r in rules if {p["port"] for p in r["ports"]} == {8002}]
+            assert [s for r in metrics for s in r["from"]] == [{"namespaceSelector": {
+                "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+
 # ---------------------------------------------------------------------------- infrastructure
 
 
@@ -918,9 +1058,18 @@ def test_redis_is_durable_and_where_the_settings_say(
 def test_s3_and_triton_endpoints(rendered: dict[str, list[dict[str, Any]]]) -> None:
     for overlay, objs in each_overlay(rendered):
         config = config_data(objs, "rsieve-config")
-        host, _, port = config["RSIEVE_TRITON_GRPC_URL"].partition(":")
-        service = get(objs, "Service", host)
-        assert int(port) in {p["port"] for p in service["spec"]["ports"]}
+        # Each role's address is its own engine's Service, whose pods load its model.
+        for role, engine in ENGINES.items():
+            host, _, port = config[ENGINE_URL[role]].partition(":")
+            assert host == engine, (overlay, role, host)
+            service = get(objs, "Service", host)
+            assert int(port) in {p["port"] for p in service["spec"]["ports"]}
+            grpc = next(p for p in service["spec"]["ports"] if p["port"] == int(port))
+            assert grpc["targetPort"] == "grpc", (overlay, engine)
+            pods = get(objs, "Deployment", engine)["spec"]["template"]["metadata"]["labels"]
+            assert _selects({"matchLabels": service["spec"]["selector"]}, pods), engine
+            assert config[ENGINE_MODEL[role]] in loaded_models(
+                get(objs, "Deployment", engine)["spec"]["template"]["spec"]["containers"][0])
         endpoint = config["RSIEVE_S3_ENDPOINT"]
         s3_host = endpoint.split("://")[1].split(":")[0].split("/")[0]
         if overlay == "cpu":
@@ -949,18 +1098,21 @@ def test_images_agree_with_compose(rendered: dict[str, list[dict[str, Any]]]) ->
     for overlay, objs in each_overlay(rendered):
         for service in SERVICE_MODULES:
             assert rsieve_container(objs, service)["image"].endswith(f"rsieve:{tag}")
-        triton = get(objs, "Deployment", "triton")["spec"]["template"]["spec"]["containers"][0]
-        if overlay == "gpu":
-            assert triton["image"] == (
-                f"nvcr.io/nvidia/tritonserver:{env['TRITON_VERSION']}-vllm-python-py3"
-            )
-            assert compose["triton"]["image"] == (
-                "nvcr.io/nvidia/tritonserver:${TRITON_VERSION}-vllm-python-py3"
-            )
-        else:
-            assert triton["image"] == f"rsieve-triton-cpu:{tag}"
-        ports = {p["containerPort"] for p in triton["ports"]}
-        assert ports == {8000, 8001, 8002}
+        for engine in ENGINES.values():
+            spec = get(objs, "Deployment", engine)["spec"]["template"]["spec"]
+            triton = spec["containers"][0]
+            if overlay == "gpu":
+                assert triton["image"] == (
+                    f"nvcr.io/nvidia/tritonserver:{env['TRITON_VERSION']}-vllm-python-py3"
+                )
+                # compose's gpu profile: the same engines, by the same names.
+                assert compose[engine]["image"] == (
+                    "nvcr.io/nvidia/tritonserver:${TRITON_VERSION}-vllm-python-py3"
+                )
+            else:
+                assert triton["image"] == f"rsieve-triton-cpu:{tag}"
+            ports = {p["containerPort"] for p in triton["ports"]}
+            assert ports == {8000, 8001, 8002}
         redis = get(objs, "StatefulSet", "redis")["spec"]["template"]["spec"]["containers"][0]
         assert redis["image"] == compose["redis"]["image"]
     weed = get(rendered["cpu"], "StatefulSet", "s3")["spec"]["template"]["spec"]["containers"][0]

@@ -86,11 +86,12 @@ def test_vllm_engine_arguments() -> None:
         assert Path(args["model"]).is_absolute() and args["tokenizer"] == args["model"]
         assert isinstance(args["max_model_len"], int) and args["max_model_len"] >= 2048
         assert args["trust_remote_code"] is False
-    # One checkpoint, two engines on one GPU: their memory shares must fit together.
+    # One checkpoint, two engines, each on a GPU of its own (one Triton per role): each
+    # leaves room for the CUDA context and graphs.
     assert engines["vlm"]["model"] == engines["judge"]["model"]
     assert engines["vlm"]["limit_mm_per_prompt"] == {"image": 1}
     assert engines["judge"]["limit_mm_per_prompt"] == {"image": 0}
-    assert sum(e["gpu_memory_utilization"] for e in engines.values()) <= 0.95
+    assert all(0 < e["gpu_memory_utilization"] <= 0.95 for e in engines.values())
 
 
 def test_mimic_declares_exactly_the_vllm_interface() -> None:
