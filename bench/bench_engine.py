@@ -43,8 +43,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import httpx  # noqa: E402
-
 from bench_pipeline import make_pool, service_pids, start_stack, submit, tree_cpu_s  # noqa: E402
+
 from rsieve.local import processes as proc  # noqa: E402
 from rsieve.local.stack import Stack  # noqa: E402
 
