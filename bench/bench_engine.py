@@ -182,7 +182,8 @@ def second_generator(stack: Stack, grpc_port: int) -> subprocess.Popen[bytes]:
                             start_new_session=True, cwd=ROOT)
 
 
-def bench(items: int, scale_out: bool = True) -> dict[str, Any]:
+def bench(items: int, scale_out: bool = True, overrides: dict[str, str] | None = None
+          ) -> dict[str, Any]:
     from tests.templates import build_tokenizer
 
     root = Path(tempfile.mkdtemp(prefix="rsieve-bench-engine-"))
@@ -191,7 +192,7 @@ def bench(items: int, scale_out: bool = True) -> dict[str, Any]:
              for k in range(2 if scale_out else 1)]
     models = {ENGINE: ENGINE_DIR,
               "judge-abstain": ROOT / "deploy" / "triton" / "cpu" / "judge-abstain"}
-    env = {**SETTINGS, "RSIEVE_GENERATOR_TOKENIZER": str(tokenizer)}
+    env = {**SETTINGS, "RSIEVE_GENERATOR_TOKENIZER": str(tokenizer), **(overrides or {})}
     print(f"engine: starting the stack in {root} ...", flush=True)
     stack = start_stack(root / "stack", models, env)
     out: dict[str, Any] = {}
@@ -276,8 +277,11 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=3000)
     parser.add_argument("--no-scale-out", action="store_true")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results-engine.json")
+    parser.add_argument("--set", action="append", default=[], metavar="RSIEVE_X=V",
+                        help="a setting for the stack's services (repeatable)")
     args = parser.parse_args()
-    result = bench(args.items, scale_out=not args.no_scale_out)
+    result = bench(args.items, scale_out=not args.no_scale_out,
+                   overrides=dict(kv.split("=", 1) for kv in args.set))
     args.out.write_text(json.dumps(result, indent=1, default=str))
     print_table(result)
 

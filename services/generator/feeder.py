@@ -15,10 +15,15 @@ counted live in Redis (each worker refreshes its entry every `HEARTBEAT_S`; entr
 than `STALE_S` are dropped), so the workers' limits add up to the engine's capacity however
 many KEDA runs.
 
-A shard is loaded only while fewer than a full share of items wait at the gate, counting
-those of shards loaded but not yet at the gate (`intake`): enough work is queued to refill
-every slot, and no more is held in memory than that. One thread at a time waits for room;
-the others wait on a lock, so the open shards cost no CPU while they wait.
+The worker is hungry while fewer than a full share of items wait at the gate, counting
+those of shards loaded but not yet at the gate: then enough work is queued to refill every
+slot, and no more is held in memory than that. Hunger also decides which messages the
+worker takes from the queue: its prefetch (Celery's QoS, a consumer bootstep attaches it) is
+kept at the shards it has open, plus one while hungry. So a worker never sits on shards it
+cannot start, which another worker feeding another engine could (without this, a worker
+reserves as many shards as it has threads, and two engines end a pool unevenly).
+`intake` is the last guard: a shard that arrives anyway waits there for room, one thread
+at a time, on a lock (no CPU).
 """
 
 from __future__ import annotations
@@ -71,6 +76,30 @@ class Feeder:
         self._intake = threading.Lock()
         self._count = threading.Lock()
         self.pending = 0  # items of shards loaded (or loading) but not yet at the gate
+        self.open = 0  # shards in hand
+        self._qos: Any = None
+
+    @property
+    def hungry(self) -> bool:
+        return self.gate.waiting + self.pending < self.gate.limit
+
+    def attach(self, qos: Any) -> None:
+        """Celery's consumer QoS (kombu.common.QoS): from now on the feeder sets the
+        prefetch, every `poll_s`."""
+        first = self._qos is None
+        self._qos = qos  # a consumer restarted after a broker outage brings a new one
+        if first:
+            threading.Thread(target=self._steer, name="engine-intake", daemon=True).start()
+
+    def _steer(self, poll_s: float = 0.05) -> None:
+        while not self._stop.wait(poll_s):
+            # Never 0: a prefetch of 0 means no limit.
+            want = max(1, self.open + (1 if self.hungry else 0))
+            have = self._qos.value
+            if want > have:
+                self._qos.increment_eventually(want - have)
+            elif want < have:
+                self._qos.decrement_eventually(have - want)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run one shard's requests on the feeder's loop; blocks the calling thread."""
@@ -80,9 +109,10 @@ class Feeder:
     def intake(self, lines: int, poll_s: float = 0.02) -> Iterator[Callable[[], None]]:
         """Wait for room for a shard of `lines` items, then count them as pending until the
         returned `arrived()` is called (when its requests reach the gate) or the block ends."""
+        with self._count:
+            self.open += 1
         with self._intake:
-            while (self.gate.waiting + self.pending >= self.gate.limit
-                   and not self._stop.is_set()):
+            while not self.hungry and not self._stop.is_set():
                 time.sleep(poll_s)
             with self._count:
                 self.pending += lines
@@ -99,6 +129,8 @@ class Feeder:
             yield arrived
         finally:
             arrived()
+            with self._count:
+                self.open -= 1
 
     def sized(self, url: str, info: ModelInfo) -> None:
         """On the loop, when a shard's model is ready: size the gate from the engine."""

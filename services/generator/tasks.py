@@ -17,6 +17,9 @@ the shard goes back to the queue (StageTask, services/common.py).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
+
+from celery import bootsteps
 
 from rsieve.adapters.model import ModelInfo, ModelRequest, TritonModel
 from rsieve.images import ImageError, PreparedImage, prepare_image
@@ -26,8 +29,21 @@ from services.common import Context, StageTask
 from services.generator.feeder import Feeder
 
 
+class _Intake(bootsteps.StartStopStep):  # type: ignore[misc]
+    """Hands the consumer's prefetch (QoS) to the feeder, which takes a shard only when
+    its engine share runs short of work (feeder.py)."""
+
+    requires = {"celery.worker.consumer.tasks:Tasks"}
+
+    def start(self, c: Any) -> None:
+        feeder = c.app.rsieve_feeder
+        feeder.attach(c.qos)
+
+
 def register(ctx: Context) -> None:
     feeder = Feeder(ctx.settings, ctx.redis)
+    ctx.app.rsieve_feeder = feeder
+    ctx.app.steps["consumer"].add(_Intake)
 
     def prepared(data: bytes | None) -> PreparedImage | ImageError:
         """The bytes the model gets; re-encoded ones are stored content-addressed, so

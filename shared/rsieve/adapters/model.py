@@ -10,7 +10,8 @@ model's metadata (a `text_input` input means the vLLM backend):
   checkpoint's own chat template (`rsieve.chat`, loaded from `tokenizer`: the checkpoint
   folder or GGUF), the image goes base64 in `image`, `sampling_parameters`
   is vLLM SamplingParams JSON, and finish reason and token counts are asked for with the
-  backend's `return_*` flags. One gRPC bidirectional stream per request.
+  backend's `return_*` flags. A call's requests share one gRPC bidirectional stream
+  (rsieve.adapters.streams), each answered whole (stream=False).
 
 With a `tokenizer`, every special or added token of it found in a prompt is neutralised
 before the prompt is sent, on either interface (`rsieve.chat.neutralise`); the reply
@@ -49,8 +50,7 @@ import asyncio
 import base64
 import json
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -60,6 +60,7 @@ import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from rsieve.adapters.gate import EngineGate
+from rsieve.adapters.streams import InferStream, StreamBroken
 from rsieve.adapters.tokenizer import load_chat_template
 from rsieve.chat import ChatTemplate, TemplateError
 from rsieve.errors import RetryableError
@@ -167,6 +168,7 @@ class TritonModel:
         self.info: ModelInfo | None = None
         self._inputs: set[str] = set()
         self._outputs: set[str] = set()
+        self._fixed: tuple[list[grpcclient.InferInput], list[str]] | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, model: str, gate: EngineGate | None = None,
@@ -195,12 +197,13 @@ class TritonModel:
         client = grpcclient.InferenceServerClient(url=self.url)
         lease = (self.gate or EngineGate(self.max_inflight)).lease()
         tasks: list[asyncio.Task[list[ModelReply | Exception]]] = []
+        streams: list[InferStream] = []  # vLLM: the call's stream, and any it replaced
         try:
             await self._wait_ready(client)
 
             async def bounded(chunk: list[int]) -> list[ModelReply | Exception]:
                 async with lease.slots(len(chunk)):
-                    return await self._chunk(client, [requests[i] for i in chunk])
+                    return await self._chunk(client, [requests[i] for i in chunk], streams)
 
             chunks = _chunks(requests, self._per_request)
             # Created in order, so the chunks queue at the gate in order (FIFO).
@@ -219,6 +222,8 @@ class TritonModel:
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
             lease.close()
+            for stream in streams:
+                await stream.close()
             await client.close()
 
     # ------------------------------------------------------------------ readiness
@@ -248,6 +253,7 @@ class TritonModel:
             await asyncio.sleep(self.backoff_s * 2**attempt)
         self._inputs = {t["name"] for t in meta.get("inputs", [])}
         self._outputs = {t["name"] for t in meta.get("outputs", [])}
+        self._fixed = None
         interface = self.interface
         if interface == "auto":
             interface = "vllm" if "text_input" in self._inputs else "rsieve"
@@ -296,24 +302,26 @@ class TritonModel:
 
     # ------------------------------------------------------------------ one request
     async def _chunk(self, client: grpcclient.InferenceServerClient,
-                     reqs: list[ModelRequest]) -> list[ModelReply | Exception]:
+                     reqs: list[ModelRequest], streams: list[InferStream]
+                     ) -> list[ModelReply | Exception]:
         """One request for `reqs`; a model error on several items is asked item by item."""
-        answer = await self._one(client, reqs)
+        answer = await self._one(client, reqs, streams)
         if isinstance(answer, Exception) and len(reqs) > 1:
             # All at once, within the slots the chunk holds: the batcher batches them again.
-            singles = await asyncio.gather(*(self._chunk(client, [req]) for req in reqs))
+            singles = await asyncio.gather(*(self._chunk(client, [req], streams)
+                                             for req in reqs))
             return [reply for single in singles for reply in single]
         return [answer] * len(reqs) if isinstance(answer, Exception) else answer
 
-    async def _one(self, client: grpcclient.InferenceServerClient, reqs: list[ModelRequest]
-                   ) -> list[ModelReply] | Exception:
+    async def _one(self, client: grpcclient.InferenceServerClient, reqs: list[ModelRequest],
+                   streams: list[InferStream]) -> list[ModelReply] | Exception:
         assert self.info is not None
         last = ""
         for attempt in range(self.retries + 1):
             start = time.monotonic()
             try:
                 if self.info.interface == "vllm":
-                    replies = [await self._vllm(client, reqs[0])]
+                    replies = [await self._vllm(client, reqs[0], streams)]
                 else:
                     replies = await self._rsieve(client, reqs)
                 latency = round(time.monotonic() - start, 6)
@@ -360,52 +368,57 @@ class TritonModel:
                            prompt_sent_sha256=_sha256(users[i]), user_text=users[i])
                 for i in range(n)]
 
-    async def _vllm(self, client: grpcclient.InferenceServerClient, req: ModelRequest
-                    ) -> ModelReply:
+    def _vllm_fixed(self) -> tuple[list[grpcclient.InferInput], list[str]]:
+        """The inputs every vLLM request carries unchanged, built once per model, and the
+        outputs it asks for."""
+        assert self.info is not None
+        if self._fixed is None:
+            inputs = [
+                _tensor("stream", [False], [1], "BOOL"),
+                _tensor("exclude_input_in_output", [True], [1], "BOOL"),
+                _tensor("sampling_parameters", [json.dumps(self.info.sampling).encode()], [1],
+                        "BYTES"),
+            ]
+            flags = ["return_finish_reason", "return_num_input_tokens",
+                     "return_num_output_tokens"]
+            inputs += [_tensor(f, [True], [1], "BOOL") for f in flags if f in self._inputs]
+            names = [n for n in ("text_output", "finish_reason", "num_input_tokens",
+                                 "num_output_tokens") if n in self._outputs]
+            self._fixed = (inputs, names)
+        return self._fixed
+
+    async def _vllm(self, client: grpcclient.InferenceServerClient, req: ModelRequest,
+                    streams: list[InferStream]) -> ModelReply:
+        """One item on the call's current stream (a broken one is replaced: the retry)."""
         assert self.info is not None
         assert self.template is not None  # _wait_ready refuses the vLLM interface without
         chat = self.template.render(req.prompt, has_image=req.image is not None,
                                     reasoning=self.reasoning)
-        inputs = [
-            _tensor("text_input", [chat.text.encode("utf-8")], [1], "BYTES"),
-            _tensor("stream", [False], [1], "BOOL"),
-            _tensor("exclude_input_in_output", [True], [1], "BOOL"),
-            _tensor("sampling_parameters", [json.dumps(self.info.sampling).encode()], [1],
-                    "BYTES"),
-        ]
+        fixed, names = self._vllm_fixed()
+        inputs = [_tensor("text_input", [chat.text.encode("utf-8")], [1], "BYTES"), *fixed]
         if req.image is not None:
             inputs.append(_tensor("image", [base64.b64encode(req.image)], [1], "BYTES"))
-        flags = ["return_finish_reason", "return_num_input_tokens", "return_num_output_tokens"]
-        inputs += [_tensor(f, [True], [1], "BOOL") for f in flags if f in self._inputs]
-        names = [n for n in ("text_output", "finish_reason", "num_input_tokens",
-                             "num_output_tokens") if n in self._outputs]
         outputs = [grpcclient.InferRequestedOutput(n) for n in names]
-
-        async def one_request() -> AsyncIterator[dict[str, Any]]:
-            yield {"model_name": self.model, "inputs": inputs, "outputs": outputs,
-                   "request_id": uuid.uuid4().hex}
-
-        text, finish, n_in, n_out = [], None, None, None
-        stream = client.stream_infer(one_request(), stream_timeout=self.timeout_s)
-        async for result, error in stream:  # until the server closes the stream
-            if error is not None:
-                raise error
-            piece = _first_str(result.as_numpy("text_output"))
-            if piece:
-                text.append(piece)
-            if "finish_reason" in names:
-                finish = _first_str(result.as_numpy("finish_reason")) or finish
-            if "num_input_tokens" in names:
-                n_in = _first_int(result.as_numpy("num_input_tokens"), n_in)
-            if "num_output_tokens" in names:
-                n_out = _first_int(result.as_numpy("num_output_tokens"), n_out)
+        if not streams or streams[-1].broken is not None:
+            streams.append(InferStream(client, self.model))
+        try:
+            result = await streams[-1].infer(inputs, outputs, self.timeout_s)
+        except StreamBroken as exc:
+            raise _Transient(f"the stream to {self.model} broke: {exc}") from exc
+        text = _first_str(result.as_numpy("text_output")) or ""
+        finish = (_first_str(result.as_numpy("finish_reason"))
+                  if "finish_reason" in names else None)
+        n_in = (_first_int(result.as_numpy("num_input_tokens"))
+                if "num_input_tokens" in names else None)
+        n_out = (_first_int(result.as_numpy("num_output_tokens"))
+                 if "num_output_tokens" in names else None)
         if finish is None and not text:
-            raise _Transient("the vLLM stream closed without a response")
+            raise _Transient("vLLM answered without text or finish reason")
         if finish == "abort":
             raise _Transient("vLLM aborted the request")
         # The template may open the reasoning (`<think>`) for the assistant: the raw text
         # stored is what the assistant turn holds, opening tag included.
-        return ModelReply(text=chat.prefix + "".join(text), finish_reason=finish or "stop",
+        return ModelReply(text=chat.prefix + text, finish_reason=finish or "stop",
                           input_tokens=n_in, output_tokens=n_out,
                           prompt_sent_sha256=_sha256(chat.text), user_text=chat.user)
 
