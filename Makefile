@@ -29,7 +29,7 @@ test: $(STAMP) ## the whole suite (starts real Redis, SeaweedFS and Triton on fr
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
 	$(PY) -m pytest -q -ra
 
-bench: $(STAMP) ## performance suite (about 5 min): prints a table, writes bench/results.json
+bench: $(STAMP) ## performance suite (about 9 min): prints tables, writes bench/results.json
 	$(PY) bench/bench_pipeline.py
 
 test-unit: $(STAMP) ## the core's tests only (seconds, no services)

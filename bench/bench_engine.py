@@ -50,12 +50,11 @@ from rsieve.local.stack import Stack  # noqa: E402
 
 ENGINE = "vllm-engine-standin"
 ENGINE_DIR = ROOT / "bench" / "triton_models" / ENGINE
-# The generator's settings for this bench: shards of 32 (a shard's long tail is then short
-# enough for the pool to show shard boundaries) and enough of them open to cover the
-# engine's 256 slots through the tails (docs/performance.md).
+# The services' defaults (shards of 128, 32 open per generator worker, the engine's
+# capacity read from its config), and a token budget that lets the long tail play out: 4096
+# cuts about 1% of the reasoning (finish "length", truncated_reasoning, to the judge).
 SETTINGS = {"RSIEVE_GENERATOR_MODEL": ENGINE, "RSIEVE_JUDGE_MODEL": "judge-abstain",
-            "RSIEVE_PURITY_EMBEDDING": "false", "RSIEVE_SHARD_SIZE": "32",
-            "RSIEVE_GENERATOR_CONCURRENCY": "48", "RSIEVE_MAX_NEW_TOKENS": "4096"}
+            "RSIEVE_PURITY_EMBEDDING": "false", "RSIEVE_MAX_NEW_TOKENS": "4096"}
 _LINE = re.compile(r'^rsieve_standin_(\w+)\{[^}]*\}\s+([0-9.e+-]+)$', re.M)
 
 

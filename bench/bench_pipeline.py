@@ -352,6 +352,8 @@ def main() -> None:
     parser.add_argument("--no-ttfr", action="store_true")
     parser.add_argument("--no-scale-out", action="store_true")
     parser.add_argument("--keep", action="store_true", help="leave the stack running")
+    parser.add_argument("--no-engine", action="store_true",
+                        help="skip the continuous-batching engine bench (bench_engine.py)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
     args = parser.parse_args()
 
@@ -385,6 +387,14 @@ def main() -> None:
         results["time_to_first_result"] = time_to_first_result(root)
     results["gpu_saturation_ratio"] = run["gpu_saturation_ratio"]
     results["cpu_ms_per_item"] = run["cpu_ms_per_item"]
+    if not args.no_engine:
+        import bench_engine
+
+        engine = bench_engine.bench(args.items)
+        results["engine"] = engine
+        for key in ("engine_saturation_ratio", "engine_cpu_ms_per_item",
+                    "engine_scaleout_ratio"):
+            results[key] = engine[key]
     results["conditions"] = {
         "machine": f"{os.cpu_count()} cores, no GPU; all processes on it",
         "model": f"{MODEL}: {BATCH_S} s per batch of up to {BATCH} (ideal {IDEAL:.0f} items/s)",
@@ -401,6 +411,12 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
     args.out.write_text(json.dumps(results, indent=1, default=str))
     print_table(results)
+    if "engine" in results:
+        import bench_engine
+
+        print("\nthe production path (vLLM interface) against a continuous-batching engine "
+              "stand-in:")
+        bench_engine.print_table(results["engine"])
 
 
 def print_table(r: dict[str, Any]) -> None:

@@ -60,6 +60,8 @@ class Settings(BaseSettings):
     # `judge-abstain` (a stand-in that answers UNSURE to everything) is for tests that need
     # a judge that never promotes.
     judge_model: str = "judge-smollm2"
+    # Items in flight at Triton per call (the judge) or per generator worker when its engine
+    # declares no capacity (engine_capacity, below).
     max_inflight: int = Field(32, ge=1, description="items in flight at Triton per worker")
     # Items per Triton request for rsieve-interface models (client-side batching); 0: the
     # model's max_batch_size. Always at most the in-flight limit.
