@@ -382,8 +382,8 @@ class TritonModel:
             flags = ["return_finish_reason", "return_num_input_tokens",
                      "return_num_output_tokens"]
             inputs += [_tensor(f, [True], [1], "BOOL") for f in flags if f in self._inputs]
-            names = [n for n in ("text_output", "finish_reason", "num_input_tokens",
-                                 "num_output_tokens") if n in self._outputs]
+            names: list[str] = [n for n in ("text_output", "finish_reason", "num_input_tokens",
+                                            "num_output_tokens") if n in self._outputs]
             self._fixed = (inputs, names)
         return self._fixed
 
