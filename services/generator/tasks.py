@@ -22,6 +22,7 @@ from typing import Any
 from celery import bootsteps
 
 from rsieve.adapters.model import ModelInfo, ModelRequest, TritonModel
+from rsieve.adapters.tokenizer import preload_chat_template
 from rsieve.images import ImageError, PreparedImage, prepare_image
 from rsieve.schemas import Generation, Item, Quarantined, ShardOutput
 from rsieve.think import parse_output
@@ -44,6 +45,7 @@ def register(ctx: Context) -> None:
     feeder = Feeder(ctx.settings, ctx.redis)
     ctx.app.rsieve_feeder = feeder
     ctx.app.steps["consumer"].add(_Intake)
+    preload_chat_template(ctx.settings.generator_tokenizer)
 
     def prepared(data: bytes | None) -> PreparedImage | ImageError:
         """The bytes the model gets; re-encoded ones are stored content-addressed, so

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from rsieve.adapters.model import ModelRequest
+from rsieve.adapters.tokenizer import preload_chat_template
 from rsieve.calibration import (
     CalibrationShard,
     calibration_key,
@@ -21,6 +22,8 @@ from services.common import Context, StageTask
 
 
 def register(ctx: Context) -> None:
+    preload_chat_template(ctx.settings.judge_tokenizer)
+
     @ctx.app.task(name="rsieve.judge", base=StageTask)
     def judge(run: str, shard: str, lines: int) -> None:
         if not ctx.done(run, "judge", shard):

@@ -102,6 +102,8 @@ class ChatTemplate:
     specials: tuple[str, ...] = ()
     sha256: str = field(init=False)
     thinking: str = field(init=False)
+    _shapes: dict[tuple[bool, bool], str] = field(init=False, default_factory=dict,
+                                                  repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sha256", hashlib.sha256(self.source.encode()).hexdigest())
@@ -112,27 +114,47 @@ class ChatTemplate:
 
     def render(self, question: str, *, has_image: bool, reasoning: bool = True
                ) -> RenderedChat:
+        """One render by the template per question; what the template adds around any
+        question (the image placeholder, the generation prompt) is learnt once per shape
+        (`_shape`) from a probe question."""
         if not reasoning and self.thinking == "opens":
             raise TemplateError(f"{self.name}: the template always opens <think>; this "
                                 "checkpoint cannot answer with reasoning off")
-        user = self.neutralise(question)
-        content: str | list[dict[str, str]] = user
-        if has_image:
-            content = [{"type": "image"}, {"type": "text", "text": user}]
         kwargs = {"enable_thinking": reasoning} if self.thinking == "switch" else {}
-        text = self.render_fn([{"role": "user", "content": content}],
-                              add_generation_prompt=True, **kwargs)
+        opened = self._shape(has_image, reasoning, kwargs)
+        user = self.neutralise(question)
+        text = self.render_fn(_turn(user, has_image), add_generation_prompt=True, **kwargs)
         if user not in text:
             raise TemplateError(f"{self.name}: the rendered prompt does not hold the question "
                                 "byte for byte")
-        if has_image:
-            blind = self.render_fn([{"role": "user", "content": user}],
-                                   add_generation_prompt=True, **kwargs)
-            if blind == text:
-                raise TemplateError(f"{self.name}: the template puts no image placeholder in "
-                                    "the user turn (not a VLM template?)")
-        bare = self.render_fn([{"role": "user", "content": content}],
-                              add_generation_prompt=False, **kwargs)
-        opened = text[len(bare):] if text.startswith(bare) else ""
+        if not text.endswith(opened):  # a template whose ending depends on the question
+            bare = self.render_fn(_turn(user, has_image), add_generation_prompt=False,
+                                  **kwargs)
+            opened = text[len(bare):] if text.startswith(bare) else ""
         at = opened.rfind(OPEN)
         return RenderedChat(text=text, prefix=opened[at:] if at >= 0 else "", user=user)
+
+    def _shape(self, has_image: bool, reasoning: bool, kwargs: dict[str, Any]) -> str:
+        """What the generation prompt adds for this shape of turn; refuses a template that
+        ignores the image."""
+        key = (has_image, reasoning)
+        if key not in self._shapes:
+            turn = _turn(_PROBE, has_image)
+            text = self.render_fn(turn, add_generation_prompt=True, **kwargs)
+            if has_image and self.render_fn(_turn(_PROBE, False), add_generation_prompt=True,
+                                            **kwargs) == text:
+                raise TemplateError(f"{self.name}: the template puts no image placeholder in "
+                                    "the user turn (not a VLM template?)")
+            bare = self.render_fn(turn, add_generation_prompt=False, **kwargs)
+            self._shapes[key] = text[len(bare):] if text.startswith(bare) else ""
+        return self._shapes[key]
+
+
+_PROBE = "What does the image show?"
+
+
+def _turn(user: str, has_image: bool) -> list[dict[str, Any]]:
+    content: str | list[dict[str, str]] = user
+    if has_image:
+        content = [{"type": "image"}, {"type": "text", "text": user}]
+    return [{"role": "user", "content": content}]

@@ -8,6 +8,7 @@ downloaded: the hub is never asked (`local_files_only`). Loaded once per process
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 from rsieve.chat import ChatTemplate, TemplateError
 
-__all__ = ["load_chat_template", "special_tokens"]
+__all__ = ["load_chat_template", "preload_chat_template", "special_tokens"]
 
 
 def special_tokens(tokenizer: Any) -> tuple[str, ...]:
@@ -63,3 +64,12 @@ def load_chat_template(path: str) -> ChatTemplate:
 
     return ChatTemplate(name=name, source=source, render_fn=render,
                         specials=special_tokens(tokenizer))
+
+
+def preload_chat_template(path: str) -> None:
+    """Load `path` at a worker's start, so the first shard does not pay for importing
+    transformers (about 1 s of CPU) and the template. A path that does not load is left for
+    the first request to report, as it would have without this."""
+    if path:
+        with contextlib.suppress(TemplateError, OSError, ValueError):
+            load_chat_template(path)
