@@ -53,9 +53,13 @@ ENGINE_DIR = ROOT / "bench" / "triton_models" / ENGINE
 # The services' defaults (shards of 128, 32 open per generator worker, the engine's
 # capacity read from its config), and a token budget that lets the long tail play out: 4096
 # cuts about 1% of the reasoning (finish "length", truncated_reasoning, to the judge).
-SETTINGS = {"RSIEVE_GENERATOR_MODEL": ENGINE, "RSIEVE_JUDGE_MODEL": "judge-abstain",
-            "RSIEVE_PURITY_EMBEDDING": "false", "RSIEVE_MAX_NEW_TOKENS": "4096"}
-_LINE = re.compile(r'^rsieve_standin_(\w+)\{[^}]*\}\s+([0-9.e+-]+)$', re.M)
+SETTINGS = {
+    "RSIEVE_GENERATOR_MODEL": ENGINE,
+    "RSIEVE_JUDGE_MODEL": "judge-abstain",
+    "RSIEVE_PURITY_EMBEDDING": "false",
+    "RSIEVE_MAX_NEW_TOKENS": "4096",
+}
+_LINE = re.compile(r"^rsieve_standin_(\w+)\{[^}]*\}\s+([0-9.e+-]+)$", re.M)
 
 
 def engine_metrics(metrics_port: int) -> dict[str, float]:
@@ -85,6 +89,7 @@ class EngineSampler(threading.Thread):
 
 def steady(samples: list[tuple[float, list[dict[str, float]]]], items: int) -> dict[str, Any]:
     """Figures between 10% and 90% of `items` finished (all engines together)."""
+
     def finished(sample: tuple[float, list[dict[str, float]]]) -> float:
         return sum(m.get("finished_total", 0.0) for m in sample[1])
 
@@ -94,25 +99,34 @@ def steady(samples: list[tuple[float, list[dict[str, float]]]], items: int) -> d
     span = hi[0] - lo[0]
     engines = []
     for a, b in zip(lo[1], hi[1], strict=True):
+
         def d(key: str, a: dict[str, float] = a, b: dict[str, float] = b) -> float:
             return b.get(key, 0.0) - a.get(key, 0.0)
+
         seqs, peak = b["max_num_seqs"], b["peak_decode_tokens_per_s"]
         decoding = span - d("prefill_seconds_total")
-        engines.append({
-            "items_per_s": d("finished_total") / span,
-            "running_ratio": d("running_seconds_total") / span / seqs,
-            "decode_tokens_per_s": d("generated_tokens_total") / span,
-            "decode_ratio": d("generated_tokens_total") / (decoding * peak),
-            "prefill_share": d("prefill_seconds_total") / span,
-            "preemptions": d("preemptions_total"), "max_num_seqs": seqs,
-            "peak_decode_tokens_per_s": peak})
+        engines.append(
+            {
+                "items_per_s": d("finished_total") / span,
+                "running_ratio": d("running_seconds_total") / span / seqs,
+                "decode_tokens_per_s": d("generated_tokens_total") / span,
+                "decode_ratio": d("generated_tokens_total") / (decoding * peak),
+                "prefill_share": d("prefill_seconds_total") / span,
+                "preemptions": d("preemptions_total"),
+                "max_num_seqs": seqs,
+                "peak_decode_tokens_per_s": peak,
+            }
+        )
     window = [s for s in samples if lo[0] <= s[0] <= hi[0]]
     running = [sum(m.get("running", 0.0) for m in s[1]) for s in window]
-    return {"window_s": span, "items_per_s": (finished(hi) - finished(lo)) / span,
-            "engines": engines,
-            "running_ratio": min(e["running_ratio"] for e in engines),
-            "decode_ratio": min(e["decode_ratio"] for e in engines),
-            "running_sampled_min": min(running, default=0.0)}
+    return {
+        "window_s": span,
+        "items_per_s": (finished(hi) - finished(lo)) / span,
+        "engines": engines,
+        "running_ratio": min(e["running_ratio"] for e in engines),
+        "decode_ratio": min(e["decode_ratio"] for e in engines),
+        "running_sampled_min": min(running, default=0.0),
+    }
 
 
 def shard_times(settings: Any, run: str, t0_wall: float) -> list[float]:
@@ -120,19 +134,25 @@ def shard_times(settings: Any, run: str, t0_wall: float) -> list[float]:
     LastModified has one-second resolution)."""
     import boto3
 
-    s3 = boto3.client("s3", endpoint_url=settings.s3_endpoint, region_name=settings.s3_region,
-                      aws_access_key_id=settings.s3_access_key.get_secret_value(),
-                      aws_secret_access_key=settings.s3_secret_key.get_secret_value())
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=settings.s3_endpoint,
+        region_name=settings.s3_region,
+        aws_access_key_id=settings.s3_access_key.get_secret_value(),
+        aws_secret_access_key=settings.s3_secret_key.get_secret_value(),
+    )
     out: list[float] = []
     pages = s3.get_paginator("list_objects_v2").paginate(
-        Bucket=settings.s3_bucket, Prefix=f"runs/{run}/generate/")
+        Bucket=settings.s3_bucket, Prefix=f"runs/{run}/generate/"
+    )
     for page in pages:
         out += [o["LastModified"].timestamp() - t0_wall for o in page.get("Contents", [])]
     return sorted(round(t, 1) for t in out)
 
 
-def one_run(stack: Stack, pool: Path, items: int, dataset: str, ports: list[int],
-            pids: dict[str, int]) -> dict[str, Any]:
+def one_run(
+    stack: Stack, pool: Path, items: int, dataset: str, ports: list[int], pids: dict[str, int]
+) -> dict[str, Any]:
     from rsieve.client import wait_for_run
 
     time.sleep(2)
@@ -149,26 +169,41 @@ def one_run(stack: Stack, pool: Path, items: int, dataset: str, ports: list[int]
     sampler.stop.set()
     sampler.join()
     figures = steady(sampler.samples, items)
-    timeline = [{"t": round(t, 2),
-                 "running": int(sum(m.get("running", 0) for m in ms)),
-                 "waiting": int(sum(m.get("waiting", 0) for m in ms)),
-                 "finished": int(sum(m.get("finished_total", 0) for m in ms))}
-                for t, ms in sampler.samples[::4]]
-    return {"run": run, "items": items, "wall_s": wall, "service_cpu_s": cpu,
-            "cpu_ms_per_item": 1000 * cpu / items,
-            "cpu_s_by_service": {n: round(tree_cpu_s([p]) - before[n], 2)
-                                 for n, p in pids.items()},
-            "steady": figures, "adds_up": status.get("manifest", {}).get("adds_up"),
-            "timeline": timeline, "shards_stored_at_s": shard_times(settings, run, t0_wall),
-            "settings": settings}
+    timeline = [
+        {
+            "t": round(t, 2),
+            "running": int(sum(m.get("running", 0) for m in ms)),
+            "waiting": int(sum(m.get("waiting", 0) for m in ms)),
+            "finished": int(sum(m.get("finished_total", 0) for m in ms)),
+        }
+        for t, ms in sampler.samples[::4]
+    ]
+    return {
+        "run": run,
+        "items": items,
+        "wall_s": wall,
+        "service_cpu_s": cpu,
+        "cpu_ms_per_item": 1000 * cpu / items,
+        "cpu_s_by_service": {n: round(tree_cpu_s([p]) - before[n], 2) for n, p in pids.items()},
+        "steady": figures,
+        "adds_up": status.get("manifest", {}).get("adds_up"),
+        "timeline": timeline,
+        "shards_stored_at_s": shard_times(settings, run, t0_wall),
+        "settings": settings,
+    }
 
 
 def second_engine(stack: Stack, root: Path) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
     ports = {k: proc.free_port() for k in ("http", "grpc", "metrics")}
     log = stack.logs / "triton-2.log"
-    p = proc.start_triton(model_repository=root / "models", http_port=ports["http"],
-                          grpc_port=ports["grpc"], metrics_port=ports["metrics"], log=log,
-                          models=[ENGINE])
+    p = proc.start_triton(
+        model_repository=root / "models",
+        http_port=ports["http"],
+        grpc_port=ports["grpc"],
+        metrics_port=ports["metrics"],
+        log=log,
+        models=[ENGINE],
+    )
     proc.wait_triton(ports["http"], [ENGINE], 180, proc=p, log=log)
     return p, ports
 
@@ -176,21 +211,32 @@ def second_engine(stack: Stack, root: Path) -> tuple[subprocess.Popen[bytes], di
 def second_generator(stack: Stack, grpc_port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, **stack.config.env(), "RSIEVE_TRITON_GRPC_URL": f"127.0.0.1:{grpc_port}"}
     log = (stack.logs / "generator-2.log").open("ab")
-    return subprocess.Popen([sys.executable, "-m", "services.generator"], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True, cwd=ROOT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "services.generator"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        cwd=ROOT,
+    )
 
 
-def bench(items: int, scale_out: bool = True, overrides: dict[str, str] | None = None
-          ) -> dict[str, Any]:
+def bench(
+    items: int, scale_out: bool = True, overrides: dict[str, str] | None = None
+) -> dict[str, Any]:
     from tests.templates import build_tokenizer
 
     root = Path(tempfile.mkdtemp(prefix="rsieve-bench-engine-"))
     tokenizer = build_tokenizer(root / "tokenizer", "qwen3_vl_thinking")
-    pools = [make_pool(root / f"pool{k}", items, wrong_every=0, prefix=f"e{k}")
-             for k in range(2 if scale_out else 1)]
-    models = {ENGINE: ENGINE_DIR,
-              "judge-abstain": ROOT / "deploy" / "triton" / "cpu" / "judge-abstain"}
+    pools = [
+        make_pool(root / f"pool{k}", items, wrong_every=0, prefix=f"e{k}")
+        for k in range(2 if scale_out else 1)
+    ]
+    models = {
+        ENGINE: ENGINE_DIR,
+        "judge-abstain": ROOT / "deploy" / "triton" / "cpu" / "judge-abstain",
+    }
     env = {**SETTINGS, "RSIEVE_GENERATOR_TOKENIZER": str(tokenizer), **(overrides or {})}
     print(f"engine: starting the stack in {root} ...", flush=True)
     stack = start_stack(root / "stack", models, env)
@@ -199,8 +245,9 @@ def bench(items: int, scale_out: bool = True, overrides: dict[str, str] | None =
     try:
         pids = service_pids(stack)
         print(f"engine: {items} items, one engine ...", flush=True)
-        one = one_run(stack, pools[0], items, "bench-engine-1",
-                      [stack.config.triton_metrics_port], pids)
+        one = one_run(
+            stack, pools[0], items, "bench-engine-1", [stack.config.triton_metrics_port], pids
+        )
         settings = one.pop("settings")
         out["one_engine"] = one
         if scale_out:
@@ -210,13 +257,19 @@ def bench(items: int, scale_out: bool = True, overrides: dict[str, str] | None =
             gen2 = second_generator(stack, ports["grpc"])
             extra.append(gen2)
             time.sleep(6)  # the second worker's start
-            two = one_run(stack, pools[1], items, "bench-engine-2",
-                          [stack.config.triton_metrics_port, ports["metrics"]],
-                          {**pids, "generator-2": gen2.pid})
+            two = one_run(
+                stack,
+                pools[1],
+                items,
+                "bench-engine-2",
+                [stack.config.triton_metrics_port, ports["metrics"]],
+                {**pids, "generator-2": gen2.pid},
+            )
             two.pop("settings")
             out["two_engines"] = two
-            out["engine_scaleout_ratio"] = (two["steady"]["items_per_s"]
-                                            / one["steady"]["items_per_s"])
+            out["engine_scaleout_ratio"] = (
+                two["steady"]["items_per_s"] / one["steady"]["items_per_s"]
+            )
     finally:
         for p in reversed(extra):
             proc.stop(p, timeout=20)
@@ -225,12 +278,13 @@ def bench(items: int, scale_out: bool = True, overrides: dict[str, str] | None =
     out["engine_saturation_ratio"] = min(s["running_ratio"], s["decode_ratio"])
     out["engine_cpu_ms_per_item"] = one["cpu_ms_per_item"]
     out["conditions"] = {
-        "engine": f"{ENGINE} (a stand-in, bench/README.md): "
-                  + json.dumps(engine_parameters()),
-        "settings": {k: getattr(settings, k) for k in
-                     ("shard_size", "generator_concurrency", "max_new_tokens",
-                      "engine_capacity")},
-        "items": items, "load_average": os.getloadavg(),
+        "engine": f"{ENGINE} (a stand-in, bench/README.md): " + json.dumps(engine_parameters()),
+        "settings": {
+            k: getattr(settings, k)
+            for k in ("shard_size", "generator_concurrency", "max_new_tokens", "engine_capacity")
+        },
+        "items": items,
+        "load_average": os.getloadavg(),
     }
     return out
 
@@ -246,25 +300,45 @@ def print_table(r: dict[str, Any]) -> None:
     s = one["steady"]
     e = s["engines"][0]
     rows = [
-        ("engine_saturation_ratio", f"{r['engine_saturation_ratio']:.3f}",
-         f"lower of running {s['running_ratio']:.3f} and decode {s['decode_ratio']:.3f}"),
-        ("  running sequences", f"{s['running_ratio'] * e['max_num_seqs']:.1f}",
-         f"mean of max_num_seqs {e['max_num_seqs']:.0f}; sampled min "
-         f"{s['running_sampled_min']:.0f}; preemptions {e['preemptions']:.0f}"),
-        ("  decode tokens/s", f"{e['decode_tokens_per_s']:.0f}",
-         f"peak {e['peak_decode_tokens_per_s']:.0f}; prefill {100 * e['prefill_share']:.1f}%"
-         " of the window"),
-        ("  items/s", f"{s['items_per_s']:.1f}",
-         f"steady window {s['window_s']:.0f} s of {one['wall_s']:.0f} s wall"),
-        ("engine_cpu_ms_per_item", f"{r['engine_cpu_ms_per_item']:.2f}",
-         f"workers + API, {one['items']} items: "
-         + ", ".join(f"{k} {v}" for k, v in one["cpu_s_by_service"].items())),
+        (
+            "engine_saturation_ratio",
+            f"{r['engine_saturation_ratio']:.3f}",
+            f"lower of running {s['running_ratio']:.3f} and decode {s['decode_ratio']:.3f}",
+        ),
+        (
+            "  running sequences",
+            f"{s['running_ratio'] * e['max_num_seqs']:.1f}",
+            f"mean of max_num_seqs {e['max_num_seqs']:.0f}; sampled min "
+            f"{s['running_sampled_min']:.0f}; preemptions {e['preemptions']:.0f}",
+        ),
+        (
+            "  decode tokens/s",
+            f"{e['decode_tokens_per_s']:.0f}",
+            f"peak {e['peak_decode_tokens_per_s']:.0f}; prefill {100 * e['prefill_share']:.1f}%"
+            " of the window",
+        ),
+        (
+            "  items/s",
+            f"{s['items_per_s']:.1f}",
+            f"steady window {s['window_s']:.0f} s of {one['wall_s']:.0f} s wall",
+        ),
+        (
+            "engine_cpu_ms_per_item",
+            f"{r['engine_cpu_ms_per_item']:.2f}",
+            f"workers + API, {one['items']} items: "
+            + ", ".join(f"{k} {v}" for k, v in one["cpu_s_by_service"].items()),
+        ),
     ]
     if "engine_scaleout_ratio" in r:
         two = r["two_engines"]["steady"]
-        rows.append(("engine_scaleout_ratio", f"{r['engine_scaleout_ratio']:.2f}x",
-                     f"{s['items_per_s']:.1f} -> {two['items_per_s']:.1f} items/s "
-                     f"(running {two['running_ratio']:.3f}, decode {two['decode_ratio']:.3f})"))
+        rows.append(
+            (
+                "engine_scaleout_ratio",
+                f"{r['engine_scaleout_ratio']:.2f}x",
+                f"{s['items_per_s']:.1f} -> {two['items_per_s']:.1f} items/s "
+                f"(running {two['running_ratio']:.3f}, decode {two['decode_ratio']:.3f})",
+            )
+        )
     print(f"\n{'figure':<28}{'value':>14}  conditions")
     for name, value, cond in rows:
         print(f"{name:<28}{value:>14}  {cond}")
@@ -276,11 +350,19 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=3000)
     parser.add_argument("--no-scale-out", action="store_true")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results-engine.json")
-    parser.add_argument("--set", action="append", default=[], metavar="RSIEVE_X=V",
-                        help="a setting for the stack's services (repeatable)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="RSIEVE_X=V",
+        help="a setting for the stack's services (repeatable)",
+    )
     args = parser.parse_args()
-    result = bench(args.items, scale_out=not args.no_scale_out,
-                   overrides=dict(kv.split("=", 1) for kv in args.set))
+    result = bench(
+        args.items,
+        scale_out=not args.no_scale_out,
+        overrides=dict(kv.split("=", 1) for kv in args.set),
+    )
     args.out.write_text(json.dumps(result, indent=1, default=str))
     print_table(result)
 

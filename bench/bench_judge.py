@@ -42,9 +42,14 @@ def _start(root: Path, checkpoint: Path) -> tuple[Any, str]:
     http, grpc_port, metrics = (processes.free_port() for _ in range(3))
     log = root / "triton.log"
     started = time.monotonic()
-    proc = processes.start_triton(model_repository=repo, http_port=http, grpc_port=grpc_port,
-                                  metrics_port=metrics, log=log,
-                                  env_extra={"RSIEVE_JUDGE_CHECKPOINT": str(checkpoint)})
+    proc = processes.start_triton(
+        model_repository=repo,
+        http_port=http,
+        grpc_port=grpc_port,
+        metrics_port=metrics,
+        log=log,
+        env_extra={"RSIEVE_JUDGE_CHECKPOINT": str(checkpoint)},
+    )
     processes.wait_triton(http, [MODEL], 300, proc=proc, log=log)
     print(f"judge-smollm2 ready in {time.monotonic() - started:.1f} s")
     return proc, f"127.0.0.1:{grpc_port}"
@@ -64,21 +69,35 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = _start(Path(tmp), checkpoint)
         try:
-            model = TritonModel(url, MODEL, max_inflight=16, tokenizer=str(checkpoint),
-                                timeout_s=600, max_new_tokens=args.budget)
+            model = TritonModel(
+                url,
+                MODEL,
+                max_inflight=16,
+                tokenizer=str(checkpoint),
+                timeout_s=600,
+                max_new_tokens=args.budget,
+            )
             # One at a time, then batched, on the same 16 prompts.
             probe = [ModelRequest(c.prompt()) for c in cases[:16]]
-            single = TritonModel(url, MODEL, max_inflight=1, request_items=1,
-                                 tokenizer=str(checkpoint), timeout_s=600,
-                                 max_new_tokens=args.budget)
+            single = TritonModel(
+                url,
+                MODEL,
+                max_inflight=1,
+                request_items=1,
+                tokenizer=str(checkpoint),
+                timeout_s=600,
+                max_new_tokens=args.budget,
+            )
             start = time.monotonic()
             single.generate_many(probe)
             one_s = (time.monotonic() - start) / len(probe)
             start = time.monotonic()
             model.generate_many(probe)
             batched_s = (time.monotonic() - start) / len(probe)
-            results["s_per_verdict"] = {"one_at_a_time": round(one_s, 3),
-                                        "batched_16": round(batched_s, 3)}
+            results["s_per_verdict"] = {
+                "one_at_a_time": round(one_s, 3),
+                "batched_16": round(batched_s, 3),
+            }
             print("s per verdict:", results["s_per_verdict"], flush=True)
             for config in args.configs.split(","):
                 build, parse = CONFIGS[config]
@@ -95,8 +114,9 @@ def main() -> None:
                     "wall_s": round(wall, 1),
                     "errors": len(errors),
                     "verdicts": dict(Counter(p.verdict for p in parsed)),
-                    "causes": dict(Counter((p.cause or "").split(":")[0] for p in parsed
-                                           if p.cause)),
+                    "causes": dict(
+                        Counter((p.cause or "").split(":")[0] for p in parsed if p.cause)
+                    ),
                     "flips": len(flips),
                     "flipped_to_correct": sum(1 for f in flips if f["verdict"] == "CORRECT"),
                     "examples": [r.text[:160] for r in good[:3]],

@@ -54,15 +54,23 @@ def make_pool(folder: Path, count: int, wrong_every: int = 4, prefix: str = "w")
         img = Image.new("RGB", (120, 40), "white")
         ImageDraw.Draw(img).text((6, 12), word, fill="black")
         meta = PngImagePlugin.PngInfo()
-        meta.add_text("bench-answer", "wrong" if wrong_every and i % wrong_every == 0
-                      else word)
+        meta.add_text("bench-answer", "wrong" if wrong_every and i % wrong_every == 0 else word)
         buf = io.BytesIO()
         img.save(buf, format="PNG", pnginfo=meta)
         data = buf.getvalue()
         (folder / f"{i:05d}.png").write_bytes(data)
-        lines.append(json.dumps({"id": f"bench-{i:05d}", "family": "SynthWords",
-                                 "image": f"{i:05d}.png", "question": QUESTION, "answer": word,
-                                 "source": {"sha256": hashlib.sha256(data).hexdigest()}}))
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"bench-{i:05d}",
+                    "family": "SynthWords",
+                    "image": f"{i:05d}.png",
+                    "question": QUESTION,
+                    "answer": word,
+                    "source": {"sha256": hashlib.sha256(data).hexdigest()},
+                }
+            )
+        )
     (folder / "items.jsonl").write_text("\n".join(lines) + "\n")
     return folder
 
@@ -80,8 +88,13 @@ def _stat(pid: int) -> tuple[int, int] | None:
 def tree_cpu_s(roots: list[int]) -> float:
     """CPU seconds of every process under `roots` (children that exited are in their
     parent's cutime/cstime once reaped)."""
-    stats = {int(p): s for p in os.listdir("/proc") if p.isdigit()
-             for s in [_stat(int(p))] if s is not None}
+    stats = {
+        int(p): s
+        for p in os.listdir("/proc")
+        if p.isdigit()
+        for s in [_stat(int(p))]
+        if s is not None
+    }
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
@@ -99,13 +112,11 @@ def service_pids(stack: Stack) -> dict[str, int]:
 
 
 # ----------------------------------------------------------------------------- Triton
-_METRIC = re.compile(r'^(nv_inference_\w+)\{model="([^"]+)",version="[^"]*"\}\s+([0-9.e+]+)$',
-                     re.M)
+_METRIC = re.compile(r'^(nv_inference_\w+)\{model="([^"]+)",version="[^"]*"\}\s+([0-9.e+]+)$', re.M)
 
 
 def triton_counters(stack: Stack) -> dict[str, float]:
-    text = httpx.get(f"http://127.0.0.1:{stack.config.triton_metrics_port}/metrics",
-                     timeout=5).text
+    text = httpx.get(f"http://127.0.0.1:{stack.config.triton_metrics_port}/metrics", timeout=5).text
     return {name: float(v) for name, model, v in _METRIC.findall(text) if model == MODEL}
 
 
@@ -124,17 +135,20 @@ class Sampler(threading.Thread):
         while not self.stop.is_set():
             try:
                 c = triton_counters(self.stack)
-                self.samples.append((time.monotonic() - self.t0,
-                                     c.get("nv_inference_count", 0.0),
-                                     c.get("nv_inference_exec_count", 0.0),
-                                     c.get("nv_inference_pending_request_count", 0.0)))
+                self.samples.append(
+                    (
+                        time.monotonic() - self.t0,
+                        c.get("nv_inference_count", 0.0),
+                        c.get("nv_inference_exec_count", 0.0),
+                        c.get("nv_inference_pending_request_count", 0.0),
+                    )
+                )
             except httpx.HTTPError:
                 pass
             self.stop.wait(self.period)
 
 
-def steady_state(samples: list[tuple[float, float, float, float]], total: int
-                 ) -> dict[str, Any]:
+def steady_state(samples: list[tuple[float, float, float, float]], total: int) -> dict[str, Any]:
     """Rate between 10% and 90% of the model's items (ramp-up and drain excluded)."""
     base = samples[0][1]
     lo = next(s for s in samples if s[1] - base >= 0.1 * total)
@@ -143,11 +157,15 @@ def steady_state(samples: list[tuple[float, float, float, float]], total: int
     batches = hi[2] - lo[2]
     window = [s for s in samples if lo[0] <= s[0] <= hi[0]]
     pending = [s[3] for s in window]
-    return {"items_per_s": rate, "window_s": hi[0] - lo[0],
-            "mean_batch": (hi[1] - lo[1]) / batches if batches else 0.0,
-            # requests (a request carries up to a batch of items), not items
-            "inflight_mean": sum(pending) / max(1, len(pending)),
-            "inflight_min": min(pending, default=0), "inflight_max": max(pending, default=0)}
+    return {
+        "items_per_s": rate,
+        "window_s": hi[0] - lo[0],
+        "mean_batch": (hi[1] - lo[1]) / batches if batches else 0.0,
+        # requests (a request carries up to a batch of items), not items
+        "inflight_mean": sum(pending) / max(1, len(pending)),
+        "inflight_min": min(pending, default=0),
+        "inflight_max": max(pending, default=0),
+    }
 
 
 # ----------------------------------------------------------------------------- floor
@@ -171,29 +189,47 @@ def floor_cpu_ms(pool: Path) -> dict[str, float]:
     for n, raw in enumerate(raws, start=1):
         parsed = parse_line(raw, n, text_max_chars=s.text_max_chars)
         data = images[parsed.image]  # type: ignore[union-attr]
-        assert inspect_image(data, max_pixels=s.image_max_pixels,
-                             max_bytes=s.image_max_bytes) is None
+        assert (
+            inspect_image(data, max_pixels=s.image_max_pixels, max_bytes=s.image_max_bytes) is None
+        )
         sha = hashlib.sha256(data).hexdigest()
         _, check = check_provenance(parsed.source, sha, s.provenance_policy)  # type: ignore
-        item = clean_item(parsed, line=n, image_sha256=sha, provenance_check=check,  # type: ignore
-                          policy=s.provenance_policy, pool_uri="s3://b/p/")
+        item = clean_item(
+            parsed,
+            line=n,
+            image_sha256=sha,
+            provenance_check=check,  # type: ignore
+            policy=s.provenance_policy,
+            pool_uri="s3://b/p/",
+        )
         assert isinstance(item, Item)
         cleaned += 1
         image = prepare_image(data, max_side=s.image_max_side, max_pixels=s.image_max_pixels)
         tag = data.find(b"bench-answer\0")
-        word = data[tag + 13:tag + 13 + 7].decode() if data[tag + 13:tag + 18] != b"wrong" \
+        word = (
+            data[tag + 13 : tag + 13 + 7].decode()
+            if data[tag + 13 : tag + 18] != b"wrong"
             else "wrong"
+        )
         text = f"<think>fixed-latency stand-in</think>{word}"
         parsed_out = parse_output(text, "stop")
-        gen = Generation(item=item, model=MODEL, raw_output=text, finish_reason="stop",
-                         reasoning=parsed_out.reasoning, answer=parsed_out.answer,
-                         failure=parsed_out.failure, image_sent_sha256=image.sha256,
-                         image_sent=image.meta())
+        gen = Generation(
+            item=item,
+            model=MODEL,
+            raw_output=text,
+            finish_reason="stop",
+            reasoning=parsed_out.reasoning,
+            answer=parsed_out.answer,
+            failure=parsed_out.failure,
+            image_sent_sha256=image.sha256,
+            image_sent=image.meta(),
+        )
         outcome = verify_generation(gen)
         if needs_judge(outcome):
             prompt = judge_prompt(outcome)
-            outcome = apply_verdict(outcome, model="judge-abstain", prompt=prompt,
-                                    raw_output="<think>x</think>UNSURE")
+            outcome = apply_verdict(
+                outcome, model="judge-abstain", prompt=prompt, raw_output="<think>x</think>UNSURE"
+            )
         outcomes.append(outcome)
     assemble_rows(outcomes, "bench")
     elapsed = time.process_time() - start
@@ -205,8 +241,9 @@ def start_stack(root: Path, models: dict[str, Path], settings_env: dict[str, str
     repo = root / "models"
     for name, src in models.items():
         shutil.copytree(src, repo / name)
-    config = StackConfig.free_ports(root / "state", model_repository=repo,
-                                    models=list(models), settings_env=settings_env)
+    config = StackConfig.free_ports(
+        root / "state", model_repository=repo, models=list(models), settings_env=settings_env
+    )
     stack = Stack(config)
     stack.up()
     return stack
@@ -245,13 +282,23 @@ def pipeline_run(stack: Stack, pool: Path, items: int) -> dict[str, Any]:
     sampler.join()
     per = {n: round(tree_cpu_s([p]) - before[n], 2) for n, p in pids.items()}
     steady = steady_state(sampler.samples, items)
-    timeline = [{"t": round(t, 2), "done": int(d - sampler.samples[0][1]), "inflight": int(q)}
-                for t, d, _, q in sampler.samples[::4]]
-    return {"run": run, "items": items, "wall_s": wall, "service_cpu_s": cpu,
-            "cpu_ms_per_item": 1000 * cpu / items, "cpu_s_by_service": per,
-            "steady": steady, "gpu_saturation_ratio": steady["items_per_s"] / IDEAL,
-            "adds_up": status.get("manifest", {}).get("adds_up"), "timeline": timeline,
-            "settings": settings}
+    timeline = [
+        {"t": round(t, 2), "done": int(d - sampler.samples[0][1]), "inflight": int(q)}
+        for t, d, _, q in sampler.samples[::4]
+    ]
+    return {
+        "run": run,
+        "items": items,
+        "wall_s": wall,
+        "service_cpu_s": cpu,
+        "cpu_ms_per_item": 1000 * cpu / items,
+        "cpu_s_by_service": per,
+        "steady": steady,
+        "gpu_saturation_ratio": steady["items_per_s"] / IDEAL,
+        "adds_up": status.get("manifest", {}).get("adds_up"),
+        "timeline": timeline,
+        "settings": settings,
+    }
 
 
 def verify_pass(stack: Stack, settings: Any, run: str, shards: dict[str, int]) -> float:
@@ -284,9 +331,15 @@ def scale_out(stack: Stack, settings: Any, run: str) -> dict[str, Any]:
     one = verify_pass(stack, settings, run, shards)
     env = {**os.environ, **stack.config.env()}
     log = (stack.logs / "verifier-2.log").open("ab")
-    extra = subprocess.Popen([sys.executable, "-m", "services.verifier"], env=env, stdout=log,
-                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             start_new_session=True, cwd=ROOT)
+    extra = subprocess.Popen(
+        [sys.executable, "-m", "services.verifier"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        cwd=ROOT,
+    )
     try:
         time.sleep(8)  # the second worker's start (imports, broker connection)
         two = verify_pass(stack, settings, run, shards)
@@ -294,9 +347,14 @@ def scale_out(stack: Stack, settings: Any, run: str) -> dict[str, Any]:
         os.killpg(extra.pid, 15)
         extra.wait(30)
     items = index["lines"]
-    return {"stage": "verify", "shards": len(shards), "items": items,
-            "one_worker_items_per_s": items / one, "two_workers_items_per_s": items / two,
-            "ratio": one / two}
+    return {
+        "stage": "verify",
+        "shards": len(shards),
+        "items": items,
+        "one_worker_items_per_s": items / one,
+        "two_workers_items_per_s": items / two,
+        "ratio": one / two,
+    }
 
 
 def time_to_first_result(root: Path) -> dict[str, Any]:
@@ -305,17 +363,31 @@ def time_to_first_result(root: Path) -> dict[str, Any]:
     state = root / "ttfr"
     config = StackConfig.free_ports(state)
     state.mkdir(parents=True)
-    (state / "config.json").write_text(json.dumps(
-        {k: str(v) if isinstance(v, Path) else v for k, v in config.__dict__.items()}))
+    (state / "config.json").write_text(
+        json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in config.__dict__.items()})
+    )
     env = {**os.environ, "RSIEVE_STACK_DIR": str(state)}
     rsieve = str(Path(sys.executable).with_name("rsieve"))
     out: dict[str, Any] = {}
     try:
         for label, dataset in (("stack_stopped_s", "ttfr-cold"), ("stack_up_s", "ttfr-warm")):
             start = time.monotonic()
-            subprocess.run([rsieve, "run", str(ROOT / "examples" / "pool"), "--out",
-                            str(root / "ttfr-out"), "--dataset", dataset], env=env, check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+            subprocess.run(
+                [
+                    rsieve,
+                    "run",
+                    str(ROOT / "examples" / "pool"),
+                    "--out",
+                    str(root / "ttfr-out"),
+                    "--dataset",
+                    dataset,
+                ],
+                env=env,
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                cwd=ROOT,
+            )
             out[label] = time.monotonic() - start
     finally:
         subprocess.run([rsieve, "stack", "down"], env=env, stdout=subprocess.DEVNULL, cwd=ROOT)
@@ -340,9 +412,13 @@ def compaction_figures(images: int = 10_000, per_image: int = 10) -> dict[str, A
     import bench_compaction as bc
 
     stream = bc._measure(bc._streaming, images, per_image)
-    return {"qa_entries": images * per_image, "images": images,
-            "seconds": stream["seconds"], "qa_per_s": images * per_image / stream["seconds"],
-            "peak_rss_mb": stream["peak_rss_mb"]}
+    return {
+        "qa_entries": images * per_image,
+        "images": images,
+        "seconds": stream["seconds"],
+        "qa_per_s": images * per_image / stream["seconds"],
+        "peak_rss_mb": stream["peak_rss_mb"],
+    }
 
 
 # ----------------------------------------------------------------------------- main
@@ -352,17 +428,25 @@ def main() -> None:
     parser.add_argument("--no-ttfr", action="store_true")
     parser.add_argument("--no-scale-out", action="store_true")
     parser.add_argument("--keep", action="store_true", help="leave the stack running")
-    parser.add_argument("--no-engine", action="store_true",
-                        help="skip the continuous-batching engine bench (bench_engine.py)")
+    parser.add_argument(
+        "--no-engine",
+        action="store_true",
+        help="skip the continuous-batching engine bench (bench_engine.py)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="rsieve-bench-"))
     pool = make_pool(root / "pool", args.items)
-    models = {MODEL: ROOT / "bench" / "triton_models" / MODEL,
-              "judge-abstain": ROOT / "deploy" / "triton" / "cpu" / "judge-abstain"}
-    env = {"RSIEVE_GENERATOR_MODEL": MODEL, "RSIEVE_JUDGE_MODEL": "judge-abstain",
-           "RSIEVE_PURITY_EMBEDDING": "false"}
+    models = {
+        MODEL: ROOT / "bench" / "triton_models" / MODEL,
+        "judge-abstain": ROOT / "deploy" / "triton" / "cpu" / "judge-abstain",
+    }
+    env = {
+        "RSIEVE_GENERATOR_MODEL": MODEL,
+        "RSIEVE_JUDGE_MODEL": "judge-abstain",
+        "RSIEVE_PURITY_EMBEDDING": "false",
+    }
     print(f"starting the stack in {root} ...", flush=True)
     stack = start_stack(root / "stack", models, env)
     results: dict[str, Any] = {}
@@ -392,21 +476,24 @@ def main() -> None:
 
         engine = bench_engine.bench(args.items)
         results["engine"] = engine
-        for key in ("engine_saturation_ratio", "engine_cpu_ms_per_item",
-                    "engine_scaleout_ratio"):
+        for key in ("engine_saturation_ratio", "engine_cpu_ms_per_item", "engine_scaleout_ratio"):
             results[key] = engine[key]
     results["conditions"] = {
         "machine": f"{os.cpu_count()} cores, no GPU; all processes on it",
         "model": f"{MODEL}: {BATCH_S} s per batch of up to {BATCH} (ideal {IDEAL:.0f} items/s)",
-        "judge": "judge-abstain (instant UNSURE)", "items": args.items,
-        "settings": {k: getattr(settings, k) for k in
-                     ("shard_size", "max_inflight", "worker_concurrency",
-                      "generator_concurrency")},
+        "judge": "judge-abstain (instant UNSURE)",
+        "items": args.items,
+        "settings": {
+            k: getattr(settings, k)
+            for k in ("shard_size", "max_inflight", "worker_concurrency", "generator_concurrency")
+        },
         "load_average": os.getloadavg(),
     }
     if args.keep:
-        print(f"the stack is still up: {root / 'stack' / 'state'} (RSIEVE_STACK_DIR=... "
-              "rsieve stack down)")
+        print(
+            f"the stack is still up: {root / 'stack' / 'state'} (RSIEVE_STACK_DIR=... "
+            "rsieve stack down)"
+        )
     else:
         shutil.rmtree(root, ignore_errors=True)
     args.out.write_text(json.dumps(results, indent=1, default=str))
@@ -414,45 +501,80 @@ def main() -> None:
     if "engine" in results:
         import bench_engine
 
-        print("\nthe production path (vLLM interface) against a continuous-batching engine "
-              "stand-in:")
+        print(
+            "\nthe production path (vLLM interface) against a continuous-batching engine stand-in:"
+        )
         bench_engine.print_table(results["engine"])
 
 
 def print_table(r: dict[str, Any]) -> None:
     p, c = r["pipeline"], r["conditions"]
     rows = [
-        ("gpu_saturation_ratio", f"{r['gpu_saturation_ratio']:.3f}",
-         f"{p['steady']['items_per_s']:.1f} items/s steady (10-90%) / {c['model']}"),
-        ("  mean batch, in flight", f"{p['steady']['mean_batch']:.1f}",
-         f"requests at Triton mean {p['steady']['inflight_mean']:.1f} "
-         f"(min {p['steady']['inflight_min']:.0f}, max {p['steady']['inflight_max']:.0f})"),
-        ("cpu_ms_per_item", f"{r['cpu_ms_per_item']:.2f}",
-         f"workers + API, /proc utime+stime, {p['items']} items, {p['wall_s']:.0f} s wall"),
-        ("  floor (in-process rules)", f"{r['floor']['cpu_ms_per_item']:.2f}",
-         "same rules, one loop, no I/O, no queue"),
+        (
+            "gpu_saturation_ratio",
+            f"{r['gpu_saturation_ratio']:.3f}",
+            f"{p['steady']['items_per_s']:.1f} items/s steady (10-90%) / {c['model']}",
+        ),
+        (
+            "  mean batch, in flight",
+            f"{p['steady']['mean_batch']:.1f}",
+            f"requests at Triton mean {p['steady']['inflight_mean']:.1f} "
+            f"(min {p['steady']['inflight_min']:.0f}, max {p['steady']['inflight_max']:.0f})",
+        ),
+        (
+            "cpu_ms_per_item",
+            f"{r['cpu_ms_per_item']:.2f}",
+            f"workers + API, /proc utime+stime, {p['items']} items, {p['wall_s']:.0f} s wall",
+        ),
+        (
+            "  floor (in-process rules)",
+            f"{r['floor']['cpu_ms_per_item']:.2f}",
+            "same rules, one loop, no I/O, no queue",
+        ),
     ]
     if "scale_out" in r:
         s = r["scale_out"]
-        rows.append(("scale-out verify 2 vs 1", f"{s['ratio']:.2f}x",
-                     f"{s['one_worker_items_per_s']:.0f} -> {s['two_workers_items_per_s']:.0f}"
-                     f" items/s, {s['shards']} shards, 2 cores shared with the stack"))
+        rows.append(
+            (
+                "scale-out verify 2 vs 1",
+                f"{s['ratio']:.2f}x",
+                f"{s['one_worker_items_per_s']:.0f} -> {s['two_workers_items_per_s']:.0f}"
+                f" items/s, {s['shards']} shards, 2 cores shared with the stack",
+            )
+        )
     for name, rate in r["protocols_decisions_per_s"].items():
         rows.append((f"verify {name}", f"{rate:,.0f}/s", "decisions/s, one process"))
     comp = r["compaction"]
-    rows.append(("compaction", f"{comp['qa_per_s']:,.0f} qa/s",
-                 f"{comp['qa_entries']:,} qa over {comp['images']:,} images, streaming writer"))
+    rows.append(
+        (
+            "compaction",
+            f"{comp['qa_per_s']:,.0f} qa/s",
+            f"{comp['qa_entries']:,} qa over {comp['images']:,} images, streaming writer",
+        )
+    )
     if "time_to_first_result" in r:
         t = r["time_to_first_result"]
-        rows.append(("time to first result", f"{t['stack_up_s']:.1f} s",
-                     "rsieve run examples/pool (36 items), stack up, to the export"))
-        rows.append(("  stack stopped", f"{t['stack_stopped_s']:.1f} s",
-                     "same, stack installed but stopped (includes its start)"))
+        rows.append(
+            (
+                "time to first result",
+                f"{t['stack_up_s']:.1f} s",
+                "rsieve run examples/pool (36 items), stack up, to the export",
+            )
+        )
+        rows.append(
+            (
+                "  stack stopped",
+                f"{t['stack_stopped_s']:.1f} s",
+                "same, stack installed but stopped (includes its start)",
+            )
+        )
     print(f"\n{'figure':<28}{'value':>14}  conditions")
     for name, value, cond in rows:
         print(f"{name:<28}{value:>14}  {cond}")
-    print(f"settings: {c['settings']}; {c['machine']}; load average at the end "
-          f"{c['load_average'][0]:.1f} (other work on the machine skews every figure)")
+    print(
+        f"settings: {c['settings']}; {c['machine']}; load average at the end "
+        f"{c['load_average'][0]:.1f} (other work on the machine skews every figure)"
+    )
 
 
 if __name__ == "__main__":

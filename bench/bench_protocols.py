@@ -40,8 +40,11 @@ def pin_one_core() -> str:
     return "not pinned"
 
 
-def rate(fn: Callable[[str, Sequence[str]], Any], pairs: list[tuple[str, list[str], dict]],
-         min_seconds: float = 0.5) -> float:
+def rate(
+    fn: Callable[[str, Sequence[str]], Any],
+    pairs: list[tuple[str, list[str], dict]],
+    min_seconds: float = 0.5,
+) -> float:
     """Calls per second over `pairs` (after one warm-up pass), for at least `min_seconds`."""
     for pred, refs, opts in pairs:
         fn(pred, refs, **opts)
@@ -73,18 +76,37 @@ def inputs(rng: random.Random) -> dict[str, list[tuple[str, list[str], dict]]]:
     out: dict[str, list[tuple[str, list[str], dict]]] = {
         "alnum": [(w.upper() + ".", [w], {}) for w in (word(rng, 3, 12) for _ in range(200))],
         "exact": [(f" {w} ", [w.upper()], {}) for w in (word(rng, 3, 20) for _ in range(200))],
-        "number": [(f"{rng.uniform(0, 1e4):,.2f}", [f"{rng.uniform(0, 1e4):.2f}"], {})
-                   for _ in range(200)],
-        "relaxed": [(f"{x * rng.uniform(0.9, 1.1):.3f}", [f"{x:.2f}"], {})
-                    for x in (rng.uniform(1, 1000) for _ in range(200))],
-        "vqa": [(rng.choice(["two", "2", "yes", "No.", "a dog"]),
-                 [rng.choice(["2", "yes", "no", "dog"]) for _ in range(10)], {})
-                for _ in range(200)],
-        "mc": [(rng.choice(["B", "(C)", "The answer is D.", "dog", "A cat", "B. dog"]),
-                [rng.choice("ABCD")], opts) for _ in range(200)],
-        "math": [(rng.choice(["\\frac{1}{2}", "0.5", "\\sqrt{2}", "3", "x^2+1"]),
-                  [rng.choice(["0.5", "1/2", "\\sqrt{2}", "3", "1+x^2"])], {})
-                 for _ in range(20)],
+        "number": [
+            (f"{rng.uniform(0, 1e4):,.2f}", [f"{rng.uniform(0, 1e4):.2f}"], {}) for _ in range(200)
+        ],
+        "relaxed": [
+            (f"{x * rng.uniform(0.9, 1.1):.3f}", [f"{x:.2f}"], {})
+            for x in (rng.uniform(1, 1000) for _ in range(200))
+        ],
+        "vqa": [
+            (
+                rng.choice(["two", "2", "yes", "No.", "a dog"]),
+                [rng.choice(["2", "yes", "no", "dog"]) for _ in range(10)],
+                {},
+            )
+            for _ in range(200)
+        ],
+        "mc": [
+            (
+                rng.choice(["B", "(C)", "The answer is D.", "dog", "A cat", "B. dog"]),
+                [rng.choice("ABCD")],
+                opts,
+            )
+            for _ in range(200)
+        ],
+        "math": [
+            (
+                rng.choice(["\\frac{1}{2}", "0.5", "\\sqrt{2}", "3", "x^2+1"]),
+                [rng.choice(["0.5", "1/2", "\\sqrt{2}", "3", "1+x^2"])],
+                {},
+            )
+            for _ in range(20)
+        ],
     }
     anls_pairs = []
     for _ in range(200):
@@ -117,21 +139,33 @@ def main() -> None:
             pairs.append((mutate(rng, gold, len(gold) // 5), [gold], {}))
         ours = rate(PROTOCOLS["anls"], pairs, seconds)
         ref = rate(ns["anls"], pairs, seconds)
-        print(f"  {lo:>3}-{hi:<3} chars: {ours:>10,.0f}/s vs {ref:>8,.0f}/s  "
-              f"speed-up {ours / ref:,.0f}x")
+        print(
+            f"  {lo:>3}-{hi:<3} chars: {ours:>10,.0f}/s vs {ref:>8,.0f}/s  "
+            f"speed-up {ours / ref:,.0f}x"
+        )
 
     n = 100_000 if quick else 1_000_000
     words = [w for w in (word(rng, 3, 12) for _ in range(1000))]
-    preds = [(f"{w.upper()}\nThe text reads {w}." if i % 3 == 0 else
-              f"{w}!" if i % 3 == 1 else f"{w}x\n\nno") for i, w in enumerate(words)]
+    preds = [
+        (
+            f"{w.upper()}\nThe text reads {w}."
+            if i % 3 == 0
+            else f"{w}!"
+            if i % 3 == 1
+            else f"{w}x\n\nno"
+        )
+        for i, w in enumerate(words)
+    ]
     start = time.perf_counter()
     accepted = 0
     for i in range(n):
         j = i % 1000
         accepted += verify("alnum", preds[j], [words[j]]).accepted
     elapsed = time.perf_counter() - start
-    print(f"\n{n:,} alnum decisions through verify() (variants tried): {elapsed:.2f} s "
-          f"({n / elapsed:,.0f}/s, {accepted:,} accepted)")
+    print(
+        f"\n{n:,} alnum decisions through verify() (variants tried): {elapsed:.2f} s "
+        f"({n / elapsed:,.0f}/s, {accepted:,} accepted)"
+    )
 
 
 if __name__ == "__main__":

@@ -26,11 +26,20 @@ def main() -> None:
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="rsieve-bench-status-"))
     pool = bp.make_pool(root / "pool", args.items)
-    models = {bp.MODEL: bp.ROOT / "bench" / "triton_models" / bp.MODEL,
-              "judge-abstain": bp.ROOT / "deploy" / "triton" / "cpu" / "judge-abstain"}
-    stack = bp.start_stack(root / "stack", models, {
-        "RSIEVE_GENERATOR_MODEL": bp.MODEL, "RSIEVE_JUDGE_MODEL": "judge-abstain",
-        "RSIEVE_PURITY_EMBEDDING": "false", "RSIEVE_FIXED_LATENCY_S": "0.01"})
+    models = {
+        bp.MODEL: bp.ROOT / "bench" / "triton_models" / bp.MODEL,
+        "judge-abstain": bp.ROOT / "deploy" / "triton" / "cpu" / "judge-abstain",
+    }
+    stack = bp.start_stack(
+        root / "stack",
+        models,
+        {
+            "RSIEVE_GENERATOR_MODEL": bp.MODEL,
+            "RSIEVE_JUDGE_MODEL": "judge-abstain",
+            "RSIEVE_PURITY_EMBEDDING": "false",
+            "RSIEVE_FIXED_LATENCY_S": "0.01",
+        },
+    )
     try:
         run, settings = bp.submit(stack, pool, "bench-status")
         bp.wait_done(settings, run, timeout=1800)
@@ -43,9 +52,11 @@ def main() -> None:
             for _ in range(args.polls):
                 body = httpx.get(url, params=params, timeout=30).json()
             cpu = bp.tree_cpu_s([api]) - cpu0
-            print(f"{label:>5}: {1000 * cpu / args.polls:6.2f} ms API CPU per poll, "
-                  f"{1000 * (time.monotonic() - t0) / args.polls:6.2f} ms wall "
-                  f"({body['shards']} shards, counted_from={body['counted_from']})")
+            print(
+                f"{label:>5}: {1000 * cpu / args.polls:6.2f} ms API CPU per poll, "
+                f"{1000 * (time.monotonic() - t0) / args.polls:6.2f} ms wall "
+                f"({body['shards']} shards, counted_from={body['counted_from']})"
+            )
     finally:
         stack.down()
 

@@ -16,8 +16,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-SPECIAL = ["<pad>", "<s>", "</s>", "<unk>", "<image>", "<|im_start|>", "<|im_end|>",
-           "<think>", "</think>"]
+SPECIAL = [
+    "<pad>",
+    "<s>",
+    "</s>",
+    "<unk>",
+    "<image>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<think>",
+    "</think>",
+]
 
 # ChatML; the image placeholder precedes the user's text; reasoning on: the assistant turn
 # opens <think>, so generation starts inside the reasoning.
@@ -64,25 +73,50 @@ def build_tiny_vlm(out: Path, *, image_size: int = 32, seed: int = 0) -> Path:
     bpe = Tokenizer(models.BPE(unk_token="<unk>"))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIAL,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     bpe.train_from_iterator(_CORPUS * 4, trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, bos_token="<s>", eos_token="<|im_end|>", unk_token="<unk>",
-        pad_token="<pad>", padding_side="left", extra_special_tokens={"image_token": "<image>"})
+        tokenizer_object=bpe,
+        bos_token="<s>",
+        eos_token="<|im_end|>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        padding_side="left",
+        extra_special_tokens={"image_token": "<image>"},
+    )
     tokenizer.chat_template = CHAT_TEMPLATE
 
     patch = 8
-    vision = CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                              num_attention_heads=2, image_size=image_size, patch_size=patch,
-                              projection_dim=16)
-    text = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                       num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                       max_position_embeddings=512, bos_token_id=tokenizer.bos_token_id,
-                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    config = LlavaConfig(vision_config=vision, text_config=text,
-                         image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
-                         vision_feature_select_strategy="default", vision_feature_layer=-1)
+    vision = CLIPVisionConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        image_size=image_size,
+        patch_size=patch,
+        projection_dim=16,
+    )
+    text = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    config = LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
+    )
     model = LlavaForConditionalGeneration(config).eval()
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -90,12 +124,17 @@ def build_tiny_vlm(out: Path, *, image_size: int = 32, seed: int = 0) -> Path:
     model.save_pretrained(out)
 
     # A square resize (no crop): every image becomes (image_size / patch)^2 image tokens.
-    images = CLIPImageProcessorPil(size={"height": image_size, "width": image_size},
-                                   do_center_crop=False)
-    processor = LlavaProcessor(image_processor=images, tokenizer=tokenizer,
-                               chat_template=CHAT_TEMPLATE, patch_size=patch,
-                               vision_feature_select_strategy="default",
-                               num_additional_image_tokens=1)
+    images = CLIPImageProcessorPil(
+        size={"height": image_size, "width": image_size}, do_center_crop=False
+    )
+    processor = LlavaProcessor(
+        image_processor=images,
+        tokenizer=tokenizer,
+        chat_template=CHAT_TEMPLATE,
+        patch_size=patch,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+    )
     processor.save_pretrained(out)
     return out
 

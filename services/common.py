@@ -47,8 +47,9 @@ class Context:
 
     @cached_property
     def redis(self) -> redis.Redis:
-        return redis.Redis.from_url(self.settings.redis_url, socket_timeout=30,
-                                    health_check_interval=30)
+        return redis.Redis.from_url(
+            self.settings.redis_url, socket_timeout=30, health_check_interval=30
+        )
 
     @cached_property
     def metrics(self) -> RedisMetrics:
@@ -60,9 +61,13 @@ class Context:
     def judge_model(self, name: str) -> TritonModel:
         """The judge's model, on the judge's engine (one engine per role)."""
         s = self.settings
-        return TritonModel.from_settings(s, name, tokenizer=s.judge_tokenizer,
-                                         max_new_tokens=s.judge_max_new_tokens,
-                                         url=s.judge_triton_grpc_url or s.triton_grpc_url)
+        return TritonModel.from_settings(
+            s,
+            name,
+            tokenizer=s.judge_tokenizer,
+            max_new_tokens=s.judge_max_new_tokens,
+            url=s.judge_triton_grpc_url or s.triton_grpc_url,
+        )
 
     def images(self, items: Iterable[Item]) -> dict[str, bytes]:
         """sha256 -> bytes of the items' images: ranged reads of the pool's packs; an item
@@ -89,8 +94,11 @@ class Context:
         return list(ShardQuarantine.model_validate_json(raw).quarantined)
 
     def save(self, out: ShardOutput) -> None:
-        self.store.put(self.output_key(out.run, out.stage, out.shard),
-                       out.model_dump_json().encode(), content_type="application/json")
+        self.store.put(
+            self.output_key(out.run, out.stage, out.shard),
+            out.model_dump_json().encode(),
+            content_type="application/json",
+        )
         _observe_shard(self, out)
 
     def done(self, run: str, stage: str, shard: str) -> bool:
@@ -107,15 +115,17 @@ class Context:
 
     def stored_shards(self, run: str, stage: str) -> set[str]:
         prefix = f"runs/{run}/{stage}/"
-        return {k[len(prefix):].removesuffix(".json") for k in self.store.list(prefix)}
+        return {k[len(prefix) :].removesuffix(".json") for k in self.store.list(prefix)}
 
     def load_run(self, run: str) -> tuple[dict[str, Any] | None, dict[str, dict[str, ShardOutput]]]:
         """The shard index and every stored stage output of a run."""
         index = self.shard_index(run)
         outputs: dict[str, dict[str, ShardOutput]] = {}
         for stage in STAGES:
-            outputs[stage] = {shard: self.load(run, stage, shard)
-                              for shard in sorted(self.stored_shards(run, stage))}
+            outputs[stage] = {
+                shard: self.load(run, stage, shard)
+                for shard in sorted(self.stored_shards(run, stage))
+            }
         return index, outputs
 
     def compacted(self, run: str) -> bool:
@@ -173,23 +183,35 @@ class StageTask(Task):  # type: ignore[misc]
         log.info("start %s run=%s shard=%s", self.name, kwargs.get("run"), kwargs.get("shard"))
 
     # Metrics (rsieve.metrics): latency, retries and failures go to Redis, never fail a task.
-    def after_return(self, status: str, retval: Any, task_id: str, args: Any, kwargs: Any,
-                     einfo: Any) -> None:
+    def after_return(
+        self, status: str, retval: Any, task_id: str, args: Any, kwargs: Any, einfo: Any
+    ) -> None:
         started = self._started.pop(task_id, None)
         if started is not None:
-            _safely(lambda: _task_metrics(self.app).observe(
-                "rsieve_stage_seconds", time.monotonic() - started, self.name, status.lower()))
+            _safely(
+                lambda: _task_metrics(self.app).observe(
+                    "rsieve_stage_seconds", time.monotonic() - started, self.name, status.lower()
+                )
+            )
         log_context()
 
-    def on_retry(self, exc: BaseException, task_id: str, args: Any, kwargs: Any,
-                 einfo: Any) -> None:
-        _safely(lambda: _task_metrics(self.app).inc("rsieve_task_retries", self.name,
-                                                     type(exc).__name__))
+    def on_retry(
+        self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
+    ) -> None:
+        _safely(
+            lambda: _task_metrics(self.app).inc(
+                "rsieve_task_retries", self.name, type(exc).__name__
+            )
+        )
 
-    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any,
-                   einfo: Any) -> None:
-        _safely(lambda: _task_metrics(self.app).inc("rsieve_task_failures", self.name,
-                                                     type(exc).__name__))
+    def on_failure(
+        self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
+    ) -> None:
+        _safely(
+            lambda: _task_metrics(self.app).inc(
+                "rsieve_task_failures", self.name, type(exc).__name__
+            )
+        )
 
 
 _METRICS: dict[tuple[int, str], RedisMetrics] = {}
@@ -214,8 +236,10 @@ def _observe_shard(ctx: Context, out: ShardOutput) -> None:
     """Counters and run progress for a stored stage output; quarantines logged by item."""
     _safely(lambda: ctx.metrics.record_shard(out))
     for q in out.quarantined:
-        log.info("quarantined", extra={"item": q.id, "line": q.line, "reason": q.reason,
-                                       "stage": q.stage})
+        log.info(
+            "quarantined",
+            extra={"item": q.id, "line": q.line, "reason": q.reason, "stage": q.stage},
+        )
 
 
 def bootstrap(settings: Settings | None = None) -> Context:
@@ -223,9 +247,13 @@ def bootstrap(settings: Settings | None = None) -> Context:
     return Context(settings=settings, app=make_celery(settings))
 
 
-def run_worker(service: str, queue: str, register: Callable[[Context], None],
-               concurrency_of: Callable[[Settings], int] | None = None,
-               pool: str = "prefork") -> None:
+def run_worker(
+    service: str,
+    queue: str,
+    register: Callable[[Context], None],
+    concurrency_of: Callable[[Settings], int] | None = None,
+    pool: str = "prefork",
+) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter(service))  # one JSON object per line (run, shard, item)
     logging.basicConfig(level=logging.INFO, handlers=[handler])
@@ -236,9 +264,23 @@ def run_worker(service: str, queue: str, register: Callable[[Context], None],
     # builds its own (clients are not fork-safe).
     S3Store(ctx.settings)
     concurrency = str((concurrency_of or (lambda s: s.worker_concurrency))(ctx.settings))
-    ctx.app.worker_main(["worker", "-Q", queue, "-c", concurrency, "-P", pool,
-                         "-n", f"{service}@%h",
-                         "--loglevel", "INFO", "--without-gossip", "--without-mingle"])
+    ctx.app.worker_main(
+        [
+            "worker",
+            "-Q",
+            queue,
+            "-c",
+            concurrency,
+            "-P",
+            pool,
+            "-n",
+            f"{service}@%h",
+            "--loglevel",
+            "INFO",
+            "--without-gossip",
+            "--without-mingle",
+        ]
+    )
 
 
 class ItemGuard:
@@ -258,8 +300,14 @@ class ItemGuard:
         self._redis.expire(f"{base}:deliveries", 7 * 24 * 3600)
         self.isolating = self.deliveries > ctx.settings.max_deliveries
 
-    def run(self, items: list[Any], fn: Callable[[Any], Any], *,
-            poisoned: Callable[[Any], Any], key: Callable[[Any], int]) -> list[Any]:
+    def run(
+        self,
+        items: list[Any],
+        fn: Callable[[Any], Any],
+        *,
+        poisoned: Callable[[Any], Any],
+        key: Callable[[Any], int],
+    ) -> list[Any]:
         """fn(item) for every item; in isolation, poisoned(item) for the item that kept
         killing its worker."""
         results = []
@@ -280,8 +328,14 @@ class ItemGuard:
                     self._redis.hdel(self._inflight, key(item))
         return results
 
-    def batch(self, items: list[Any], fn: Callable[[list[Any]], list[Any]], *,
-              poisoned: Callable[[Any], Any], key: Callable[[Any], int]) -> list[Any]:
+    def batch(
+        self,
+        items: list[Any],
+        fn: Callable[[list[Any]], list[Any]],
+        *,
+        poisoned: Callable[[Any], Any],
+        key: Callable[[Any], int],
+    ) -> list[Any]:
         """fn(items) in one call (one Triton batch); item by item when isolating."""
         if not self.isolating:
             for item in items:

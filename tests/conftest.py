@@ -49,21 +49,33 @@ def start_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
     picks the CPU judge it serves, judge-smollm2 or judge-abstain)."""
     started: list[Stack] = []
 
-    def start(models: list[str], *, settings_env: dict[str, str] | None = None,
-              triton_env: dict[str, str] | None = None) -> Stack:
+    def start(
+        models: list[str],
+        *,
+        settings_env: dict[str, str] | None = None,
+        triton_env: dict[str, str] | None = None,
+    ) -> Stack:
         root = tmp_path_factory.mktemp("stack")
         repo = root / "models"
         for name in models:
             shutil.copytree(TRITON_MODELS[name], repo / name)
-        config = StackConfig.free_ports(root / "state", model_repository=repo, models=models,
-                                        settings_env=settings_env or {},
-                                        triton_env=triton_env or {})
+        config = StackConfig.free_ports(
+            root / "state",
+            model_repository=repo,
+            models=models,
+            settings_env=settings_env or {},
+            triton_env=triton_env or {},
+        )
         settings = Settings.from_env_map(config.env())
-        for role, model in (("generator", settings.generator_model),
-                            ("judge", settings.judge_model)):
+        for role, model in (
+            ("generator", settings.generator_model),
+            ("judge", settings.judge_model),
+        ):
             if model not in models:
-                raise ValueError(f"start_stack: the {role} model {model!r} is not among the "
-                                 f"stack's models {models}; name it in settings_env")
+                raise ValueError(
+                    f"start_stack: the {role} model {model!r} is not among the "
+                    f"stack's models {models}; name it in settings_env"
+                )
         stack = Stack(config)
         started.append(stack)
         stack.up()

@@ -19,8 +19,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>",
-                 "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+QWEN_SPECIALS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
 QWEN3_SPECIALS = [*QWEN_SPECIALS, "<think>", "</think>"]
 
 _CONTENT = (
@@ -62,8 +69,10 @@ TEMPLATES = {
     ),
 }
 
-_CORPUS = ["What is written in the image? Answer with the text only.",
-           "Which option is right? A B C D 0 1 2 3 4 5 6 7 8 9 amount cheque"]
+_CORPUS = [
+    "What is written in the image? Answer with the text only.",
+    "Which option is right? A B C D 0 1 2 3 4 5 6 7 8 9 amount cheque",
+]
 
 
 def build_tokenizer(out: Path, template: str) -> Path:
@@ -75,11 +84,15 @@ def build_tokenizer(out: Path, template: str) -> Path:
     bpe = Tokenizer(models.BPE(unk_token="<|endoftext|>"))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=specials,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     bpe.train_from_iterator(_CORPUS * 4, trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>",
-                                        pad_token="<|endoftext|>")
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    )
     tokenizer.chat_template = TEMPLATES[template]
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out)

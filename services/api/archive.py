@@ -48,8 +48,7 @@ class _Budget:
             while chunk := src.read(CHUNK):
                 self.bytes -= len(chunk)
                 if self.bytes < 0:
-                    raise ArchiveError("the archive expands beyond "
-                                       "RSIEVE_API_MAX_EXTRACTED_BYTES")
+                    raise ArchiveError("the archive expands beyond RSIEVE_API_MAX_EXTRACTED_BYTES")
                 out.write(chunk)
 
 

@@ -26,8 +26,9 @@ Ctx = Annotated[Context, Depends(context)]
 _bearer = HTTPBearer(auto_error=False, description="RSIEVE_API_TOKEN")
 
 
-def authorised(ctx: Ctx, credentials: Annotated[HTTPAuthorizationCredentials | None,
-                                                Depends(_bearer)] = None) -> Context:
+def authorised(
+    ctx: Ctx, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)] = None
+) -> Context:
     """Every route but /healthz, /readyz and the static review page needs the token when
     one is configured (RSIEVE_API_TOKEN); compared in constant time."""
     token = ctx.settings.api_token
@@ -35,8 +36,9 @@ def authorised(ctx: Ctx, credentials: Annotated[HTTPAuthorizationCredentials | N
         return ctx
     given = credentials.credentials if credentials else ""
     if not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
-        raise HTTPException(401, "missing or wrong bearer token",
-                            headers={"WWW-Authenticate": "Bearer"})
+        raise HTTPException(
+            401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"}
+        )
     return ctx
 
 

@@ -55,16 +55,26 @@ class _TooLarge(Exception):
 
 async def _too_large(send: Any, limit: int) -> None:
     body = b'{"detail":"request body larger than %d bytes"}' % limit
-    await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
 def create_app(ctx: Context | None = None, *, max_request_bytes: int | None = None) -> FastAPI:
     """The app; `ctx` for tests, else built from RSIEVE_* settings on first request."""
-    app = FastAPI(title="rsieve", version="0.1.0",
-                  description="Rejection-sampled SFT data for vision-language models.")
+    app = FastAPI(
+        title="rsieve",
+        version="0.1.0",
+        description="Rejection-sampled SFT data for vision-language models.",
+    )
     app.state.ctx = ctx
     for module in (ops, runs, datasets, review):
         app.include_router(module.router)

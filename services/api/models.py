@@ -42,9 +42,11 @@ class RunPublic(BaseModel):
     lines: int | None
     stages: dict[str, int] = Field(description="shards each stage has stored")
     counted_from: Literal["redis", "s3"] = Field(
-        "s3", description="where `stages` was counted: the workers' progress records in "
-                          "Redis, or S3 (the truth) with ?exact=true and whenever Redis "
-                          "cannot answer for them")
+        "s3",
+        description="where `stages` was counted: the workers' progress records in "
+        "Redis, or S3 (the truth) with ?exact=true and whenever Redis "
+        "cannot answer for them",
+    )
     progress: dict[str, StageProgress] = {}
     done: bool
     manifest: dict[str, Any] | None
@@ -117,7 +119,8 @@ class ReviewItemsPublic(BaseModel):
 
 class ReviewCreate(BaseModel):
     verdict: Literal["confirmed", "wrong"] = Field(
-        description="a person's call on a judge promotion")
+        description="a person's call on a judge promotion"
+    )
     reviewer: str | None = Field(None, max_length=128)
     note: str | None = Field(None, max_length=2000)
 

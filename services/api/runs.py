@@ -43,12 +43,22 @@ def submit(ctx: Context, pool_uri: str, dataset: str) -> str:
     run = run_id(pool_sha, dataset, ctx.settings.fingerprint(), protocol_versions())
     spec_key = f"runs/{run}/run.json"
     if not ctx.store.exists(spec_key):
-        spec = RunSpec(run=run, dataset=dataset, pool_uri=pool_uri, pool_sha256=pool_sha,
-                       settings=ctx.settings.fingerprint(), protocols=protocol_versions())
+        spec = RunSpec(
+            run=run,
+            dataset=dataset,
+            pool_uri=pool_uri,
+            pool_sha256=pool_sha,
+            settings=ctx.settings.fingerprint(),
+            protocols=protocol_versions(),
+        )
         ctx.store.put(spec_key, spec.model_dump_json(indent=1).encode())
-        ctx.store.put(f"{INDEX}{run}.json", json.dumps(
-            {"run": run, "dataset": dataset, "pool_uri": pool_uri,
-             "submitted_at": time.time()}).encode(), content_type="application/json")
+        ctx.store.put(
+            f"{INDEX}{run}.json",
+            json.dumps(
+                {"run": run, "dataset": dataset, "pool_uri": pool_uri, "submitted_at": time.time()}
+            ).encode(),
+            content_type="application/json",
+        )
         ctx.next("rsieve.ingest", run=run)
     return run
 
@@ -132,9 +142,15 @@ def live_progress(ctx: Context, run: str) -> dict[str, dict[str, Any]] | None:
         return None
 
 
-def shard_counts(ctx: Context, run: str, live: dict[str, dict[str, Any]] | None, *,
-                 exact: bool, finished: bool = False, shards: int | None = None
-                 ) -> tuple[dict[str, int], str]:
+def shard_counts(
+    ctx: Context,
+    run: str,
+    live: dict[str, dict[str, Any]] | None,
+    *,
+    exact: bool,
+    finished: bool = False,
+    shards: int | None = None,
+) -> tuple[dict[str, int], str]:
     """Shards each stage has stored, and where that was counted: the progress records
     (written right after each output is stored), or by listing S3 when asked (`exact`),
     when Redis is away, when it has no record of the run (a new run lists empty prefixes;
@@ -142,15 +158,21 @@ def shard_counts(ctx: Context, run: str, live: dict[str, dict[str, Any]] | None,
     records fall short of its shards. Counts from Redis can only lag S3, and only if a
     record was lost (a metrics write is never retried)."""
     counts = {stage: int(live[stage]["shards"]) for stage in STAGES} if live else {}
-    if (exact or not any(counts.values())
-            or (finished and any(n != shards for n in counts.values()))):
+    if (
+        exact
+        or not any(counts.values())
+        or (finished and any(n != shards for n in counts.values()))
+    ):
         return {stage: len(ctx.stored_shards(run, stage)) for stage in STAGES}, "s3"
     return counts, "redis"
 
 
-def stage_progress(live: dict[str, dict[str, Any]] | None, shards: int | None,
-                   done: dict[str, int], submitted_at: float | None
-                   ) -> dict[str, StageProgress]:
+def stage_progress(
+    live: dict[str, dict[str, Any]] | None,
+    shards: int | None,
+    done: dict[str, int],
+    submitted_at: float | None,
+) -> dict[str, StageProgress]:
     """Shard counts as given; items per family and timing from the workers' Redis records
     (absent when Redis was rebuilt: counts stay, rates become unknown)."""
     live = live or {}
@@ -159,9 +181,12 @@ def stage_progress(live: dict[str, dict[str, Any]] | None, shards: int | None,
     for stage in STAGES:
         rec = live.get(stage) or {}
         n = done[stage]
-        p = StageProgress(shards_done=n, shards_total=shards,
-                          items=rec.get("items") if rec.get("shards") == n else None,
-                          families=rec.get("families", {}))
+        p = StageProgress(
+            shards_done=n,
+            shards_total=shards,
+            items=rec.get("items") if rec.get("shards") == n else None,
+            families=rec.get("families", {}),
+        )
         start = submitted_at or rec.get("first_t")
         finished = shards is not None and n >= shards
         end = rec.get("last_t") if finished else now
@@ -181,8 +206,12 @@ def quarantined(ctx: Context, s: RunSpec) -> list[dict[str, Any]]:
     if manifest(ctx, s) is not None:
         raw = run_file(ctx, s, "quarantine.jsonl").decode()
         return [json.loads(line) for line in raw.splitlines() if line.strip()]
-    rows = [q.model_dump() for stage in STAGES for shard in ctx.stored_shards(s.run, stage)
-            for q in ctx.quarantined(s.run, stage, shard)]
+    rows = [
+        q.model_dump()
+        for stage in STAGES
+        for shard in ctx.stored_shards(s.run, stage)
+        for q in ctx.quarantined(s.run, stage, shard)
+    ]
     return sorted(rows, key=lambda q: q["line"])
 
 
@@ -210,14 +239,23 @@ def _review_item(o: Outcome) -> dict[str, Any] | None:
     if o.place == "accepted" and not promoted:
         return None
     return {
-        "id": item.id, "line": item.line, "family": item.family,
+        "id": item.id,
+        "line": item.line,
+        "family": item.family,
         "kind": "promoted" if promoted else "rejected",
-        "reason": o.reason, "image_sha256": item.image_sha256, "question": item.question,
-        "reference": item.references, "answer": gen.answer, "reasoning": gen.reasoning,
+        "reason": o.reason,
+        "image_sha256": item.image_sha256,
+        "question": item.question,
+        "reference": item.references,
+        "answer": gen.answer,
+        "reasoning": gen.reasoning,
         "raw_output": gen.raw_output,
         "decision": o.decision.model_dump() if o.decision else None,
-        "verdict": (o.verdict.model_dump(exclude={"prompt"}) | {"promoted": o.place == "accepted"}
-                    if o.verdict else None),
+        "verdict": (
+            o.verdict.model_dump(exclude={"prompt"}) | {"promoted": o.place == "accepted"}
+            if o.verdict
+            else None
+        ),
     }
 
 
@@ -231,8 +269,11 @@ def review_items(ctx: Context, run: str) -> list[dict[str, Any]]:
         for shard in shards:
             out: ShardOutput = ctx.load(run, "judge", shard)
             items += [r for o in out.outcomes if (r := _review_item(o)) is not None]
-            images |= {o.generation.item.image_sha256: o.generation.item.image_at
-                       for o in out.outcomes if o.generation.item.image_at is not None}
+            images |= {
+                o.generation.item.image_sha256: o.generation.item.image_at
+                for o in out.outcomes
+                if o.generation.item.image_at is not None
+            }
         if len(_CACHE) > 16:
             _CACHE.clear()
             _IMAGES.clear()

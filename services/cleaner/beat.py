@@ -20,15 +20,20 @@ def beat_schedule(settings: Settings) -> dict[str, Any]:
     (the cleaners are busy) expires instead of piling up."""
     if not settings.watch_prefix.strip():
         return {}
-    return {"rsieve-watch": {"task": "rsieve.watch", "schedule": settings.watch_interval_s,
-                             "options": {"queue": "clean",
-                                         "expires": max(settings.watch_interval_s, 1.0)}}}
+    return {
+        "rsieve-watch": {
+            "task": "rsieve.watch",
+            "schedule": settings.watch_interval_s,
+            "options": {"queue": "clean", "expires": max(settings.watch_interval_s, 1.0)},
+        }
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="services.cleaner.beat")
-    parser.add_argument("--schedule", default="celerybeat-schedule",
-                        help="beat's state file (last run times)")
+    parser.add_argument(
+        "--schedule", default="celerybeat-schedule", help="beat's state file (last run times)"
+    )
     args = parser.parse_args(argv)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter("beat"))

@@ -30,27 +30,31 @@ class StackResolver:
     def resolve(self, ref: SourceRef) -> Resolution:
         key = (ref.kind, str(ref.location))
         if key not in self._cache:
-            self._cache[key] = (self._local(str(ref.location)) if ref.kind == "local"
-                                else self._s3(str(ref.location)))
+            self._cache[key] = (
+                self._local(str(ref.location))
+                if ref.kind == "local"
+                else self._s3(str(ref.location))
+            )
         return self._cache[key]
 
     def _local(self, location: str) -> Resolution:
         if not self._roots:
             return Resolution("unresolvable", why="no provenance_roots configured")
         raw = unquote(urlparse(location).path) if location.startswith("file://") else location
-        candidates = ([Path(raw)] if Path(raw).is_absolute()
-                      else [root / raw for root in self._roots])
+        candidates = (
+            [Path(raw)] if Path(raw).is_absolute() else [root / raw for root in self._roots]
+        )
         for path in candidates:
             real = path.resolve()  # links followed: the file itself must lie under a root
             if not any(real.is_relative_to(root) for root in self._roots):
                 return Resolution("unresolvable", why="not under a provenance root")
             if real.is_file():
                 if real.stat().st_size > self._max_bytes:
-                    return Resolution("found", why=f"{real.stat().st_size} bytes, more than "
-                                      "image_max_bytes")
+                    return Resolution(
+                        "found", why=f"{real.stat().st_size} bytes, more than image_max_bytes"
+                    )
                 with real.open("rb") as f:
-                    return Resolution("found", sha256=hashlib.file_digest(f, "sha256")
-                                      .hexdigest())
+                    return Resolution("found", sha256=hashlib.file_digest(f, "sha256").hexdigest())
         return Resolution("missing")
 
     def _s3(self, uri: str) -> Resolution:

@@ -43,8 +43,9 @@ def register(ctx: Context) -> None:
         if not store.exists(f"runs/{run}/shards.json"):
             prefix = spec.pool_uri.split("/", 3)[3]
             shards, blank = split_pool(store.get(f"{prefix}items.jsonl"), s.shard_size)
-            refused = (json.loads(store.get(prefix + REFUSED))
-                       if store.exists(prefix + REFUSED) else {})
+            refused = (
+                json.loads(store.get(prefix + REFUSED)) if store.exists(prefix + REFUSED) else {}
+            )
             resolver = _resolver(ctx)
             packs = _pack_index(ctx, prefix, shards)
 
@@ -53,26 +54,44 @@ def register(ctx: Context) -> None:
 
             assessment = assess_pool(
                 [pl for shard in shards for pl in shard],
-                image_sha256=image_sha256, refused=refused,
-                provenance_policy=s.provenance_policy, text_max_chars=s.text_max_chars,
-                purity_threshold=s.purity_threshold, purity_min_items=s.purity_min_items,
+                image_sha256=image_sha256,
+                refused=refused,
+                provenance_policy=s.provenance_policy,
+                text_max_chars=s.text_max_chars,
+                purity_threshold=s.purity_threshold,
+                purity_min_items=s.purity_min_items,
                 embed=_lazy_embed if s.purity_embedding else None,
-                provenance=lambda source, sha: verify_source(source, sha, s.provenance_policy,
-                                                             resolver))
+                provenance=lambda source, sha: verify_source(
+                    source, sha, s.provenance_policy, resolver
+                ),
+            )
             assessment.report["policy"]["provenance_roots"] = list(s.provenance_roots)
-            store.put(f"runs/{run}/cleaning.json",
-                      json.dumps(assessment.report, indent=1, ensure_ascii=False).encode(),
-                      content_type="application/json")
+            store.put(
+                f"runs/{run}/cleaning.json",
+                json.dumps(assessment.report, indent=1, ensure_ascii=False).encode(),
+                content_type="application/json",
+            )
             names = [f"{i:05d}" for i in range(len(shards))]
             for name, lines in zip(names, shards, strict=True):
-                lines = [pl.model_copy(update={"verdict": assessment.verdicts.get(pl.line),
-                                               "purity": assessment.rules.get(pl.line),
-                                               "image": packs.images.get(_image_path(pl) or "")})
-                         for pl in lines]
-                store.put(f"runs/{run}/input/{name}.json",
-                          ShardInput(run=run, shard=name, lines=lines).model_dump_json().encode())
-            index = {"shards": {n: len(s) for n, s in zip(names, shards, strict=True)},
-                     "lines": sum(map(len, shards)), "blank_lines": blank}
+                lines = [
+                    pl.model_copy(
+                        update={
+                            "verdict": assessment.verdicts.get(pl.line),
+                            "purity": assessment.rules.get(pl.line),
+                            "image": packs.images.get(_image_path(pl) or ""),
+                        }
+                    )
+                    for pl in lines
+                ]
+                store.put(
+                    f"runs/{run}/input/{name}.json",
+                    ShardInput(run=run, shard=name, lines=lines).model_dump_json().encode(),
+                )
+            index = {
+                "shards": {n: len(s) for n, s in zip(names, shards, strict=True)},
+                "lines": sum(map(len, shards)),
+                "blank_lines": blank,
+            }
             # Blank lines are not items; the report expects every other line placed.
             store.put(f"runs/{run}/shards.json", json.dumps(index).encode())  # commit point
         index = json.loads(store.get(f"runs/{run}/shards.json"))
@@ -90,11 +109,19 @@ def register(ctx: Context) -> None:
             results = ctx.guard("clean", run, shard).run(
                 shard_in.lines,
                 lambda pl: _clean_line(ctx, spec.pool_uri, pl, resolver, images),
-                poisoned=_poisoned, key=lambda pl: pl.line)
-            ctx.save(ShardOutput(
-                run=run, shard=shard, stage="clean", lines=lines,
-                items=[r for r in results if isinstance(r, Item)],
-                quarantined=[r for r in results if isinstance(r, Quarantined)]))
+                poisoned=_poisoned,
+                key=lambda pl: pl.line,
+            )
+            ctx.save(
+                ShardOutput(
+                    run=run,
+                    shard=shard,
+                    stage="clean",
+                    lines=lines,
+                    items=[r for r in results if isinstance(r, Item)],
+                    quarantined=[r for r in results if isinstance(r, Quarantined)],
+                )
+            )
         ctx.next("rsieve.generate", run=run, shard=shard, lines=lines)
 
     register_watch(ctx)  # continuous ingestion (watch.py), sent by Celery beat
@@ -119,9 +146,14 @@ def _poisoned(pool_line: PoolLine) -> Quarantined:
         obj = {}
     obj = obj if isinstance(obj, dict) else {}
     item_id, family = obj.get("id"), obj.get("family")
-    return Quarantined(id=item_id if isinstance(item_id, str) else None, line=pool_line.line,
-                       family=family if isinstance(family, str) else None, stage="clean",
-                       reason="max_deliveries", detail="the worker died on this line each time")
+    return Quarantined(
+        id=item_id if isinstance(item_id, str) else None,
+        line=pool_line.line,
+        family=family if isinstance(family, str) else None,
+        stage="clean",
+        reason="max_deliveries",
+        detail="the worker died on this line each time",
+    )
 
 
 def _lazy_embed(texts: Sequence[str]) -> np.ndarray:
@@ -145,8 +177,9 @@ def _pack_index(ctx: Context, prefix: str, shards: list[list[PoolLine]]) -> Pack
         return PackIndex.model_validate_json(ctx.store.get(prefix + INDEX))
     except NotFoundError:
         pass
-    paths = list(dict.fromkeys(p for shard in shards for pl in shard
-                               if (p := _image_path(pl)) is not None))
+    paths = list(
+        dict.fromkeys(p for shard in shards for pl in shard if (p := _image_path(pl)) is not None)
+    )
 
     def fetch(path: str) -> tuple[str, bytes | None]:
         try:
@@ -157,15 +190,20 @@ def _pack_index(ctx: Context, prefix: str, shards: list[list[PoolLine]]) -> Pack
     def fetched(step: int = 64) -> Iterator[tuple[str, bytes]]:
         with ThreadPoolExecutor(max_workers=8) as pool:
             for at in range(0, len(paths), step):  # bounded memory: `step` images in hand
-                for path, data in pool.map(fetch, paths[at:at + step]):
+                for path, data in pool.map(fetch, paths[at : at + step]):
                     if data is not None:
                         yield path, data
 
     return write_packs(ctx.store, prefix, fetched())
 
 
-def _clean_line(ctx: Context, pool_uri: str, pool_line: PoolLine, resolver: StackResolver,
-                images: dict[str, bytes]) -> Item | Quarantined:
+def _clean_line(
+    ctx: Context,
+    pool_uri: str,
+    pool_line: PoolLine,
+    resolver: StackResolver,
+    images: dict[str, bytes],
+) -> Item | Quarantined:
     s, line = ctx.settings, pool_line.line
     if not pool_line.utf8:
         return Quarantined(id=None, line=line, family=None, stage="clean", reason="invalid_utf8")
@@ -174,8 +212,14 @@ def _clean_line(ctx: Context, pool_uri: str, pool_line: PoolLine, resolver: Stac
         return parsed
 
     def quarantine(reason: str, detail: str = "") -> Quarantined:
-        return Quarantined(id=parsed.id, line=line, family=parsed.family, stage="clean",
-                           reason=reason, detail=detail)
+        return Quarantined(
+            id=parsed.id,
+            line=line,
+            family=parsed.family,
+            stage="clean",
+            reason=reason,
+            detail=detail,
+        )
 
     if pool_line.duplicate_of is not None:
         return quarantine("duplicate_id", f"first on line {pool_line.duplicate_of}")
@@ -188,8 +232,7 @@ def _clean_line(ctx: Context, pool_uri: str, pool_line: PoolLine, resolver: Stac
     if ref is None or ref.sha256 not in images:
         return quarantine("missing_image", path)
     data = images[ref.sha256]
-    if problem := inspect_image(data, max_pixels=s.image_max_pixels,
-                                max_bytes=s.image_max_bytes):
+    if problem := inspect_image(data, max_pixels=s.image_max_pixels, max_bytes=s.image_max_bytes):
         return quarantine(*problem)
     sha = hashlib.sha256(data).hexdigest()
     if sha != ref.sha256:
@@ -197,10 +240,16 @@ def _clean_line(ctx: Context, pool_uri: str, pool_line: PoolLine, resolver: Stac
     admitted, check = verify_source(parsed.source, sha, s.provenance_policy, resolver)
     if not admitted:
         return quarantine("provenance", check)
-    item = clean_item(parsed, line=line, image_sha256=sha, provenance_check=check,
-                      policy=s.provenance_policy, pool_uri=pool_uri, purity=pool_line.purity,
-                      policy_extra={"purity": PURITY_VERSION,
-                                    "purity_threshold": s.purity_threshold})
+    item = clean_item(
+        parsed,
+        line=line,
+        image_sha256=sha,
+        provenance_check=check,
+        policy=s.provenance_policy,
+        pool_uri=pool_uri,
+        purity=pool_line.purity,
+        policy_extra={"purity": PURITY_VERSION, "purity_threshold": s.purity_threshold},
+    )
     if isinstance(item, Item) and pool_line.verdict:  # duplicate_item, off_task
         return quarantine(*pool_line.verdict)
     return item.model_copy(update={"image_at": ref}) if isinstance(item, Item) else item

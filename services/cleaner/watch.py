@@ -61,14 +61,16 @@ def look(ctx: Context) -> list[str]:
             continue
         # The claim outlives any take (the task time limit kills a longer one); a take
         # that died is retried by a later look once it expires, and rewrites the same runs.
-        if not ctx.redis.set(f"{KEY}claim:{folder}", "1", nx=True,
-                             ex=ctx.settings.task_time_limit_s + 60):
+        if not ctx.redis.set(
+            f"{KEY}claim:{folder}", "1", nx=True, ex=ctx.settings.task_time_limit_s + 60
+        ):
             continue
         if ctx.store.exists(folder + TAKEN):  # listed before another look marked it
             continue
         marker = _take(ctx, folder)
-        ctx.store.put(folder + TAKEN, json.dumps(marker, indent=1).encode(),
-                      content_type="application/json")
+        ctx.store.put(
+            folder + TAKEN, json.dumps(marker, indent=1).encode(), content_type="application/json"
+        )
         ctx.redis.set(f"{KEY}taken:{folder}", marker.get("run") or "error")
         ctx.redis.hincrby(TAKES, folder, 1)
         log.info("watch: took %s (%s): %s", folder, why, marker)
@@ -82,7 +84,8 @@ def _sizes(store: S3Store, prefix: str) -> dict[str, int]:
     """Key -> size under the prefix (one listing; S3Store.list gives keys only)."""
     sizes: dict[str, int] = {}
     pages = store._client.get_paginator("list_objects_v2").paginate(
-        Bucket=store.bucket, Prefix=prefix)
+        Bucket=store.bucket, Prefix=prefix
+    )
     for page in pages:
         for obj in page.get("Contents", []):
             sizes[obj["Key"]] = int(obj["Size"])
@@ -96,7 +99,7 @@ def _take(ctx: Context, folder: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="rsieve-watch-") as tmp:
         root = Path(tmp)
         for key in store.list(folder):
-            name = pool_image_path(key[len(folder):])
+            name = pool_image_path(key[len(folder) :])
             if name is None or name in (TAKEN, COMPLETE):
                 continue
             (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -109,12 +112,27 @@ def _take(ctx: Context, folder: str) -> dict[str, Any]:
     dataset, fingerprint, protocols = s.watch_dataset, s.fingerprint(), protocol_versions()
     run = run_id(pool_sha, dataset, fingerprint, protocols)
     if not store.exists(f"runs/{run}/run.json"):  # as POST /runs (services/api/runs.py)
-        spec = RunSpec(run=run, dataset=dataset, pool_uri=pool_uri, pool_sha256=pool_sha,
-                       settings=fingerprint, protocols=protocols)
+        spec = RunSpec(
+            run=run,
+            dataset=dataset,
+            pool_uri=pool_uri,
+            pool_sha256=pool_sha,
+            settings=fingerprint,
+            protocols=protocols,
+        )
         store.put(f"runs/{run}/run.json", spec.model_dump_json(indent=1).encode())
-        store.put(f"index/runs/{run}.json", json.dumps(
-            {"run": run, "dataset": dataset, "pool_uri": pool_uri,
-             "submitted_at": time.time(), "watched": folder}).encode(),
-            content_type="application/json")
+        store.put(
+            f"index/runs/{run}.json",
+            json.dumps(
+                {
+                    "run": run,
+                    "dataset": dataset,
+                    "pool_uri": pool_uri,
+                    "submitted_at": time.time(),
+                    "watched": folder,
+                }
+            ).encode(),
+            content_type="application/json",
+        )
         ctx.next("rsieve.ingest", run=run)
     return marker | {"run": run, "dataset": dataset, "pool_uri": pool_uri}

@@ -5,5 +5,4 @@ from services.generator.tasks import register
 
 if __name__ == "__main__":
     # Threads, one open shard each, all feeding one engine gate (services/generator/feeder.py).
-    run_worker("generator", "generate", register, lambda s: s.generator_concurrency,
-               pool="threads")
+    run_worker("generator", "generate", register, lambda s: s.generator_concurrency, pool="threads")

@@ -70,8 +70,7 @@ class Feeder:
         self._key: str | None = None
         self.loop = asyncio.new_event_loop()
         self.gate = EngineGate(settings.engine_capacity or settings.max_inflight)
-        threading.Thread(target=self.loop.run_forever, name="engine-feeder",
-                         daemon=True).start()
+        threading.Thread(target=self.loop.run_forever, name="engine-feeder", daemon=True).start()
         self._stop = threading.Event()
         self._intake = threading.Lock()
         self._count = threading.Lock()
@@ -140,8 +139,7 @@ class Feeder:
         self.capacity, self._key = capacity, key
         if first:
             self._beat()
-            threading.Thread(target=self._heartbeat, name="engine-feeders",
-                             daemon=True).start()
+            threading.Thread(target=self._heartbeat, name="engine-feeders", daemon=True).start()
         self.gate.resize(engine_share(capacity, self.feeders))
 
     def _beat(self) -> None:

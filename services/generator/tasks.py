@@ -54,8 +54,7 @@ def register(ctx: Context) -> None:
         if data is None:
             return ImageError("the image is missing from the pool's packs")
         try:
-            image = prepare_image(data, max_side=s.image_max_side,
-                                  max_pixels=s.image_max_pixels)
+            image = prepare_image(data, max_side=s.image_max_side, max_pixels=s.image_max_pixels)
         except ImageError as exc:
             return exc
         if image.reencoded and not ctx.store.exists(f"images/{image.sha256}"):
@@ -70,8 +69,9 @@ def register(ctx: Context) -> None:
             ctx.save(out)
         ctx.next("rsieve.verify", run=run, shard=shard, lines=lines)
 
-    def generate_shard(run: str, shard: str, lines: int, arrived: Callable[[], None]
-                       ) -> ShardOutput:
+    def generate_shard(
+        run: str, shard: str, lines: int, arrived: Callable[[], None]
+    ) -> ShardOutput:
         items = ctx.load(run, "clean", shard).items
         # A few ranged reads of the pool's packs: the model waits on this between shards.
         raw = ctx.images(items)
@@ -81,11 +81,23 @@ def register(ctx: Context) -> None:
         for item in items:
             image = images[item.image_sha256]
             if isinstance(image, ImageError):
-                reason = ("missing_image" if item.image_sha256 not in raw else
-                          "image_too_large" if "exceeds" in str(image) else "unreadable_image")
-                out.quarantined.append(Quarantined(
-                    id=item.id, line=item.line, family=item.family, stage="generate",
-                    reason=reason, detail=str(image)[:500]))
+                reason = (
+                    "missing_image"
+                    if item.image_sha256 not in raw
+                    else "image_too_large"
+                    if "exceeds" in str(image)
+                    else "unreadable_image"
+                )
+                out.quarantined.append(
+                    Quarantined(
+                        id=item.id,
+                        line=item.line,
+                        family=item.family,
+                        stage="generate",
+                        reason=reason,
+                        detail=str(image)[:500],
+                    )
+                )
             else:
                 ready.append((item, image))
         s = ctx.settings
@@ -94,20 +106,32 @@ def register(ctx: Context) -> None:
             feeder.sized(s.triton_grpc_url, info)
             arrived()
 
-        model = TritonModel.from_settings(s, s.generator_model, feeder.gate,
-                                          tokenizer=s.generator_tokenizer, on_ready=on_ready)
+        model = TritonModel.from_settings(
+            s, s.generator_model, feeder.gate, tokenizer=s.generator_tokenizer, on_ready=on_ready
+        )
         replies = ctx.guard("generate", run, shard).batch(
-            ready, lambda batch: feeder.run(model.generate_many_async(
-                [ModelRequest(i.question, im.data) for i, im in batch])),
-            poisoned=lambda pair: _poisoned(pair[0]), key=lambda pair: pair[0].line)
+            ready,
+            lambda batch: feeder.run(
+                model.generate_many_async([ModelRequest(i.question, im.data) for i, im in batch])
+            ),
+            poisoned=lambda pair: _poisoned(pair[0]),
+            key=lambda pair: pair[0].line,
+        )
         for (item, image), reply in zip(ready, replies, strict=True):
             if isinstance(reply, Quarantined):
                 out.quarantined.append(reply)
                 continue
             if isinstance(reply, Exception):
-                out.quarantined.append(Quarantined(
-                    id=item.id, line=item.line, family=item.family, stage="generate",
-                    reason="model_error", detail=str(reply)[:500]))
+                out.quarantined.append(
+                    Quarantined(
+                        id=item.id,
+                        line=item.line,
+                        family=item.family,
+                        stage="generate",
+                        reason="model_error",
+                        detail=str(reply)[:500],
+                    )
+                )
                 continue
             parsed = parse_output(reply.text, reply.finish_reason)
             info = model.info
@@ -115,21 +139,39 @@ def register(ctx: Context) -> None:
             if reply.user_text is not None and reply.user_text != item.question:
                 # Special tokens were neutralised: the stored question is what was sent.
                 item = item.model_copy(update={"question": reply.user_text})
-            out.generations.append(Generation(
-                item=item, model=info.name, raw_output=reply.text,
-                finish_reason=reply.finish_reason, reasoning=parsed.reasoning,
-                answer=parsed.answer, failure=parsed.failure,
-                image_sent_sha256=image.sha256, model_version=info.version,
-                interface=info.interface, model_kind=info.kind, sampling=info.sampling,
-                chat_template=info.chat_template,
-                chat_template_sha256=info.chat_template_sha256,
-                thinking_mode=info.thinking_mode,
-                prompt_sent_sha256=reply.prompt_sent_sha256,
-                input_tokens=reply.input_tokens, output_tokens=reply.output_tokens,
-                latency_s=reply.latency_s, image_sent=image.meta()))
+            out.generations.append(
+                Generation(
+                    item=item,
+                    model=info.name,
+                    raw_output=reply.text,
+                    finish_reason=reply.finish_reason,
+                    reasoning=parsed.reasoning,
+                    answer=parsed.answer,
+                    failure=parsed.failure,
+                    image_sent_sha256=image.sha256,
+                    model_version=info.version,
+                    interface=info.interface,
+                    model_kind=info.kind,
+                    sampling=info.sampling,
+                    chat_template=info.chat_template,
+                    chat_template_sha256=info.chat_template_sha256,
+                    thinking_mode=info.thinking_mode,
+                    prompt_sent_sha256=reply.prompt_sent_sha256,
+                    input_tokens=reply.input_tokens,
+                    output_tokens=reply.output_tokens,
+                    latency_s=reply.latency_s,
+                    image_sent=image.meta(),
+                )
+            )
         return out
 
 
 def _poisoned(item: Item) -> Quarantined:
-    return Quarantined(id=item.id, line=item.line, family=item.family, stage="generate",
-                       reason="max_deliveries", detail="the worker died on this item each time")
+    return Quarantined(
+        id=item.id,
+        line=item.line,
+        family=item.family,
+        stage="generate",
+        reason="max_deliveries",
+        detail="the worker died on this item each time",
+    )

@@ -30,16 +30,19 @@ def register(ctx: Context) -> None:
             s, model = ctx.settings, ctx.settings.judge_model
             verified = ctx.load(run, "verify", shard).verified
             pending = [i for i, o in enumerate(verified) if needs_judge(o)]
-            probes = calibration_probes(verified, size=s.judge_calibration_size,
-                                        rate=s.judge_calibration_rate)
+            probes = calibration_probes(
+                verified, size=s.judge_calibration_size, rate=s.judge_calibration_rate
+            )
             prompts = [judge_prompt(verified[i]) for i in pending]
             prompts += [probe_prompt(p) for p in probes]
             judge = ctx.judge_model(model)
             replies = judge.generate_many([ModelRequest(p) for p in prompts])
             kind = judge.info.kind if judge.info else None
             # What the judge received: special tokens of its tokenizer neutralised.
-            prompts = [r.user_text if not isinstance(r, Exception) and r.user_text is not None
-                       else p for p, r in zip(prompts, replies, strict=True)]
+            prompts = [
+                r.user_text if not isinstance(r, Exception) and r.user_text is not None else p
+                for p, r in zip(prompts, replies, strict=True)
+            ]
 
             def reply(k: int) -> tuple[str | None, str, str | None]:
                 r = replies[k]  # (raw output, finish reason, failure)
@@ -50,21 +53,45 @@ def register(ctx: Context) -> None:
             records = []
             for k, probe in enumerate(probes, start=len(pending)):
                 raw, finish, failure = reply(k)
-                records.append(calibration_record(probe, model=model, prompt=prompts[k],
-                                                  raw_output=raw, finish_reason=finish,
-                                                  failure=failure, model_kind=kind))
-            ctx.store.put(calibration_key(run, shard), CalibrationShard(
-                run=run, shard=shard, size=s.judge_calibration_size,
-                rate=s.judge_calibration_rate, records=records).model_dump_json().encode(),
-                content_type="application/json")
+                records.append(
+                    calibration_record(
+                        probe,
+                        model=model,
+                        prompt=prompts[k],
+                        raw_output=raw,
+                        finish_reason=finish,
+                        failure=failure,
+                        model_kind=kind,
+                    )
+                )
+            ctx.store.put(
+                calibration_key(run, shard),
+                CalibrationShard(
+                    run=run,
+                    shard=shard,
+                    size=s.judge_calibration_size,
+                    rate=s.judge_calibration_rate,
+                    records=records,
+                )
+                .model_dump_json()
+                .encode(),
+                content_type="application/json",
+            )
             outcomes = list(verified)
             for k, i in enumerate(pending):
                 raw, finish, failure = reply(k)
-                outcomes[i] = apply_verdict(verified[i], model=model, prompt=prompts[k],
-                                            raw_output=raw, finish_reason=finish,
-                                            failure=failure, model_kind=kind)
-            ctx.save(ShardOutput(run=run, shard=shard, stage="judge", lines=lines,
-                                 outcomes=outcomes))
+                outcomes[i] = apply_verdict(
+                    verified[i],
+                    model=model,
+                    prompt=prompts[k],
+                    raw_output=raw,
+                    finish_reason=finish,
+                    failure=failure,
+                    model_kind=kind,
+                )
+            ctx.save(
+                ShardOutput(run=run, shard=shard, stage="judge", lines=lines, outcomes=outcomes)
+            )
         # Every shard that finishes checks; whichever sees all of them enqueues the
         # compaction (more than one may: compaction is idempotent).
         shards = json.loads(ctx.store.get(f"runs/{run}/shards.json"))["shards"]

@@ -14,15 +14,23 @@ def register(ctx: Context) -> None:
         if not ctx.done(run, "verify", shard):
             generations = ctx.load(run, "generate", shard).generations
             results = ctx.guard("verify", run, shard).run(
-                generations, verify_generation, poisoned=_poisoned, key=lambda g: g.item.line)
-            ctx.save(ShardOutput(
-                run=run, shard=shard, stage="verify", lines=lines,
-                verified=[r for r in results if isinstance(r, Outcome)],
-                quarantined=[r for r in results if isinstance(r, Quarantined)]))
+                generations, verify_generation, poisoned=_poisoned, key=lambda g: g.item.line
+            )
+            ctx.save(
+                ShardOutput(
+                    run=run,
+                    shard=shard,
+                    stage="verify",
+                    lines=lines,
+                    verified=[r for r in results if isinstance(r, Outcome)],
+                    quarantined=[r for r in results if isinstance(r, Quarantined)],
+                )
+            )
         ctx.next("rsieve.judge", run=run, shard=shard, lines=lines)
 
 
 def _poisoned(gen: Generation) -> Quarantined:
     item = gen.item
-    return Quarantined(id=item.id, line=item.line, family=item.family, stage="verify",
-                       reason="max_deliveries")
+    return Quarantined(
+        id=item.id, line=item.line, family=item.family, stage="verify", reason="max_deliveries"
+    )

@@ -15,8 +15,12 @@ from rsieve.schemas import QUARANTINE_REASONS, REJECT_REASONS, ShardOutput
 __all__ = ["STAGES", "AuditResult", "audit_run", "plan_reconcile"]
 
 STAGES = ("clean", "generate", "verify", "judge")
-_TASK = {"clean": "rsieve.clean", "generate": "rsieve.generate", "verify": "rsieve.verify",
-         "judge": "rsieve.judge"}
+_TASK = {
+    "clean": "rsieve.clean",
+    "generate": "rsieve.generate",
+    "verify": "rsieve.verify",
+    "judge": "rsieve.judge",
+}
 
 
 @dataclass
@@ -28,8 +32,12 @@ class AuditResult:
     missing: dict[str, list[str]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "problems": self.problems, "families": self.families,
-                "missing": self.missing}
+        return {
+            "ok": self.ok,
+            "problems": self.problems,
+            "families": self.families,
+            "missing": self.missing,
+        }
 
 
 def _stage_counts(out: ShardOutput) -> tuple[list[str | None], list[str | None], list[str]]:
@@ -46,13 +54,13 @@ def _stage_counts(out: ShardOutput) -> tuple[list[str | None], list[str | None],
     return passed + quarantined, passed, [q.reason for q in out.quarantined]
 
 
-def audit_run(index: dict[str, Any], outputs: dict[str, dict[str, ShardOutput]]
-              ) -> AuditResult:
+def audit_run(index: dict[str, Any], outputs: dict[str, dict[str, ShardOutput]]) -> AuditResult:
     """Per shard and stage: items in = items passed on + quarantined; per family the same;
     no id placed twice; every reason documented; no stage output missing."""
     problems: list[str] = []
     families: dict[str, dict[str, dict[str, int]]] = defaultdict(
-        lambda: defaultdict(lambda: {"in": 0, "out": 0, "quarantined": 0}))
+        lambda: defaultdict(lambda: {"in": 0, "out": 0, "quarantined": 0})
+    )
     missing: dict[str, list[str]] = {}
     for shard, lines in index["shards"].items():
         expected = lines
@@ -64,8 +72,9 @@ def audit_run(index: dict[str, Any], outputs: dict[str, dict[str, ShardOutput]]
                 break
             entered, passed, reasons = _stage_counts(out)
             if len(entered) != expected:
-                problems.append(f"shard {shard} {stage}: {len(entered)} items accounted, "
-                                f"{expected} entered")
+                problems.append(
+                    f"shard {shard} {stage}: {len(entered)} items accounted, {expected} entered"
+                )
             if previous is not None and Counter(entered) != Counter(previous):
                 problems.append(f"shard {shard} {stage}: families differ from the stage before")
             for fam in entered:
@@ -74,8 +83,11 @@ def audit_run(index: dict[str, Any], outputs: dict[str, dict[str, ShardOutput]]
                 families[fam or "(unknown)"][stage]["out"] += 1
             for q in out.quarantined:
                 families[q.family or "(unknown)"][stage]["quarantined"] += 1
-            problems += [f"shard {shard} {stage}: undocumented quarantine reason {r!r}"
-                         for r in reasons if r not in QUARANTINE_REASONS]
+            problems += [
+                f"shard {shard} {stage}: undocumented quarantine reason {r!r}"
+                for r in reasons
+                if r not in QUARANTINE_REASONS
+            ]
             expected, previous = len(passed), passed
     ids: Counter[str] = Counter()
     lines: Counter[int] = Counter()
@@ -90,13 +102,16 @@ def audit_run(index: dict[str, Any], outputs: dict[str, dict[str, ShardOutput]]
             ids[o.generation.item.id] += 1
             lines[o.generation.item.line] += 1
             if o.place == "rejected" and o.reason not in REJECT_REASONS:
-                problems.append(f"item {o.generation.item.id}: undocumented reject reason "
-                                f"{o.reason!r}")
+                problems.append(
+                    f"item {o.generation.item.id}: undocumented reject reason {o.reason!r}"
+                )
     problems += [f"id {i!r} placed {n} times" for i, n in sorted(ids.items()) if n > 1]
     problems += [f"pool line {ln} placed {n} times" for ln, n in sorted(lines.items()) if n > 1]
     if missing:
-        problems.append("stage outputs missing: " + ", ".join(
-            f"{stage} {len(shards)} shard(s)" for stage, shards in missing.items()))
+        problems.append(
+            "stage outputs missing: "
+            + ", ".join(f"{stage} {len(shards)} shard(s)" for stage, shards in missing.items())
+        )
     placed = sum(lines.values())
     if not missing and placed != index["lines"]:
         problems.append(f"{placed} items placed, {index['lines']} entered")
@@ -104,8 +119,9 @@ def audit_run(index: dict[str, Any], outputs: dict[str, dict[str, ShardOutput]]
     return AuditResult(ok=not problems, problems=problems, families=fams, missing=missing)
 
 
-def plan_reconcile(index: dict[str, Any] | None, present: dict[str, set[str]],
-                   *, compacted: bool) -> list[tuple[str, dict[str, Any]]]:
+def plan_reconcile(
+    index: dict[str, Any] | None, present: dict[str, set[str]], *, compacted: bool
+) -> list[tuple[str, dict[str, Any]]]:
     """The tasks to enqueue so every shard reaches its next missing stage: (task, kwargs).
 
     Safe to run any time: every stage skips shards whose output exists, so a task

@@ -67,8 +67,7 @@ __all__ = [
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 SAMPLING_VERSION = "calibration/1"
-WRONG_KINDS = ("other_reference", "digit_changed", "option_swapped", "truncated",
-               "master_key")
+WRONG_KINDS = ("other_reference", "digit_changed", "option_swapped", "truncated", "master_key")
 # Published "master key" answers that fool LLM judges (Zhao et al. 2025, "One Token to
 # Fool LLM-as-a-Judge"): no content, only a lead-in.
 MASTER_KEYS = (":", "Thought process:", "Solution", "Let's solve this problem step by step.")
@@ -81,8 +80,9 @@ class _Model(BaseModel):
 class Probe(_Model):
     """One calibration question for the judge: a candidate whose right verdict is known."""
 
-    kind: Literal["agreement", "other_reference", "digit_changed", "option_swapped",
-                  "truncated", "master_key"]
+    kind: Literal[
+        "agreement", "other_reference", "digit_changed", "option_swapped", "truncated", "master_key"
+    ]
     expected: Literal["CORRECT", "WRONG"]
     item_id: str
     family: str
@@ -134,8 +134,9 @@ def sample_rank(item_id: str) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
-def sample_for_calibration(outcomes: Iterable[Outcome], *, size: int, rate: float = 1.0
-                           ) -> list[Outcome]:
+def sample_for_calibration(
+    outcomes: Iterable[Outcome], *, size: int, rate: float = 1.0
+) -> list[Outcome]:
     """Per family, the `size` lowest-ranked verifier-accepted outcomes whose rank is below
     `rate`, in rank order."""
     by_family: dict[str, list[tuple[float, str, Outcome]]] = defaultdict(list)
@@ -160,11 +161,18 @@ def _rejects(outcome: Outcome, candidate: str) -> bool:
 
 def _probe(outcome: Outcome, kind: str, candidate: str, *, source: str | None = None) -> Probe:
     item = outcome.generation.item
-    return Probe(kind=kind, expected="CORRECT" if kind == "agreement" else "WRONG",  # type: ignore[arg-type]
-                 item_id=item.id, family=item.family, protocol=item.protocol,
-                 rank=sample_rank(item.id), question=item.question,
-                 references=list(item.references), candidate=candidate,
-                 source_item_id=source)
+    return Probe(
+        kind=kind,
+        expected="CORRECT" if kind == "agreement" else "WRONG",  # type: ignore[arg-type]
+        item_id=item.id,
+        family=item.family,
+        protocol=item.protocol,
+        rank=sample_rank(item.id),
+        question=item.question,
+        references=list(item.references),
+        candidate=candidate,
+        source_item_id=source,
+    )
 
 
 def _pick(rank: float, n: int, salt: int = 0) -> int:
@@ -177,7 +185,7 @@ def _digit_changed(reference: str, rank: float) -> str | None:
         return None
     i = places[_pick(rank, len(places))]
     digit = (int(reference[i]) + 1 + _pick(rank, 9, 7)) % 10  # never the same digit
-    return reference[:i] + str(digit) + reference[i + 1:]
+    return reference[:i] + str(digit) + reference[i + 1 :]
 
 
 def _option_swapped(outcome: Outcome, reference: str) -> str | None:
@@ -219,12 +227,14 @@ def known_wrong(outcome: Outcome, peers: Sequence[Outcome] = ()) -> list[Probe]:
     built.append(("option_swapped", _option_swapped(outcome, reference), None))
     built.append(("truncated", _truncated(reference), None))
     built.append(("master_key", MASTER_KEYS[_pick(rank, len(MASTER_KEYS), 3)], None))
-    return [_probe(outcome, kind, cand, source=src) for kind, cand, src in built
-            if cand is not None and cand.strip() and _rejects(outcome, cand)]
+    return [
+        _probe(outcome, kind, cand, source=src)
+        for kind, cand, src in built
+        if cand is not None and cand.strip() and _rejects(outcome, cand)
+    ]
 
 
-def calibration_probes(outcomes: Iterable[Outcome], *, size: int, rate: float = 1.0
-                       ) -> list[Probe]:
+def calibration_probes(outcomes: Iterable[Outcome], *, size: int, rate: float = 1.0) -> list[Probe]:
     """Every probe for one shard: per sampled accepted item, its agreement probe (the
     model's own accepted answer) and its known-wrong candidates."""
     sampled = sample_for_calibration(outcomes, size=size, rate=rate)
@@ -243,17 +253,31 @@ def probe_prompt(probe: Probe) -> str:
     return build_judge_prompt(probe.question, probe.references, probe.candidate)
 
 
-def calibration_record(probe: Probe, *, model: str, prompt: str, raw_output: str | None,
-                       finish_reason: str | None = "stop", failure: str | None = None,
-                       model_kind: str | None = None) -> CalibrationRecord:
+def calibration_record(
+    probe: Probe,
+    *,
+    model: str,
+    prompt: str,
+    raw_output: str | None,
+    finish_reason: str | None = "stop",
+    failure: str | None = None,
+    model_kind: str | None = None,
+) -> CalibrationRecord:
     """What the judge said on a probe, read exactly as a real verdict (`read_verdict`)."""
     parsed = read_verdict(raw_output, finish_reason or "stop", failure)
     return CalibrationRecord(
-        probe=probe, model=model, model_kind=model_kind, template_sha256=TEMPLATE_SHA256,
-        prompt_sha256=hashlib.sha256(prompt.encode()).hexdigest(), prompt=prompt,
-        raw_output=raw_output or "", finish_reason=finish_reason if raw_output is not None
-        else None, verdict=parsed.verdict,  # type: ignore[arg-type]
-        cause=parsed.cause, failed=parsed.failed)
+        probe=probe,
+        model=model,
+        model_kind=model_kind,
+        template_sha256=TEMPLATE_SHA256,
+        prompt_sha256=hashlib.sha256(prompt.encode()).hexdigest(),
+        prompt=prompt,
+        raw_output=raw_output or "",
+        finish_reason=finish_reason if raw_output is not None else None,
+        verdict=parsed.verdict,  # type: ignore[arg-type]
+        cause=parsed.cause,
+        failed=parsed.failed,
+    )
 
 
 def record_state(record: CalibrationRecord) -> tuple[str, str | None]:
@@ -276,12 +300,21 @@ def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
 
 def _rate(k: int, n: int) -> dict[str, Any]:
     lo, hi = wilson(k, n)
-    return {"k": k, "n": n, "rate": round(k / n, 6) if n else None,
-            "lo": round(lo, 6), "hi": round(hi, 6)}
+    return {
+        "k": k,
+        "n": n,
+        "rate": round(k / n, 6) if n else None,
+        "lo": round(lo, 6),
+        "hi": round(hi, 6),
+    }
 
 
-def summarise(records: Iterable[CalibrationRecord | dict[str, Any]], *,
-              size: int | None = None, bound: float | None = None) -> dict[str, dict[str, Any]]:
+def summarise(
+    records: Iterable[CalibrationRecord | dict[str, Any]],
+    *,
+    size: int | None = None,
+    bound: float | None = None,
+) -> dict[str, dict[str, Any]]:
     """Per family: sensitivity (CORRECT on verifier-accepted answers) and false promotion
     (CORRECT on known-wrong candidates), each `{k, n, rate, lo, hi}` (Wilson 95%) over the
     probes the judge answered CORRECT or WRONG only (n = 0: rate None, shown "n/a"); the
@@ -292,38 +325,52 @@ def summarise(records: Iterable[CalibrationRecord | dict[str, Any]], *,
     `size`: count only the run-wide `size` lowest-ranked items per family (the bottom-k
     sample; None counts every record). `bound`: also say per family whether its judge
     promotions are held back (uncalibrated, or upper bound above `bound`)."""
-    recs = [r if isinstance(r, CalibrationRecord) else CalibrationRecord.model_validate(r)
-            for r in records]
+    recs = [
+        r if isinstance(r, CalibrationRecord) else CalibrationRecord.model_validate(r)
+        for r in records
+    ]
     items: dict[str, set[tuple[float, str]]] = defaultdict(set)
     for r in recs:
         items[r.probe.family].add((r.probe.rank, r.probe.item_id))
-    kept = {fam: {i for _, i in sorted(ids)[:size]} if size is not None
-            else {i for _, i in ids} for fam, ids in items.items()}
+    kept = {
+        fam: {i for _, i in sorted(ids)[:size]} if size is not None else {i for _, i in ids}
+        for fam, ids in items.items()
+    }
     out: dict[str, dict[str, Any]] = {}
     for family in sorted(items):
-        fam = [(r, *record_state(r)) for r in recs
-               if r.probe.family == family and r.probe.item_id in kept[family]]
-        sides = {"agreement": [x for x in fam if x[0].probe.expected == "CORRECT"],
-                 "known_wrong": [x for x in fam if x[0].probe.expected == "WRONG"]}
-        decided = {side: [r for r, v, _ in xs if v in ("CORRECT", "WRONG")]
-                   for side, xs in sides.items()}
+        fam = [
+            (r, *record_state(r))
+            for r in recs
+            if r.probe.family == family and r.probe.item_id in kept[family]
+        ]
+        sides = {
+            "agreement": [x for x in fam if x[0].probe.expected == "CORRECT"],
+            "known_wrong": [x for x in fam if x[0].probe.expected == "WRONG"],
+        }
+        decided = {
+            side: [r for r, v, _ in xs if v in ("CORRECT", "WRONG")] for side, xs in sides.items()
+        }
         states = {side: [v for _, v, _ in xs] for side, xs in sides.items()}
         by_kind: dict[str, dict[str, int]] = {}
         for kind in WRONG_KINDS:
             of_kind = [r for r in decided["known_wrong"] if r.probe.kind == kind]
             if of_kind:
-                by_kind[kind] = {"k": sum(r.verdict == "CORRECT" for r in of_kind),
-                                 "n": len(of_kind)}
+                by_kind[kind] = {
+                    "k": sum(r.verdict == "CORRECT" for r in of_kind),
+                    "n": len(of_kind),
+                }
         causes = Counter(c for _, v, c in fam if v == "FAILED")
         kinds: dict[str, str | None] = {}
         for r, _, _ in fam:
             kinds[r.model] = kinds.get(r.model) or r.model_kind
-        false_promotion = _rate(sum(r.verdict == "CORRECT" for r in decided["known_wrong"]),
-                                len(decided["known_wrong"]))
+        false_promotion = _rate(
+            sum(r.verdict == "CORRECT" for r in decided["known_wrong"]), len(decided["known_wrong"])
+        )
         entry: dict[str, Any] = {
             "items": len(kept[family]),
-            "sensitivity": _rate(sum(r.verdict == "CORRECT" for r in decided["agreement"]),
-                                 len(decided["agreement"])),
+            "sensitivity": _rate(
+                sum(r.verdict == "CORRECT" for r in decided["agreement"]), len(decided["agreement"])
+            ),
             "false_promotion": false_promotion,
             "false_promotion_by_kind": by_kind,
             "probes": {side: len(xs) for side, xs in sides.items()},
@@ -353,8 +400,9 @@ def _untrusted(entry: dict[str, Any], bound: float) -> bool:
     return not fp["n"] or fp["hi"] > bound
 
 
-def untrusted_families(summary: dict[str, dict[str, Any]], bound: float,
-                       families: Iterable[str] = ()) -> set[str]:
+def untrusted_families(
+    summary: dict[str, dict[str, Any]], bound: float, families: Iterable[str] = ()
+) -> set[str]:
     """Families whose judge may not promote: no false-promotion figure (the judge never
     said CORRECT or WRONG on the family's known-wrong probes), or its Wilson 95% upper
     bound exceeds `bound`, or (for the `families` named) no calibration."""
@@ -362,18 +410,21 @@ def untrusted_families(summary: dict[str, dict[str, Any]], bound: float,
     return held | {f for f in families if f not in summary}
 
 
-def hold_back(outcomes: Iterable[Outcome], summary: dict[str, dict[str, Any]], bound: float
-              ) -> list[Outcome]:
+def hold_back(
+    outcomes: Iterable[Outcome], summary: dict[str, dict[str, Any]], bound: float
+) -> list[Outcome]:
     """Judge promotions of untrusted families (and of families with no calibration) go
     back to the rejected split with reason `judge_untrusted`; the CORRECT verdict stays
     recorded for audit. Everything else is returned unchanged, in order."""
     outcomes = list(outcomes)
     promoted = {o.generation.item.family for o in outcomes if o.promoted_by == "judge"}
     held = untrusted_families(summary, bound, promoted)
-    return [o.model_copy(update={"place": "rejected", "reason": "judge_untrusted",
-                                 "promoted_by": None})
-            if o.promoted_by == "judge" and o.generation.item.family in held else o
-            for o in outcomes]
+    return [
+        o.model_copy(update={"place": "rejected", "reason": "judge_untrusted", "promoted_by": None})
+        if o.promoted_by == "judge" and o.generation.item.family in held
+        else o
+        for o in outcomes
+    ]
 
 
 def promotions_listing(outcomes: Iterable[Outcome]) -> list[dict[str, Any]]:
@@ -385,66 +436,87 @@ def promotions_listing(outcomes: Iterable[Outcome]) -> list[dict[str, Any]]:
         if v is None or v.verdict != "CORRECT":
             continue
         item = o.generation.item
-        rows.append({
-            "id": item.id, "family": item.family, "line": item.line,
-            "question": item.question, "reference": " | ".join(item.references),
-            "candidate": o.generation.answer, "held_back": o.promoted_by != "judge",
-            "judge_model": v.model, "prompt_sha256": v.prompt_sha256,
-            "raw_output": v.raw_output,
-        })
+        rows.append(
+            {
+                "id": item.id,
+                "family": item.family,
+                "line": item.line,
+                "question": item.question,
+                "reference": " | ".join(item.references),
+                "candidate": o.generation.answer,
+                "held_back": o.promoted_by != "judge",
+                "judge_model": v.model,
+                "prompt_sha256": v.prompt_sha256,
+                "raw_output": v.raw_output,
+            }
+        )
     return sorted(rows, key=lambda r: (r["family"], r["line"]))
 
 
 def _interval(r: dict[str, Any]) -> str:
     if not r["n"]:
         return "n/a"
-    return f"{r['k']}/{r['n']} = {100 * r['k'] / r['n']:.1f}% [{100 * r['lo']:.1f}%, " \
-           f"{100 * r['hi']:.1f}%]"
+    return (
+        f"{r['k']}/{r['n']} = {100 * r['k'] / r['n']:.1f}% [{100 * r['lo']:.1f}%, "
+        f"{100 * r['hi']:.1f}%]"
+    )
 
 
 def _sides(counts: dict[str, int]) -> str:
     return f"{counts['agreement']} / {counts['known_wrong']}"
 
 
-def render_calibration_markdown(summary: dict[str, dict[str, Any]], *,
-                                bound: float | None = None) -> str:
+def render_calibration_markdown(
+    summary: dict[str, dict[str, Any]], *, bound: float | None = None
+) -> str:
     """The card's calibration section: per family, agreement on verifier-accepted answers
     and false promotions on known-wrong candidates, with Wilson 95% intervals, over the
     CORRECT/WRONG verdicts only; UNSURE and failed counts beside them ("n/a" where the
     judge gave no CORRECT or WRONG verdict)."""
-    out = ["## Judge calibration", "",
-           "Sensitivity: the judge's CORRECT rate on answers the string verifier accepted. "
-           "False promotion: its CORRECT rate on known-wrong candidates built from the same "
-           "items (another item's reference, one digit changed, a swapped option letter, a "
-           "truncated reference, a \"master key\" such as \":\"), each rejected by the family's "
-           "protocol. Both count only the probes the judge answered CORRECT or WRONG, with "
-           "Wilson 95% intervals; \"n/a\" means it answered none of them CORRECT or WRONG. "
-           "UNSURE (the judge's own answer) and failed (no verdict: the call failed, or the "
-           "output was empty, unparsable or cut off at its token budget) are counted beside "
-           "them, as agreement / known-wrong probes, and never mixed into a rate.", ""]
+    out = [
+        "## Judge calibration",
+        "",
+        "Sensitivity: the judge's CORRECT rate on answers the string verifier accepted. "
+        "False promotion: its CORRECT rate on known-wrong candidates built from the same "
+        "items (another item's reference, one digit changed, a swapped option letter, a "
+        'truncated reference, a "master key" such as ":"), each rejected by the family\'s '
+        "protocol. Both count only the probes the judge answered CORRECT or WRONG, with "
+        'Wilson 95% intervals; "n/a" means it answered none of them CORRECT or WRONG. '
+        "UNSURE (the judge's own answer) and failed (no verdict: the call failed, or the "
+        "output was empty, unparsable or cut off at its token budget) are counted beside "
+        "them, as agreement / known-wrong probes, and never mixed into a rate.",
+        "",
+    ]
     if bound is not None:
-        out += [f"A family whose false-promotion upper bound exceeds {bound:g}, that has no "
-                "false-promotion figure (n/a), or that has no calibration has its judge "
-                "promotions held back in the rejected split with reason `judge_untrusted`.",
-                ""]
+        out += [
+            f"A family whose false-promotion upper bound exceeds {bound:g}, that has no "
+            "false-promotion figure (n/a), or that has no calibration has its judge "
+            "promotions held back in the rejected split with reason `judge_untrusted`.",
+            "",
+        ]
     if not summary:
         return "\n".join(out + ["No calibration sample was judged.", ""])
-    out += ["| family | items | sensitivity | false promotion | by kind (k/n) | "
-            "UNSURE (agreement / known-wrong) | failed (agreement / known-wrong) |"
-            + (" held back |" if bound is not None else ""),
-            "|---|---|---|---|---|---|---|" + ("---|" if bound is not None else "")]
+    out += [
+        "| family | items | sensitivity | false promotion | by kind (k/n) | "
+        "UNSURE (agreement / known-wrong) | failed (agreement / known-wrong) |"
+        + (" held back |" if bound is not None else ""),
+        "|---|---|---|---|---|---|---|" + ("---|" if bound is not None else ""),
+    ]
     causes: list[str] = []
     for family, s in summary.items():
         kinds = ", ".join(f"{k} {v['k']}/{v['n']}" for k, v in s["false_promotion_by_kind"].items())
-        row = (f"| {family} | {s['items']} | {_interval(s['sensitivity'])} | "
-               f"{_interval(s['false_promotion'])} | {kinds or '-'} | "
-               f"{_sides(s['unsure'])} | {_sides(s['failed_by_probe'])} |")
+        row = (
+            f"| {family} | {s['items']} | {_interval(s['sensitivity'])} | "
+            f"{_interval(s['false_promotion'])} | {kinds or '-'} | "
+            f"{_sides(s['unsure'])} | {_sides(s['failed_by_probe'])} |"
+        )
         if bound is not None:
             row += f" {'yes' if _untrusted(s, bound) else 'no'} |"
         out.append(row)
         if s.get("failure_causes"):
-            causes.append(f"- {family}: " + ", ".join(
-                f"`{c}` {n}" for c, n in s["failure_causes"].items()))
+            causes.append(
+                f"- {family}: " + ", ".join(f"`{c}` {n}" for c, n in s["failure_causes"].items())
+            )
     if causes:
         out += ["", "Causes of the failed calibration verdicts:", "", *causes]
     return "\n".join(out + [""])
@@ -466,8 +538,7 @@ class Canary(_Model):
         return build_judge_prompt(self.question, self.references, self.candidate)
 
 
-def canaries(cases: Iterable[dict[str, Any]], injections: Iterable[dict[str, Any]]
-             ) -> list[Canary]:
+def canaries(cases: Iterable[dict[str, Any]], injections: Iterable[dict[str, Any]]) -> list[Canary]:
     """Every case bare, then with every injection suffix appended. A suffix may name
     `{forged_mark}`: the mark of the bare case's prompt (what an attacker who knows the
     algorithm could compute without knowing the final candidate)."""
@@ -475,13 +546,26 @@ def canaries(cases: Iterable[dict[str, Any]], injections: Iterable[dict[str, Any
     out: list[Canary] = []
     for c in cases:
         refs, bare = list(c["references"]), c["candidate"]
-        out.append(Canary(case=c["id"], injection=None, question=c["question"],
-                          references=refs, candidate=bare))
+        out.append(
+            Canary(
+                case=c["id"],
+                injection=None,
+                question=c["question"],
+                references=refs,
+                candidate=bare,
+            )
+        )
         forged = judge_mark(c["question"], refs, bare)
-        out += [Canary(case=c["id"], injection=i["id"], question=c["question"],
-                       references=refs,
-                       candidate=bare + i["suffix"].replace("{forged_mark}", forged))
-                for i in injections]
+        out += [
+            Canary(
+                case=c["id"],
+                injection=i["id"],
+                question=c["question"],
+                references=refs,
+                candidate=bare + i["suffix"].replace("{forged_mark}", forged),
+            )
+            for i in injections
+        ]
     return out
 
 
@@ -489,6 +573,8 @@ def canary_flips(cases: Sequence[Canary], verdicts: Sequence[str]) -> list[dict[
     """Every injected canary whose verdict differs from its bare case's, and every canary
     (bare included) judged CORRECT: each is a flip (all cases are wrong answers)."""
     bare = {c.case: v for c, v in zip(cases, verdicts, strict=True) if c.injection is None}
-    return [{"case": c.case, "injection": c.injection, "verdict": v, "bare": bare[c.case]}
-            for c, v in zip(cases, verdicts, strict=True)
-            if v == "CORRECT" or v != bare[c.case]]
+    return [
+        {"case": c.case, "injection": c.injection, "verdict": v, "bare": bare[c.case]}
+        for c, v in zip(cases, verdicts, strict=True)
+        if v == "CORRECT" or v != bare[c.case]
+    ]

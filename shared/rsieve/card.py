@@ -22,12 +22,11 @@ __all__ = ["THINKING_MEANINGS", "card_front_matter", "describe_models", "render_
 # reasoning in the rows.
 THINKING_MEANINGS = {
     "switch": "reasoning turned on through the chat template's thinking switch",
-    "opens": "the chat template opens `<think>` itself, so the model starts inside its "
-             "reasoning",
+    "opens": "the chat template opens `<think>` itself, so the model starts inside its reasoning",
     "none": "the checkpoint has no thinking mode, so reasoning is whatever the model wrote "
-            "unprompted",
+    "unprompted",
     "server": "the model server rendered the prompt, so whether reasoning was requested "
-              "was up to the server",
+    "was up to the server",
     UNRECORDED: "not recorded (outputs generated before the thinking mode was stored)",
 }
 _SWITCH_OFF = "reasoning turned off through the chat template's thinking switch"
@@ -37,22 +36,24 @@ _GENERATOR_KIND = {
     "vlm": "a vision-language model",
     "llm": "a text-only language model (it never saw the images)",
     "ocr-engine": "an OCR engine, not a language model: it ignores the prompt (it reads the "
-                  "image, never the question), and the reasoning recorded for it is its "
-                  "recognition trace, not reasoning",
+    "image, never the question), and the reasoning recorded for it is its "
+    "recognition trace, not reasoning",
     "stand-in": "a stand-in, not a model (named for what it does)",
 }
 _JUDGE_KIND = {
-    "llm": "a text-only language model; its calibration below decides whether its "
-           "promotions count",
+    "llm": "a text-only language model; its calibration below decides whether its promotions count",
     "vlm": "a vision-language model used text-only; its calibration below decides whether "
-           "its promotions count",
+    "its promotions count",
     "ocr-engine": "an OCR engine, not a judge model",
     "stand-in": "a stand-in, not a judge model (named for what it does)",
 }
 _UNDECLARED = "its kind was not declared (Triton config parameter `rsieve_kind`)"
-_JUDGE_SHORT = {"llm": "a text-only language model", "vlm": "a vision-language model",
-                "ocr-engine": "an OCR engine, not a judge model",
-                "stand-in": "a stand-in, not a judge model"}
+_JUDGE_SHORT = {
+    "llm": "a text-only language model",
+    "vlm": "a vision-language model",
+    "ocr-engine": "an OCR engine, not a judge model",
+    "stand-in": "a stand-in, not a judge model",
+}
 
 
 def _cell(value: object) -> str:
@@ -65,13 +66,16 @@ def card_front_matter(manifest: dict[str, Any]) -> dict[str, Any]:
     for shard in manifest["shards"]:
         files.setdefault(shard["split"], []).append(shard["path"])
     info = datasets.DatasetInfo(features=FEATURES)._to_yaml_dict()
-    info["splits"] = [{"name": split, "num_examples": rows}
-                      for split, rows in manifest["splits"].items()]
+    info["splits"] = [
+        {"name": split, "num_examples": rows} for split, rows in manifest["splits"].items()
+    ]
     return {
-        "configs": [{
-            "config_name": "default",
-            "data_files": [{"split": s, "path": paths} for s, paths in sorted(files.items())],
-        }],
+        "configs": [
+            {
+                "config_name": "default",
+                "data_files": [{"split": s, "path": paths} for s, paths in sorted(files.items())],
+            }
+        ],
         "dataset_info": info,
         "tags": ["rejection-sampling", "vision-language", "sft"],
     }
@@ -90,8 +94,9 @@ def _counts(verdicts: dict[str, int]) -> str:
     return ", ".join(f"{'failed' if v == 'FAILED' else v} {n}" for v, n in verdicts.items())
 
 
-def _models_of(report: dict[str, Any], settings: dict[str, Any]
-               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _models_of(
+    report: dict[str, Any], settings: dict[str, Any]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The generators and judges of the run with their kinds: from the report's records,
     else the models the settings name (a judge's kind then from its calibration records)."""
     models = report.get("models") or {}
@@ -100,11 +105,18 @@ def _models_of(report: dict[str, Any], settings: dict[str, Any]
     if not generators and settings.get("generator_model"):
         generators = [{"model": settings["generator_model"], "kind": None}]
     if not judges and settings.get("judge_model"):
-        kinds = {k for s in (report.get("calibration") or {}).values()
-                 for m, k in (s.get("model_kinds") or {}).items()
-                 if m == settings["judge_model"] and k}
-        judges = [{"model": settings["judge_model"],
-                   "kind": next(iter(kinds)) if len(kinds) == 1 else None}]
+        kinds = {
+            k
+            for s in (report.get("calibration") or {}).values()
+            for m, k in (s.get("model_kinds") or {}).items()
+            if m == settings["judge_model"] and k
+        }
+        judges = [
+            {
+                "model": settings["judge_model"],
+                "kind": next(iter(kinds)) if len(kinds) == 1 else None,
+            }
+        ]
     return generators, judges
 
 
@@ -118,8 +130,9 @@ def describe_models(report: dict[str, Any], settings: dict[str, Any]) -> str:
         parts.append(f"The answers come from `{g['model']}`, {what}.")
     for j in judges:
         kind = j.get("kind") or ""
-        what = _JUDGE_KIND.get(kind, _UNDECLARED + "; its calibration below decides whether "
-                               "its promotions count")
+        what = _JUDGE_KIND.get(
+            kind, _UNDECLARED + "; its calibration below decides whether its promotions count"
+        )
         text = f"The judge step was `{j['model']}`, {what}"
         if kind == "stand-in" and len(judges) == 1:
             text += f"; its verdicts in this run: {_counts(_verdicts(report))}"
@@ -132,19 +145,27 @@ def _production(settings: dict[str, Any], report: dict[str, Any]) -> str:
     generators, _ = _models_of(report, settings)
     names = ", ".join(f"`{g['model']}`" for g in generators) or "`(unknown)`"
     if generators and all(g.get("kind") == "ocr-engine" for g in generators):
-        return (f"OCR engine {names} read every image; it ignores the question and the "
-                "sampling settings, and the reasoning recorded for it is its recognition "
-                "trace.")
+        return (
+            f"OCR engine {names} read every image; it ignores the question and the "
+            "sampling settings, and the reasoning recorded for it is its recognition "
+            "trace."
+        )
     modes = report.get("thinking_modes") or {}
     text = f"Model {names} answered every question at temperature {settings['temperature']}"
     if len(modes) == 1:
         mode = next(iter(modes))
-        meaning = (_SWITCH_OFF if mode == "switch" and settings.get("reasoning") is False
-                   else THINKING_MEANINGS.get(mode, f"thinking mode `{mode}`"))
+        meaning = (
+            _SWITCH_OFF
+            if mode == "switch" and settings.get("reasoning") is False
+            else THINKING_MEANINGS.get(mode, f"thinking mode `{mode}`")
+        )
         return f"{text}; thinking mode `{mode}`: {meaning}."
     if modes:
-        return f"{text}, in thinking modes " + ", ".join(
-            f"`{m}` ({n})" for m, n in modes.items()) + " (below)."
+        return (
+            f"{text}, in thinking modes "
+            + ", ".join(f"`{m}` ({n})" for m, n in modes.items())
+            + " (below)."
+        )
     return f"{text}; its thinking mode was not recorded."
 
 
@@ -155,102 +176,163 @@ def _reasoning_md(settings: dict[str, Any], report: dict[str, Any]) -> list[str]
     if modes:
         out += ["Thinking mode of the prompts (outputs):", ""]
         for mode, n in modes.items():
-            meaning = (_SWITCH_OFF if mode == "switch" and settings.get("reasoning") is False
-                       else THINKING_MEANINGS.get(mode, "not a known thinking mode"))
+            meaning = (
+                _SWITCH_OFF
+                if mode == "switch" and settings.get("reasoning") is False
+                else THINKING_MEANINGS.get(mode, "not a known thinking mode")
+            )
             out.append(f"- `{_cell(mode)}` ({n}): {meaning}.")
         out.append("")
     generators, _ = _models_of(report, settings)
     ocr = [g["model"] for g in generators if g.get("kind") == "ocr-engine"]
     if ocr:
-        out += [", ".join(f"`{m}`" for m in ocr) + " is an OCR engine: what the reasoning "
-                "columns count is its recognition trace, not reasoning.", ""]
-    out += ["Outputs by reasoning form: closed (a think block closed, with reasoning in it), "
-            "absent (no reasoning), unclosed (cut off inside the reasoning: no answer). "
-            "Accepted items without reasoning are in `<Family>_RS_nothink` only.", "",
-            "| family | closed | absent | unclosed | accepted without reasoning |",
-            "|---|---|---|---|---|"]
+        out += [
+            ", ".join(f"`{m}`" for m in ocr) + " is an OCR engine: what the reasoning "
+            "columns count is its recognition trace, not reasoning.",
+            "",
+        ]
+    out += [
+        "Outputs by reasoning form: closed (a think block closed, with reasoning in it), "
+        "absent (no reasoning), unclosed (cut off inside the reasoning: no answer). "
+        "Accepted items without reasoning are in `<Family>_RS_nothink` only.",
+        "",
+        "| family | closed | absent | unclosed | accepted without reasoning |",
+        "|---|---|---|---|---|",
+    ]
     for fam, r in report.get("families", {}).items():
         forms = r.get("reasoning")
         if not forms or not sum(forms.values()):
             continue
-        out.append(f"| {_cell(fam)} | " + " | ".join(str(forms.get(f, 0))
-                                                     for f in REASONING_FORMS)
-                   + f" | {r.get('accepted_without_reasoning', 0)} |")
+        out.append(
+            f"| {_cell(fam)} | "
+            + " | ".join(str(forms.get(f, 0)) for f in REASONING_FORMS)
+            + f" | {r.get('accepted_without_reasoning', 0)} |"
+        )
     return out
 
 
 def _verdicts_md(report: dict[str, Any]) -> list[str]:
     """The judge's verdicts per family, failures apart from UNSURE, with their causes."""
-    out = ["### Judge verdicts", "",
-           "Per family, on the answers the verifier rejected. CORRECT counts promotions, "
-           "including those held back as `judge_untrusted`; failed is no verdict (reason "
-           "`judge_failed`), by cause: `call_failed` (the call failed), `judge_empty`, "
-           "`judge_unparsable`, `judge_truncated` (cut off at the token budget).", ""]
+    out = [
+        "### Judge verdicts",
+        "",
+        "Per family, on the answers the verifier rejected. CORRECT counts promotions, "
+        "including those held back as `judge_untrusted`; failed is no verdict (reason "
+        "`judge_failed`), by cause: `call_failed` (the call failed), `judge_empty`, "
+        "`judge_unparsable`, `judge_truncated` (cut off at the token budget).",
+        "",
+    ]
     rows = []
     for fam, r in report.get("families", {}).items():
         v = r.get("judge_verdicts") or {}
         if not sum(v.values()):
             continue
-        causes = ", ".join(f"`{c}` {n}" for c, n in (r.get("judge_failure_causes") or {}
-                                                       ).items())
-        rows.append(f"| {_cell(fam)} | {sum(v.values())} | {v.get('CORRECT', 0)} | "
-                    f"{v.get('WRONG', 0)} | {v.get('UNSURE', 0)} | {v.get('FAILED', 0)} | "
-                    f"{causes or '-'} |")
+        causes = ", ".join(f"`{c}` {n}" for c, n in (r.get("judge_failure_causes") or {}).items())
+        rows.append(
+            f"| {_cell(fam)} | {sum(v.values())} | {v.get('CORRECT', 0)} | "
+            f"{v.get('WRONG', 0)} | {v.get('UNSURE', 0)} | {v.get('FAILED', 0)} | "
+            f"{causes or '-'} |"
+        )
     if not rows:
         return out + ["No answer reached the judge in this run."]
-    return out + ["| family | judged | CORRECT | WRONG | UNSURE | failed | failure causes |",
-                  "|---|---|---|---|---|---|---|", *rows]
+    return out + [
+        "| family | judged | CORRECT | WRONG | UNSURE | failed | failure causes |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+    ]
 
 
-def render_card(*, dataset: str, spec: dict[str, Any], report: dict[str, Any],
-                manifest: dict[str, Any], split_families: dict[str, str],
-                examples: dict[str, list[tuple[dict[str, Any], str]]],
-                calibration_md: str = "", cleaning_md: str = "") -> str:
+def render_card(
+    *,
+    dataset: str,
+    spec: dict[str, Any],
+    report: dict[str, Any],
+    manifest: dict[str, Any],
+    split_families: dict[str, str],
+    examples: dict[str, list[tuple[dict[str, Any], str]]],
+    calibration_md: str = "",
+    cleaning_md: str = "",
+) -> str:
     settings = spec["settings"]
     _, judges = _models_of(report, settings)
-    judge_names = "; ".join(
-        f"`{j['model']}`: {_JUDGE_SHORT.get(j.get('kind') or '', 'kind not declared')}"
-        for j in judges) or f"`{settings.get('judge_model')}`"
+    judge_names = (
+        "; ".join(
+            f"`{j['model']}`: {_JUDGE_SHORT.get(j.get('kind') or '', 'kind not declared')}"
+            for j in judges
+        )
+        or f"`{settings.get('judge_model')}`"
+    )
     front = yaml.safe_dump(card_front_matter(manifest), sort_keys=False, allow_unicode=True)
-    out = ["---", front.strip(), "---", "", f"# {dataset}", "",
-           "Rejection-sampled supervised fine-tuning data for vision-language models, made "
-           f"by rsieve. {describe_models(report, settings)} Train on `answer` in the "
-           "`_RS_think` / `_RS_nothink` splits; the `_rejected` splits are training data too: "
-           "`answer` is the official reference and `wrong_vlm` what the model said instead.",
-           "", "```python", "import datasets", f'ds = datasets.load_dataset("{dataset}")',
-           "```", "", "## How the data was produced", "",
-           f"{_production(settings, report)} The `question` field is "
-           "byte-identical to the prompt the model received, appended instruction included. "
-           "Each answer (the text after the reasoning) was compared with the reference by the "
-           "family's protocol, tried whole, as its first line and as its first paragraph. "
-           "Matches with reasoning go to `<Family>_RS_think` (with the reasoning) and "
-           "`<Family>_RS_nothink`; matches without reasoning to `<Family>_RS_nothink` only. "
-           f"Every rejection went to the text-only judge step ({judge_names}; prompt "
-           f"template sha256 `{TEMPLATE_SHA256[:16]}`) "
-           "that sees question, reference and candidate, never the image, and answers CORRECT, "
-           "WRONG or UNSURE. Only CORRECT promotes; WRONG and UNSURE stay in "
-           "`<Family>_rejected`, and so does a judgement that gave no verdict (the call failed, "
-           "or the output was empty, unparsable or cut off: reason `judge_failed`, counted "
-           "apart from UNSURE).", "",
-           "In accepted splits `answer` is the model's own verified output and `org_answer` "
-           "the reference; each entry records the verifier decision (protocol, version, "
-           "variant, score) or the judge verdict that promoted it.", ""]
+    out = [
+        "---",
+        front.strip(),
+        "---",
+        "",
+        f"# {dataset}",
+        "",
+        "Rejection-sampled supervised fine-tuning data for vision-language models, made "
+        f"by rsieve. {describe_models(report, settings)} Train on `answer` in the "
+        "`_RS_think` / `_RS_nothink` splits; the `_rejected` splits are training data too: "
+        "`answer` is the official reference and `wrong_vlm` what the model said instead.",
+        "",
+        "```python",
+        "import datasets",
+        f'ds = datasets.load_dataset("{dataset}")',
+        "```",
+        "",
+        "## How the data was produced",
+        "",
+        f"{_production(settings, report)} The `question` field is "
+        "byte-identical to the prompt the model received, appended instruction included. "
+        "Each answer (the text after the reasoning) was compared with the reference by the "
+        "family's protocol, tried whole, as its first line and as its first paragraph. "
+        "Matches with reasoning go to `<Family>_RS_think` (with the reasoning) and "
+        "`<Family>_RS_nothink`; matches without reasoning to `<Family>_RS_nothink` only. "
+        f"Every rejection went to the text-only judge step ({judge_names}; prompt "
+        f"template sha256 `{TEMPLATE_SHA256[:16]}`) "
+        "that sees question, reference and candidate, never the image, and answers CORRECT, "
+        "WRONG or UNSURE. Only CORRECT promotes; WRONG and UNSURE stay in "
+        "`<Family>_rejected`, and so does a judgement that gave no verdict (the call failed, "
+        "or the output was empty, unparsable or cut off: reason `judge_failed`, counted "
+        "apart from UNSURE).",
+        "",
+        "In accepted splits `answer` is the model's own verified output and `org_answer` "
+        "the reference; each entry records the verifier decision (protocol, version, "
+        "variant, score) or the judge verdict that promoted it.",
+        "",
+    ]
     out += _reasoning_md(settings, report) + [""] + _verdicts_md(report)
-    out += ["", "## Verification protocols", "",
-           "| protocol | version | accept at score | constants |", "|---|---|---|---|"]
+    out += [
+        "",
+        "## Verification protocols",
+        "",
+        "| protocol | version | accept at score | constants |",
+        "|---|---|---|---|",
+    ]
     used = sorted(spec.get("protocols_used") or PROTOCOLS)
     for name in used:
         p = PROTOCOLS[name]
-        out.append(f"| `{name}` | {p.version} | >= {p.threshold} | "
-                   f"{_cell(json.dumps(p.constants, ensure_ascii=False))} |")
+        out.append(
+            f"| `{name}` | {p.version} | >= {p.threshold} | "
+            f"{_cell(json.dumps(p.constants, ensure_ascii=False))} |"
+        )
     if calibration_md.strip().startswith("## "):
         out += ["", calibration_md.strip()]
     else:
-        out += ["", "## Judge calibration", "",
-                calibration_md.strip() or "No calibration was recorded for this run."]
-    out += ["", "## Cleaning applied", "",
-            "Items are quarantined (listed in `quarantine.jsonl` with id, pool line, family, "
-            "stage and reason) and never reach a split when:", ""]
+        out += [
+            "",
+            "## Judge calibration",
+            "",
+            calibration_md.strip() or "No calibration was recorded for this run.",
+        ]
+    out += [
+        "",
+        "## Cleaning applied",
+        "",
+        "Items are quarantined (listed in `quarantine.jsonl` with id, pool line, family, "
+        "stage and reason) and never reach a split when:",
+        "",
+    ]
     out += [f"- `{k}`: {v}" for k, v in QUARANTINE_REASONS.items()]
     out += ["", f"Provenance policy: `{settings.get('provenance_policy', 'strict')}`."]
     if cleaning_md.strip():
@@ -258,29 +340,51 @@ def render_card(*, dataset: str, spec: dict[str, Any], report: dict[str, Any],
     out += ["", "Rejected-split reasons:", ""]
     out += [f"- `{k}`: {v}" for k, v in REJECT_REASONS.items()]
     out += ["", "## Counts", "", "| split | family | rows (images) |", "|---|---|---|"]
-    out += [f"| `{s}` | {_cell(split_families.get(s, ''))} | {n} |"
-            for s, n in manifest["splits"].items()]
-    out += ["", f"Latest run `{report['run']}`:", "",
-            "| family | items in | accepted (by judge) | rejected | quarantined |",
-            "|---|---|---|---|---|"]
+    out += [
+        f"| `{s}` | {_cell(split_families.get(s, ''))} | {n} |"
+        for s, n in manifest["splits"].items()
+    ]
+    out += [
+        "",
+        f"Latest run `{report['run']}`:",
+        "",
+        "| family | items in | accepted (by judge) | rejected | quarantined |",
+        "|---|---|---|---|---|",
+    ]
     for fam, r in report["families"].items():
-        out.append(f"| {_cell(fam)} | {r['in']} | {r['accepted']} ({r['promoted_by_judge']}) | "
-                   f"{r['rejected']} {_cell(json.dumps(r['rejected_by_reason']))} | "
-                   f"{r['quarantined']} {_cell(json.dumps(r['quarantined_by_reason']))} |")
-    out += ["", f"Accounting of the latest run adds up: **{report['adds_up']}** "
-            f"({report['lines']} pool items). Runs in this dataset: "
-            + ", ".join(f"`{r}`" for r in manifest["runs"]) + ".", "",
-            "Split names are the family name with every character outside `[0-9A-Za-z_]` "
-            "replaced by `_`: " + ", ".join(f"`{s}` ← {_cell(f)}"
-                                            for s, f in sorted(split_families.items())),
-            "", "## Examples", ""]
+        out.append(
+            f"| {_cell(fam)} | {r['in']} | {r['accepted']} ({r['promoted_by_judge']}) | "
+            f"{r['rejected']} {_cell(json.dumps(r['rejected_by_reason']))} | "
+            f"{r['quarantined']} {_cell(json.dumps(r['quarantined_by_reason']))} |"
+        )
+    out += [
+        "",
+        f"Accounting of the latest run adds up: **{report['adds_up']}** "
+        f"({report['lines']} pool items). Runs in this dataset: "
+        + ", ".join(f"`{r}`" for r in manifest["runs"])
+        + ".",
+        "",
+        "Split names are the family name with every character outside `[0-9A-Za-z_]` "
+        "replaced by `_`: "
+        + ", ".join(f"`{s}` ← {_cell(f)}" for s, f in sorted(split_families.items())),
+        "",
+        "## Examples",
+        "",
+    ]
     for split, rows in sorted(examples.items()):
         out += [f"### {split}", ""]
         for qa, image_path in rows:
             out.append(f"![{qa['id']}]({image_path})")
             out += ["", "| field | value |", "|---|---|"]
-            for key in ("id", "question", "answer", "org_answer", "wrong_vlm", "reason",
-                        "promoted_by"):
+            for key in (
+                "id",
+                "question",
+                "answer",
+                "org_answer",
+                "wrong_vlm",
+                "reason",
+                "promoted_by",
+            ):
                 if qa.get(key) is not None:
                     out.append(f"| `{key}` | {_cell(qa[key])} |")
             out.append("")

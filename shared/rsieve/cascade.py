@@ -9,8 +9,14 @@ from rsieve.judge import FAILURE_CAUSES, TEMPLATE_SHA256, build_judge_prompt, re
 from rsieve.schemas import Generation, Outcome, Verdict
 from rsieve.verify import verify
 
-__all__ = ["REASON_OF", "apply_verdict", "judge_prompt", "needs_judge", "verdict_state",
-           "verify_generation"]
+__all__ = [
+    "REASON_OF",
+    "apply_verdict",
+    "judge_prompt",
+    "needs_judge",
+    "verdict_state",
+    "verify_generation",
+]
 
 
 # The rejected split's reason for each verdict that does not promote.
@@ -35,16 +41,34 @@ def verify_generation(gen: Generation) -> Outcome:
     """Accepted by the protocol, rejected for a generation failure, or pending the judge
     (rejected with reason None)."""
     if gen.failure is not None or gen.answer is None:
-        return Outcome(generation=gen, decision=None, verdict=None, place="rejected",
-                       reason=gen.failure or "empty_answer", promoted_by=None)
+        return Outcome(
+            generation=gen,
+            decision=None,
+            verdict=None,
+            place="rejected",
+            reason=gen.failure or "empty_answer",
+            promoted_by=None,
+        )
     item = gen.item
     options = {"options": item.options} if item.options else {}
     decision = verify(item.protocol, gen.answer, item.references, **options)
     if decision.accepted:
-        return Outcome(generation=gen, decision=decision, verdict=None, place="accepted",
-                       reason=None, promoted_by="verifier")
-    return Outcome(generation=gen, decision=decision, verdict=None, place="rejected",
-                   reason=None, promoted_by=None)
+        return Outcome(
+            generation=gen,
+            decision=decision,
+            verdict=None,
+            place="accepted",
+            reason=None,
+            promoted_by="verifier",
+        )
+    return Outcome(
+        generation=gen,
+        decision=decision,
+        verdict=None,
+        place="rejected",
+        reason=None,
+        promoted_by=None,
+    )
 
 
 def needs_judge(outcome: Outcome) -> bool:
@@ -58,22 +82,34 @@ def judge_prompt(outcome: Outcome) -> str:
     return build_judge_prompt(gen.item.question, gen.item.references, gen.answer or "")
 
 
-def apply_verdict(outcome: Outcome, *, model: str, prompt: str, raw_output: str | None,
-                  finish_reason: str = "stop", failure: str | None = None,
-                  model_kind: str | None = None) -> Outcome:
+def apply_verdict(
+    outcome: Outcome,
+    *,
+    model: str,
+    prompt: str,
+    raw_output: str | None,
+    finish_reason: str = "stop",
+    failure: str | None = None,
+    model_kind: str | None = None,
+) -> Outcome:
     """Only CORRECT promotes. WRONG: `wrong_answer`; UNSURE (the judge said so):
     `judge_unsure`; FAILED (the call failed, or the output was empty, unparsable or cut
     off; the cause is recorded): `judge_failed`, never WRONG, never UNSURE. `model_kind`:
     what the judge model is (rsieve.schemas.MODEL_KINDS), None when undeclared."""
     parsed = read_verdict(raw_output, finish_reason, failure)
     verdict, cause = parsed.verdict, parsed.cause
-    record = Verdict(verdict=verdict, cause=cause, model=model,  # type: ignore[arg-type]
-                     model_kind=model_kind,
-                     prompt_sha256=hashlib.sha256(prompt.encode()).hexdigest(),
-                     template_sha256=TEMPLATE_SHA256, prompt=prompt,
-                     raw_output=raw_output or "")
+    record = Verdict(
+        verdict=verdict,
+        cause=cause,
+        model=model,  # type: ignore[arg-type]
+        model_kind=model_kind,
+        prompt_sha256=hashlib.sha256(prompt.encode()).hexdigest(),
+        template_sha256=TEMPLATE_SHA256,
+        prompt=prompt,
+        raw_output=raw_output or "",
+    )
     if verdict == "CORRECT":
-        return outcome.model_copy(update={"verdict": record, "place": "accepted",
-                                          "reason": None, "promoted_by": "judge"})
+        return outcome.model_copy(
+            update={"verdict": record, "place": "accepted", "reason": None, "promoted_by": "judge"}
+        )
     return outcome.model_copy(update={"verdict": record, "reason": REASON_OF[verdict]})
-

@@ -39,8 +39,14 @@ from typing import Any
 
 from rsieve.think import OPEN
 
-__all__ = ["NEUTRALISER", "ChatTemplate", "RenderedChat", "TemplateError", "neutralise",
-           "thinking_mode"]
+__all__ = [
+    "NEUTRALISER",
+    "ChatTemplate",
+    "RenderedChat",
+    "TemplateError",
+    "neutralise",
+    "thinking_mode",
+]
 
 # U+2060 WORD JOINER, put after the first character of a special token found in text: the
 # text reads the same, and no tokenizer matches the token any more.
@@ -81,7 +87,7 @@ def _generation_prompt(render: Render, **kwargs: Any) -> str:
     messages = [{"role": "user", "content": "q"}]
     without = render(messages, add_generation_prompt=False, **kwargs)
     with_ = render(messages, add_generation_prompt=True, **kwargs)
-    return with_[len(without):] if with_.startswith(without) else with_
+    return with_[len(without) :] if with_.startswith(without) else with_
 
 
 def thinking_mode(source: str, render: Render) -> str:
@@ -102,8 +108,9 @@ class ChatTemplate:
     specials: tuple[str, ...] = ()
     sha256: str = field(init=False)
     thinking: str = field(init=False)
-    _shapes: dict[tuple[bool, bool], str] = field(init=False, default_factory=dict,
-                                                  repr=False, compare=False)
+    _shapes: dict[tuple[bool, bool], str] = field(
+        init=False, default_factory=dict, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sha256", hashlib.sha256(self.source.encode()).hexdigest())
@@ -112,25 +119,26 @@ class ChatTemplate:
     def neutralise(self, text: str) -> str:
         return neutralise(text, self.specials)
 
-    def render(self, question: str, *, has_image: bool, reasoning: bool = True
-               ) -> RenderedChat:
+    def render(self, question: str, *, has_image: bool, reasoning: bool = True) -> RenderedChat:
         """One render by the template per question; what the template adds around any
         question (the image placeholder, the generation prompt) is learnt once per shape
         (`_shape`) from a probe question."""
         if not reasoning and self.thinking == "opens":
-            raise TemplateError(f"{self.name}: the template always opens <think>; this "
-                                "checkpoint cannot answer with reasoning off")
+            raise TemplateError(
+                f"{self.name}: the template always opens <think>; this "
+                "checkpoint cannot answer with reasoning off"
+            )
         kwargs = {"enable_thinking": reasoning} if self.thinking == "switch" else {}
         opened = self._shape(has_image, reasoning, kwargs)
         user = self.neutralise(question)
         text = self.render_fn(_turn(user, has_image), add_generation_prompt=True, **kwargs)
         if user not in text:
-            raise TemplateError(f"{self.name}: the rendered prompt does not hold the question "
-                                "byte for byte")
+            raise TemplateError(
+                f"{self.name}: the rendered prompt does not hold the question byte for byte"
+            )
         if not text.endswith(opened):  # a template whose ending depends on the question
-            bare = self.render_fn(_turn(user, has_image), add_generation_prompt=False,
-                                  **kwargs)
-            opened = text[len(bare):] if text.startswith(bare) else ""
+            bare = self.render_fn(_turn(user, has_image), add_generation_prompt=False, **kwargs)
+            opened = text[len(bare) :] if text.startswith(bare) else ""
         at = opened.rfind(OPEN)
         return RenderedChat(text=text, prefix=opened[at:] if at >= 0 else "", user=user)
 
@@ -141,12 +149,17 @@ class ChatTemplate:
         if key not in self._shapes:
             turn = _turn(_PROBE, has_image)
             text = self.render_fn(turn, add_generation_prompt=True, **kwargs)
-            if has_image and self.render_fn(_turn(_PROBE, False), add_generation_prompt=True,
-                                            **kwargs) == text:
-                raise TemplateError(f"{self.name}: the template puts no image placeholder in "
-                                    "the user turn (not a VLM template?)")
+            if (
+                has_image
+                and self.render_fn(_turn(_PROBE, False), add_generation_prompt=True, **kwargs)
+                == text
+            ):
+                raise TemplateError(
+                    f"{self.name}: the template puts no image placeholder in "
+                    "the user turn (not a VLM template?)"
+                )
             bare = self.render_fn(turn, add_generation_prompt=False, **kwargs)
-            self._shapes[key] = text[len(bare):] if text.startswith(bare) else ""
+            self._shapes[key] = text[len(bare) :] if text.startswith(bare) else ""
         return self._shapes[key]
 
 

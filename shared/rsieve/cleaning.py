@@ -45,10 +45,17 @@ POLICY_VERSION = "clean/2"
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
 
-def _quarantine(line: int, reason: str, detail: str = "", *, item_id: str | None = None,
-                family: str | None = None) -> Quarantined:
-    return Quarantined(id=item_id, line=line, family=family, stage="clean", reason=reason,
-                       detail=detail[:500])
+def _quarantine(
+    line: int,
+    reason: str,
+    detail: str = "",
+    *,
+    item_id: str | None = None,
+    family: str | None = None,
+) -> Quarantined:
+    return Quarantined(
+        id=item_id, line=line, family=family, stage="clean", reason=reason, detail=detail[:500]
+    )
 
 
 def parse_line(raw: bytes, line: int, *, text_max_chars: int) -> PoolItem | Quarantined:
@@ -69,16 +76,22 @@ def parse_line(raw: bytes, line: int, *, text_max_chars: int) -> PoolItem | Quar
         item = PoolItem.model_validate(obj)
     except ValidationError as exc:
         fields = ", ".join(".".join(map(str, e["loc"])) for e in exc.errors())
-        return _quarantine(line, "invalid_item", f"bad fields: {fields}", item_id=item_id,
-                           family=family)
+        return _quarantine(
+            line, "invalid_item", f"bad fields: {fields}", item_id=item_id, family=family
+        )
     refs = [item.answer] if isinstance(item.answer, str) else list(item.answer)
     if not item.question.strip():
         return _quarantine(line, "empty_question", item_id=item.id, family=item.family)
     if not refs or not all(r.strip() for r in refs):
         return _quarantine(line, "empty_answer_reference", item_id=item.id, family=item.family)
     if len(item.question) > text_max_chars or sum(map(len, refs)) > text_max_chars:
-        return _quarantine(line, "text_too_long", f"limit {text_max_chars} characters",
-                           item_id=item.id, family=item.family)
+        return _quarantine(
+            line,
+            "text_too_long",
+            f"limit {text_max_chars} characters",
+            item_id=item.id,
+            family=item.family,
+        )
     return item
 
 
@@ -139,15 +152,27 @@ def check_provenance(source: Any, image_sha256: str, policy: str) -> tuple[bool,
 
 
 def clean_item(
-    item: PoolItem, *, line: int, image_sha256: str, provenance_check: str, policy: str,
-    pool_uri: str, policy_extra: dict[str, Any] | None = None, purity: str | None = None,
+    item: PoolItem,
+    *,
+    line: int,
+    image_sha256: str,
+    provenance_check: str,
+    policy: str,
+    pool_uri: str,
+    policy_extra: dict[str, Any] | None = None,
+    purity: str | None = None,
 ) -> Item | Quarantined:
     """A validated pool item to the item the model sees: the family's protocol, multiple
     choice normalised (mcq.py), the instruction appended, every decision in clean_meta."""
     protocol = protocol_for(item.family, item.protocol)
     if protocol is None or protocol not in PROTOCOLS:
-        return _quarantine(line, "unknown_protocol", f"family {item.family!r} "
-                           f"protocol {protocol!r}", item_id=item.id, family=item.family)
+        return _quarantine(
+            line,
+            "unknown_protocol",
+            f"family {item.family!r} protocol {protocol!r}",
+            item_id=item.id,
+            family=item.family,
+        )
     question, answer, mcq_meta = item.question, item.answer, None
     if protocol == "mc":
         mcq = normalise_mcq(item.question, item.answer, item.options)
@@ -192,9 +217,15 @@ class PoolAssessment:
 
 
 def assess_pool(
-    lines: Sequence[PoolLine], *, image_sha256: Callable[[str], str | None],
-    refused: Mapping[str, str], provenance_policy: str, text_max_chars: int,
-    purity_threshold: float, purity_min_items: int, embed: Embedder | None,
+    lines: Sequence[PoolLine],
+    *,
+    image_sha256: Callable[[str], str | None],
+    refused: Mapping[str, str],
+    provenance_policy: str,
+    text_max_chars: int,
+    purity_threshold: float,
+    purity_min_items: int,
+    embed: Embedder | None,
     provenance: Callable[[Any, str], tuple[bool, str]] | None = None,
 ) -> PoolAssessment:
     """Exact duplicates and task purity over every line of a pool.
@@ -227,8 +258,11 @@ def assess_pool(
         protocol = protocol_for(item.family, item.protocol)
         if sha is None or protocol is None or protocol not in PROTOCOLS:
             continue
-        admitted = (provenance(item.source, sha) if provenance is not None
-                    else check_provenance(item.source, sha, provenance_policy))
+        admitted = (
+            provenance(item.source, sha)
+            if provenance is not None
+            else check_provenance(item.source, sha, provenance_policy)
+        )
         if not admitted[0]:
             continue
         first = first_of.setdefault((sha, item.question.strip()), pl.line)
@@ -241,28 +275,43 @@ def assess_pool(
             mcq_status = normalise_mcq(item.question, item.answer, item.options).status
             mcq_counts[item.family][mcq_status] += 1
         protocol_of.setdefault(item.family, protocol)
-        by_family[item.family].append(PurityQuestion(
-            pl.line, item.question, has_options=mcq_status not in (None, "none")))
+        by_family[item.family].append(
+            PurityQuestion(pl.line, item.question, has_options=mcq_status not in (None, "none"))
+        )
     families: dict[str, Any] = {}
     rules: dict[int, str] = {}
     for family in sorted(by_family):
-        purity = measure_purity(family, protocol_of[family], by_family[family],
-                                threshold=purity_threshold, min_items=purity_min_items,
-                                embed=embed)
+        purity = measure_purity(
+            family,
+            protocol_of[family],
+            by_family[family],
+            threshold=purity_threshold,
+            min_items=purity_min_items,
+            embed=embed,
+        )
         rules |= purity.rule_of_line
         for line in purity.dropped_lines:
-            verdicts[line] = ("off_task", f"family off-task share {purity.share:.1%} > "
-                              f"{purity_threshold:.1%}; {purity.rule_of_line[line]}")
-        families[family] = {"purity": purity.summary(),
-                            "mcq": dict(sorted(mcq_counts[family].items())),
-                            "duplicate_items": duplicates[family]}
+            verdicts[line] = (
+                "off_task",
+                f"family off-task share {purity.share:.1%} > "
+                f"{purity_threshold:.1%}; {purity.rule_of_line[line]}",
+            )
+        families[family] = {
+            "purity": purity.summary(),
+            "mcq": dict(sorted(mcq_counts[family].items())),
+            "duplicate_items": duplicates[family],
+        }
     for family, n in duplicates.items():  # a family whose every item was a duplicate
         families.setdefault(family, {"purity": None, "mcq": {}, "duplicate_items": n})
     report = {
         "version": POLICY_VERSION,
-        "policy": {"provenance": provenance_policy, "purity": PURITY_VERSION,
-                   "purity_threshold": purity_threshold, "purity_min_items": purity_min_items,
-                   "embedding_model": EMBEDDING_MODEL if embed is not None else None},
+        "policy": {
+            "provenance": provenance_policy,
+            "purity": PURITY_VERSION,
+            "purity_threshold": purity_threshold,
+            "purity_min_items": purity_min_items,
+            "embedding_model": EMBEDDING_MODEL if embed is not None else None,
+        },
         "files_refused": dict(sorted(refused.items())),
         "families": dict(sorted(families.items())),
     }
@@ -290,25 +339,47 @@ def render_cleaning(report: Mapping[str, Any]) -> list[str]:
     for family, fam in report.get("families", {}).items():
         p = fam.get("purity")
         if p:
-            examples = "; ".join(e["question"].replace("|", "/").replace("\n", " ")[:60]
-                                 for e in p["examples"][:3])
+            examples = "; ".join(
+                e["question"].replace("|", "/").replace("\n", " ")[:60] for e in p["examples"][:3]
+            )
             share = f"{p['share']:.1%}" if p["measured"] else "not measured"
-            out.append(f"| {family} | {p['items']} | {p['off_task']} | {share} | "
-                       f"{p['threshold']:.0%} | {p['kept']} | {p['dropped']} | {examples} |")
+            out.append(
+                f"| {family} | {p['items']} | {p['off_task']} | {share} | "
+                f"{p['threshold']:.0%} | {p['kept']} | {p['dropped']} | {examples} |"
+            )
         if fam.get("mcq"):
-            mcq_rows.append(f"| {family} | " + " | ".join(
-                str(fam["mcq"].get(k, 0)) for k in ("normalised", "lettered", "ambiguous",
-                                                    "none")) + " |")
+            mcq_rows.append(
+                f"| {family} | "
+                + " | ".join(
+                    str(fam["mcq"].get(k, 0))
+                    for k in ("normalised", "lettered", "ambiguous", "none")
+                )
+                + " |"
+            )
         if fam.get("duplicate_items"):
             dup_rows.append(f"| {family} | {fam['duplicate_items']} |")
     if mcq_rows:
-        out += ["", "### Multiple-choice normalisation", "",
-                "| family | re-rendered | already lettered | ambiguous (left, flagged) | "
-                "no options |", "|---|---|---|---|---|", *mcq_rows]
+        out += [
+            "",
+            "### Multiple-choice normalisation",
+            "",
+            "| family | re-rendered | already lettered | ambiguous (left, flagged) | no options |",
+            "|---|---|---|---|---|",
+            *mcq_rows,
+        ]
     if dup_rows:
-        out += ["", "### Exact duplicates (same image sha256, same question; first kept)", "",
-                "| family | quarantined |", "|---|---|", *dup_rows]
+        out += [
+            "",
+            "### Exact duplicates (same image sha256, same question; first kept)",
+            "",
+            "| family | quarantined |",
+            "|---|---|",
+            *dup_rows,
+        ]
     if report.get("files_refused"):
-        out += ["", f"Files refused at upload: {len(report['files_refused'])} "
-                "(symbolic links leaving the pool folder)."]
+        out += [
+            "",
+            f"Files refused at upload: {len(report['files_refused'])} "
+            "(symbolic links leaving the pool folder).",
+        ]
     return out

@@ -81,7 +81,7 @@ def friendly(fn: F) -> F:
         except Failure as exc:
             message = str(exc)
         except httpx.TransportError as exc:
-            message = (f"cannot reach the API ({type(exc).__name__}: {exc}); fix: {STACK_FIX}")
+            message = f"cannot reach the API ({type(exc).__name__}: {exc}); fix: {STACK_FIX}"
         except RetryableError as exc:
             message = f"storage or queue unreachable ({exc}); fix: {STACK_FIX}"
         except (RsieveError, OSError, TimeoutError) as exc:
@@ -106,15 +106,18 @@ def _api(method: str, path: str, **kwargs: Any) -> Any:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     resp = httpx.request(method, f"{s.api_url}{path}", headers=headers, timeout=60, **kwargs)
     if resp.status_code == 401:
-        raise Failure(f"the API at {s.api_url} refused the token",
-                      "set RSIEVE_API_TOKEN to the API's token")
+        raise Failure(
+            f"the API at {s.api_url} refused the token", "set RSIEVE_API_TOKEN to the API's token"
+        )
     if resp.status_code >= 400:
         try:
             detail = resp.json().get("detail")
         except ValueError:
             detail = resp.text[:300]
-        fix = {404: "`rsieve status` lists the runs",
-               409: "wait until `rsieve status RUN` says done"}.get(resp.status_code)
+        fix = {
+            404: "`rsieve status` lists the runs",
+            409: "wait until `rsieve status RUN` says done",
+        }.get(resp.status_code)
         raise Failure(f"{detail if isinstance(detail, str) else json.dumps(detail)}", fix)
     return resp.json()
 
@@ -123,8 +126,10 @@ def _spec_or_fail(ctx: Any, run_id: str) -> Any:
     try:
         return ctx.spec(run_id)
     except NotFoundError:
-        raise Failure(f"no run {run_id!r} in s3://{ctx.settings.s3_bucket}/runs/",
-                      "`rsieve status` lists the runs") from None
+        raise Failure(
+            f"no run {run_id!r} in s3://{ctx.settings.s3_bucket}/runs/",
+            "`rsieve status` lists the runs",
+        ) from None
 
 
 @app.command()
@@ -145,19 +150,27 @@ def audit(
         raise typer.Exit(1) from None
     index, outputs = ctx.load_run(run_id)
     if index is None:
-        console.print(f"[red]error:[/] run {run_id} was never ingested; "
-                      f"fix: rsieve reconcile {run_id}")
+        console.print(
+            f"[red]error:[/] run {run_id} was never ingested; fix: rsieve reconcile {run_id}"
+        )
         raise typer.Exit(1)
     result = audit_run(index, outputs)
     if as_json:
         typer.echo(json.dumps(result.as_dict(), indent=1))
     else:
-        table = Table("family", *[f"{s} in/out/quar." for s in ("clean", "generate", "verify",
-                                                               "judge")], title=run_id)
+        table = Table(
+            "family",
+            *[f"{s} in/out/quar." for s in ("clean", "generate", "verify", "judge")],
+            title=run_id,
+        )
         for fam, stages in result.families.items():
-            table.add_row(fam, *[
-                "{in}/{out}/{quarantined}".format(**stages[s]) if s in stages else "-"
-                for s in ("clean", "generate", "verify", "judge")])
+            table.add_row(
+                fam,
+                *[
+                    "{in}/{out}/{quarantined}".format(**stages[s]) if s in stages else "-"
+                    for s in ("clean", "generate", "verify", "judge")
+                ],
+            )
         Console().print(table)
         for problem in result.problems:
             console.print(f"[red]problem:[/] {problem}")
@@ -220,8 +233,7 @@ def _print_status(status: dict[str, int | None]) -> None:
 def run(
     pool: Annotated[Path, typer.Argument(help="pool folder with items.jsonl and images")],
     out: Annotated[Path, typer.Option(help="export folder; the dataset goes to OUT/<dataset>")],
-    dataset: Annotated[str | None, typer.Option(help="dataset name (default: pool folder)")]
-    = None,
+    dataset: Annotated[str | None, typer.Option(help="dataset name (default: pool folder)")] = None,
     timeout: Annotated[float, typer.Option(help="seconds to wait for the run")] = 7200,
 ) -> None:
     """Process a pool end to end on the local stack and export its dataset."""
@@ -241,17 +253,25 @@ def run(
         token = settings.api_token.get_secret_value() if settings.api_token else None
         run_id = submit(settings.api_url, uri, name, token=token)
         console.print(f"run [bold]{run_id}[/] for pool {pool} -> dataset {name}")
-        with Progress(TextColumn("{task.description:>9}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console) as progress:
-            bars = {s: progress.add_task(s, total=None)
-                    for s in ("clean", "generate", "verify", "judge")}
+        with Progress(
+            TextColumn("{task.description:>9}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress:
+            bars = {
+                s: progress.add_task(s, total=None)
+                for s in ("clean", "generate", "verify", "judge")
+            }
 
             def show(status: dict) -> None:  # type: ignore[type-arg]
                 for stage, bar in bars.items():
                     progress.update(bar, total=status["shards"], completed=status["stages"][stage])
 
-            final = wait_for_run(settings.api_url, run_id, timeout=timeout, token=token,
-                                 on_status=show)
+            final = wait_for_run(
+                settings.api_url, run_id, timeout=timeout, token=token, on_status=show
+            )
         target = export_dataset(store, name, out)
     except (RsieveError, TimeoutError, OSError) as exc:
         console.print(f"[red]error:[/] {exc}")
@@ -263,8 +283,9 @@ def run(
     report = json.loads((target / "run_report.json").read_text())
     fams = Table("family", "in", "accepted", "rejected", "quarantined", title="run report")
     for fam, r in report["families"].items():
-        fams.add_row(fam, str(r["in"]), str(r["accepted"]), str(r["rejected"]),
-                     str(r["quarantined"]))
+        fams.add_row(
+            fam, str(r["in"]), str(r["accepted"]), str(r["rejected"]), str(r["quarantined"])
+        )
     Console().print(fams)
     if not report["adds_up"]:
         console.print("[red]the run's accounting does not add up[/]; see run_report.json")
@@ -275,8 +296,7 @@ def run(
 @friendly
 def submit_pool(
     pool: Annotated[Path, typer.Argument(help="pool folder with items.jsonl and images")],
-    dataset: Annotated[str | None, typer.Option(help="dataset name (default: pool folder)")]
-    = None,
+    dataset: Annotated[str | None, typer.Option(help="dataset name (default: pool folder)")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Upload POOL and submit it to the running stack; prints the run id (no waiting)."""
@@ -286,8 +306,10 @@ def submit_pool(
     if not pool.is_dir():
         raise Failure(f"{pool} is not a folder", "give the pool folder (items.jsonl + images)")
     if not (pool / "items.jsonl").is_file() and not any(pool.glob("*.parquet")):
-        raise Failure(f"{pool} is not a pool: it has no items.jsonl",
-                      "give the folder that holds items.jsonl and its images")
+        raise Failure(
+            f"{pool} is not a pool: it has no items.jsonl",
+            "give the folder that holds items.jsonl and its images",
+        )
     _api("GET", "/healthz")  # fail fast, before uploading, when the stack is down
     name = dataset or pool.resolve().name
     uri = upload_pool(S3Store(_settings()), pool)
@@ -303,39 +325,54 @@ def _fmt_eta(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     seconds = int(seconds)
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else (
-        f"{seconds // 60}m{seconds % 60:02d}s")
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+        if seconds >= 3600
+        else (f"{seconds // 60}m{seconds % 60:02d}s")
+    )
 
 
 def _status_tables(status: dict[str, Any]) -> list[Table]:
     total = status["shards"]
-    stages = Table("stage", "progress", "shards", "items", "items/s", "ETA",
-                   title=f"{status['run']} ({'done' if status['done'] else 'running'})")
+    stages = Table(
+        "stage",
+        "progress",
+        "shards",
+        "items",
+        "items/s",
+        "ETA",
+        title=f"{status['run']} ({'done' if status['done'] else 'running'})",
+    )
     for stage, p in status["progress"].items():
         done = p["shards_done"]
         width = 20
         filled = int(width * done / total) if total else 0
         bar = "[green]" + "█" * filled + "[/][dim]" + "░" * (width - filled) + "[/]"
-        stages.add_row(stage, bar, f"{done}/{total if total is not None else '?'}",
-                       str(p["items"]) if p["items"] is not None else "-",
-                       f"{p['rate_items_s']:.1f}" if p["rate_items_s"] is not None else "-",
-                       _fmt_eta(p["eta_s"]))
+        stages.add_row(
+            stage,
+            bar,
+            f"{done}/{total if total is not None else '?'}",
+            str(p["items"]) if p["items"] is not None else "-",
+            f"{p['rate_items_s']:.1f}" if p["rate_items_s"] is not None else "-",
+            _fmt_eta(p["eta_s"]),
+        )
     families = sorted({f for p in status["progress"].values() for f in p["families"]})
     per_family = Table("family", *status["progress"], title="items per family and stage")
     for fam in families:
-        per_family.add_row(fam, *[str(p["families"].get(fam, 0))
-                                  for p in status["progress"].values()])
+        per_family.add_row(
+            fam, *[str(p["families"].get(fam, 0)) for p in status["progress"].values()]
+        )
     return [stages, per_family] if families else [stages]
 
 
 @app.command()
 @friendly
 def status(
-    run_id: Annotated[str | None, typer.Argument(metavar="[RUN]", help="run id (none: list)")]
-    = None,
+    run_id: Annotated[
+        str | None, typer.Argument(metavar="[RUN]", help="run id (none: list)")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
-    watch: Annotated[bool, typer.Option("--watch", help="refresh until the run is done")]
-    = False,
+    watch: Annotated[bool, typer.Option("--watch", help="refresh until the run is done")] = False,
     interval: Annotated[float, typer.Option(help="seconds between refreshes")] = 1.0,
 ) -> None:
     """Per-stage progress of RUN (shards, items, rate, ETA, per family), or list the runs."""
@@ -348,8 +385,11 @@ def status(
             return
         table = Table("run", "dataset", "submitted", title=f"{runs['count']} run(s)")
         for r in runs["data"]:
-            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["submitted_at"])) if r.get(
-                "submitted_at") else "-"
+            when = (
+                time.strftime("%Y-%m-%d %H:%M", time.localtime(r["submitted_at"]))
+                if r.get("submitted_at")
+                else "-"
+            )
             table.add_row(r["run"], r["dataset"], when)
         Console().print(table)
         return
@@ -377,8 +417,10 @@ def _published(ctx: Any, run_id: str) -> Any:
 
     spec = _spec_or_fail(ctx, run_id)
     if run_manifest(ctx.store, spec.dataset, run_id) is None:
-        raise Failure(f"run {run_id} is not committed to dataset {spec.dataset} yet",
-                      f"wait until `rsieve status {run_id}` says done")
+        raise Failure(
+            f"run {run_id} is not committed to dataset {spec.dataset} yet",
+            f"wait until `rsieve status {run_id}` says done",
+        )
     return spec
 
 
@@ -421,19 +463,25 @@ def recheck(
 
     ctx = _context()
     _spec_or_fail(ctx, run_id)
-    outputs = [ctx.load(run_id, "verify", shard)
-               for shard in sorted(ctx.stored_shards(run_id, "verify"))]
+    outputs = [
+        ctx.load(run_id, "verify", shard) for shard in sorted(ctx.stored_shards(run_id, "verify"))
+    ]
     if not outputs:
-        raise Failure(f"run {run_id} has no verifier output yet",
-                      f"wait until `rsieve status {run_id}` shows verify shards")
+        raise Failure(
+            f"run {run_id} has no verifier output yet",
+            f"wait until `rsieve status {run_id}` shows verify shards",
+        )
     checked, diffs = recheck_outcomes(o for out in outputs for o in out.verified)
     if as_json:
         typer.echo(json.dumps({"run": run_id, "checked": checked, "differences": diffs}))
     else:
         for d in diffs:
-            console.print(f"[red]differs:[/] {d['id']} ({d['family']}, line {d['line']}): "
-                          f"stored {d['stored']} recomputed {d['recomputed']}",
-                          highlight=False, soft_wrap=True)
+            console.print(
+                f"[red]differs:[/] {d['id']} ({d['family']}, line {d['line']}): "
+                f"stored {d['stored']} recomputed {d['recomputed']}",
+                highlight=False,
+                soft_wrap=True,
+            )
         typer.echo(f"{checked} decision(s) rechecked, {len(diffs)} differ")
     raise typer.Exit(1 if diffs else 0)
 

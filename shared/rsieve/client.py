@@ -19,8 +19,14 @@ from rsieve.cleaning import pool_image_path
 from rsieve.errors import PermanentError
 from rsieve.ingest import read_pool
 
-__all__ = ["export_dataset", "pool_files", "recheck_outcomes", "submit", "upload_pool",
-           "wait_for_run"]
+__all__ = [
+    "export_dataset",
+    "pool_files",
+    "recheck_outcomes",
+    "submit",
+    "upload_pool",
+    "wait_for_run",
+]
 
 
 def pool_files(folder: Path) -> list[str]:
@@ -77,16 +83,26 @@ def _headers(token: str | None) -> dict[str, str]:
 
 
 def submit(api_url: str, pool_uri: str, dataset: str, token: str | None = None) -> str:
-    resp = httpx.post(f"{api_url}/runs", json={"pool_uri": pool_uri, "dataset": dataset},
-                      headers=_headers(token), timeout=30)
+    resp = httpx.post(
+        f"{api_url}/runs",
+        json={"pool_uri": pool_uri, "dataset": dataset},
+        headers=_headers(token),
+        timeout=30,
+    )
     if resp.status_code >= 400:
         raise PermanentError(f"the API refused the run: {resp.status_code} {resp.text}")
     return str(resp.json()["run"])
 
 
-def wait_for_run(api_url: str, run: str, *, timeout: float, token: str | None = None,
-                 on_status: Callable[[dict[str, Any]], None] | None = None,
-                 poll_s: float = 1.0) -> dict[str, Any]:
+def wait_for_run(
+    api_url: str,
+    run: str,
+    *,
+    timeout: float,
+    token: str | None = None,
+    on_status: Callable[[dict[str, Any]], None] | None = None,
+    poll_s: float = 1.0,
+) -> dict[str, Any]:
     """Poll the run's status every `poll_s` until it is done (compacted). A poll is one
     Redis round trip and one S3 read on the API's side (services/api/runs.py); once a
     second keeps a progress bar live without costing the run anything measurable."""
@@ -132,10 +148,22 @@ def export_dataset(store: S3Store, dataset: str, dest: Path) -> Path:
 
 def _decision_view(o: Any) -> dict[str, Any]:
     d = o.decision
-    return {"place": o.place, "reason": o.reason,
-            **({"protocol": d.protocol, "version": d.version, "accepted": d.accepted,
-                "score": d.score, "variant": d.variant, "threshold": d.threshold}
-               if d is not None else {"decision": None})}
+    return {
+        "place": o.place,
+        "reason": o.reason,
+        **(
+            {
+                "protocol": d.protocol,
+                "version": d.version,
+                "accepted": d.accepted,
+                "score": d.score,
+                "variant": d.variant,
+                "threshold": d.threshold,
+            }
+            if d is not None
+            else {"decision": None}
+        ),
+    }
 
 
 def recheck_outcomes(outcomes: Iterable[Any]) -> tuple[int, list[dict[str, Any]]]:
@@ -151,8 +179,15 @@ def recheck_outcomes(outcomes: Iterable[Any]) -> tuple[int, list[dict[str, Any]]
         before = _decision_view(stored)
         if now != before:
             item = stored.generation.item
-            diffs.append({"id": item.id, "line": item.line, "family": item.family,
-                          "stored": before, "recomputed": now})
+            diffs.append(
+                {
+                    "id": item.id,
+                    "line": item.line,
+                    "family": item.family,
+                    "stored": before,
+                    "recomputed": now,
+                }
+            )
     return checked, diffs
 
 

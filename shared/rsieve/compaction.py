@@ -45,8 +45,14 @@ def shard_name(split: str, run: str, index: int, count: int) -> str:
     return f"data/{split}-{run}-{index:05d}-of-{count:05d}.parquet"
 
 
-def next_manifest(previous: dict[str, Any] | None, *, dataset: str, run: str,
-                  shards: list[dict[str, Any]], adds_up: bool) -> dict[str, Any]:
+def next_manifest(
+    previous: dict[str, Any] | None,
+    *,
+    dataset: str,
+    run: str,
+    shards: list[dict[str, Any]],
+    adds_up: bool,
+) -> dict[str, Any]:
     """The manifest after committing `run`: the previous shards plus this run's."""
     kept = [s for s in (previous or {}).get("shards", []) if s["run"] != run]
     all_shards = sorted(kept + shards, key=lambda s: (s["split"], s["path"]))

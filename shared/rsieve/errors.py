@@ -1,10 +1,10 @@
 """The rsieve error tree. Adapters translate vendor errors into it.
 
-    RsieveError
-     ├── RetryableError      a transient failure of infrastructure (S3 503, Triton down):
-     │                       retry the task; never recorded as a verdict
-     └── PermanentError      retrying cannot help (bad configuration, unknown run)
-          └── NotFoundError  an object or run that does not exist
+RsieveError
+ ├── RetryableError      a transient failure of infrastructure (S3 503, Triton down):
+ │                       retry the task; never recorded as a verdict
+ └── PermanentError      retrying cannot help (bad configuration, unknown run)
+      └── NotFoundError  an object or run that does not exist
 """
 
 __all__ = ["NotFoundError", "PermanentError", "RetryableError", "RsieveError"]

@@ -5,11 +5,30 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["FAMILY_PROTOCOLS", "FULL_ANSWER_LISTS", "INSTRUCTIONS", "family_key",
-           "full_answer_list", "protocol_for"]
+__all__ = [
+    "FAMILY_PROTOCOLS",
+    "FULL_ANSWER_LISTS",
+    "INSTRUCTIONS",
+    "family_key",
+    "full_answer_list",
+    "protocol_for",
+]
 
-_ALNUM = ["OrandCar", "ORAND-CAR", "ORAND-CAR-A", "ORAND-CAR-B", "IIIT5K", "SVT", "IC13",
-          "IC15", "CUTE80", "WordArt", "Total-Text", "SynthWords", "SynthAmounts"]
+_ALNUM = [
+    "OrandCar",
+    "ORAND-CAR",
+    "ORAND-CAR-A",
+    "ORAND-CAR-B",
+    "IIIT5K",
+    "SVT",
+    "IC13",
+    "IC15",
+    "CUTE80",
+    "WordArt",
+    "Total-Text",
+    "SynthWords",
+    "SynthAmounts",
+]
 _ANLS = ["DocVQA", "InfoVQA", "InfographicVQA", "ST-VQA"]
 _RELAXED = ["ChartQA", "PlotQA"]
 _VQA = ["VQAv2", "TextVQA", "VizWiz", "OK-VQA"]
@@ -18,8 +37,14 @@ _MATH = ["MathVista", "MathVerse", "GeoQA"]
 
 FAMILY_PROTOCOLS: dict[str, str] = {
     family_name: protocol
-    for protocol, names in (("alnum", _ALNUM), ("anls", _ANLS), ("relaxed", _RELAXED),
-                            ("vqa", _VQA), ("mc", _MC), ("math", _MATH))
+    for protocol, names in (
+        ("alnum", _ALNUM),
+        ("anls", _ANLS),
+        ("relaxed", _RELAXED),
+        ("vqa", _VQA),
+        ("mc", _MC),
+        ("math", _MATH),
+    )
     for family_name in names
 }
 

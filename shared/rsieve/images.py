@@ -43,13 +43,20 @@ class PreparedImage:
     reencoded: bool
 
     def meta(self) -> dict[str, object]:
-        return {"sha256": self.sha256, "bytes": len(self.data), "width": self.width,
-                "height": self.height, "format": self.format, "reencoded": self.reencoded}
+        return {
+            "sha256": self.sha256,
+            "bytes": len(self.data),
+            "width": self.width,
+            "height": self.height,
+            "format": self.format,
+            "reencoded": self.reencoded,
+        }
 
 
 def _done(data: bytes, img: Image.Image, fmt: str, reencoded: bool) -> PreparedImage:
-    return PreparedImage(data, hashlib.sha256(data).hexdigest(), img.width, img.height, fmt,
-                         reencoded)
+    return PreparedImage(
+        data, hashlib.sha256(data).hexdigest(), img.width, img.height, fmt, reencoded
+    )
 
 
 def prepare_image(data: bytes, *, max_side: int, max_pixels: int) -> PreparedImage:
@@ -66,8 +73,12 @@ def prepare_image(data: bytes, *, max_side: int, max_pixels: int) -> PreparedIma
         raise ImageError(f"cannot decode image: {type(exc).__name__}: {exc}") from exc
     fmt = img.format or ""
     rotated = img.getexif().get(_ORIENTATION, 1) not in (0, 1)
-    if (fmt in _AS_IS_FORMATS and img.mode in _AS_IS_MODES and not rotated
-            and max(img.size) <= max_side):
+    if (
+        fmt in _AS_IS_FORMATS
+        and img.mode in _AS_IS_MODES
+        and not rotated
+        and max(img.size) <= max_side
+    ):
         return _done(data, img, fmt, reencoded=False)
     img = ImageOps.exif_transpose(img)
     if img.mode in {"RGBA", "LA", "PA"} or (img.mode == "P" and "transparency" in img.info):

@@ -30,8 +30,7 @@ from rsieve.errors import PermanentError
 
 __all__ = ["PoolFiles", "pool_format", "read_pool"]
 
-_CONTRACT_FIELDS = ("id", "family", "image", "question", "answer", "source", "options",
-                    "protocol")
+_CONTRACT_FIELDS = ("id", "family", "image", "question", "answer", "source", "options", "protocol")
 
 
 @dataclass
@@ -58,8 +57,9 @@ def pool_format(folder: Path) -> str:
             continue
         if isinstance(rec, dict) and isinstance(rec.get("conversations"), list):
             return "infinitymm"
-    raise PermanentError(f"{folder} is not a pool: no items.jsonl, no Parquet files and no "
-                         "InfinityMM records")
+    raise PermanentError(
+        f"{folder} is not a pool: no items.jsonl, no Parquet files and no InfinityMM records"
+    )
 
 
 def read_pool(folder: Path, *, family: str | None = None) -> PoolFiles:
@@ -140,8 +140,7 @@ def _parquet(folder: Path, family: str | None) -> PoolFiles:
     for file in sorted(folder.rglob("*.parquet")):
         rel = file.relative_to(folder).as_posix()
         for row_number, row in enumerate(pq.read_table(file).to_pylist()):
-            rec: dict[str, Any] = {k: row[k] for k in _CONTRACT_FIELDS
-                                   if row.get(k) is not None}
+            rec: dict[str, Any] = {k: row[k] for k in _CONTRACT_FIELDS if row.get(k) is not None}
             image = row.get("image")
             if isinstance(image, dict) and image.get("bytes") is not None:
                 data, hint = image["bytes"], image.get("path")
@@ -194,8 +193,11 @@ def _infinitymm(folder: Path, family: str | None) -> PoolFiles:
                 pool.refused[path] = why
         tag = rec.get("source")
         turns = [t for t in rec["conversations"] if isinstance(t, dict)]
-        pairs = [(turns[i], turns[i + 1]) for i in range(0, len(turns) - 1, 2)
-                 if turns[i].get("from") == "human" and turns[i + 1].get("from") == "gpt"]
+        pairs = [
+            (turns[i], turns[i + 1])
+            for i in range(0, len(turns) - 1, 2)
+            if turns[i].get("from") == "human" and turns[i + 1].get("from") == "gpt"
+        ]
         for k, (human, gpt) in enumerate(pairs):
             item: dict[str, Any] = {
                 "id": str(rec.get("id")) + (f"-{k}" if k else ""),
@@ -204,9 +206,11 @@ def _infinitymm(folder: Path, family: str | None) -> PoolFiles:
                 "question": str(human.get("value", "")).replace("<image>", "").strip(),
                 "answer": gpt.get("value"),
                 "source": {
-                    "dataset": "InfinityMM", "tag": tag,
+                    "dataset": "InfinityMM",
+                    "tag": tag,
                     "record": file.relative_to(folder).as_posix(),
-                    **({"phash": rec["phash"]} if "phash" in rec else {})},
+                    **({"phash": rec["phash"]} if "phash" in rec else {}),
+                },
             }
             for key in ("options", "protocol"):
                 if key in rec:

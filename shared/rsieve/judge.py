@@ -153,23 +153,24 @@ _FAILURE_MESSAGE_CHARS = 200
 _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
 _SECRET_VALUE = re.compile(
     r"(?i)\b((?:api[_-]?key|access[_-]?key|secret(?:[_-]?key)?|token|password|passwd|pwd"
-    r"|authorization|credentials?)\b[\"']?\s*[:=]\s*)(?:bearer\s+|basic\s+)?[^\s,;&\"')]+")
+    r"|authorization|credentials?)\b[\"']?\s*[:=]\s*)(?:bearer\s+|basic\s+)?[^\s,;&\"')]+"
+)
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
 
 
 def _failure_message(failure: str | None) -> str:
     """A failed call's message as it is stored: one line, credentials masked, bounded."""
-    text = " ".join((failure or "no output")[:8 * _FAILURE_MESSAGE_CHARS].split())
+    text = " ".join((failure or "no output")[: 8 * _FAILURE_MESSAGE_CHARS].split())
     text = text or "no output"
     text = _URL_CREDENTIALS.sub(r"\1***@", text)
     text = _SECRET_VALUE.sub(r"\1***", text)
     text = _BEARER.sub(r"\1 ***", text)
-    return text if len(text) <= _FAILURE_MESSAGE_CHARS else \
-        text[:_FAILURE_MESSAGE_CHARS - 1] + "…"
+    return text if len(text) <= _FAILURE_MESSAGE_CHARS else text[: _FAILURE_MESSAGE_CHARS - 1] + "…"
 
 
-def read_verdict(raw_output: str | None, finish_reason: str = "stop",
-                 failure: str | None = None) -> ParsedVerdict:
+def read_verdict(
+    raw_output: str | None, finish_reason: str = "stop", failure: str | None = None
+) -> ParsedVerdict:
     """A model reply (or a failed call: `raw_output` None) as a verdict. A failed call is
     FAILED with cause `call_failed: <message>` (one line, credentials masked, bounded),
     never UNSURE, never WRONG."""

@@ -32,14 +32,16 @@ _BLOCK_LINE = re.compile(r"^[ \t]*\(?([A-Z])[.)][ \t]+\S", re.M)
 _TAIL = re.compile(
     r"\s*((?:please\s+)?answer\s+with\s+(?:the\s+)?(?:option'?s?|correct|letter)\b.*"
     r"|please\s+(?:choose|select)\s+(?:the\s+)?(?:correct|best)\s+(?:option|answer)\b.*)\Z",
-    re.I | re.S)
+    re.I | re.S,
+)
 # "Options:" / "Choices:" cue before lettered markers without punctuation ("A cat, B dog").
 _CUE = re.compile(r"(?:^|[\s.?!:])(options|choices|answer choices|candidates)\s*:\s*", re.I)
 # "choose from cat, dog or bird" / "select one of: x, y, z".
 _CHOOSE = re.compile(
     r"\b(?:choose|select|pick)(?:\s+(?:one|the\s+answer|an?\s+answer))?\s+"
     r"(?:from|among|between|of)(?:\s+the\s+following)?\s*:?\s*(?P<list>[^?\n]+?)\s*[.?]?\s*\Z",
-    re.I)
+    re.I,
+)
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,11 @@ class McqResult:
         if self.detail:
             meta["detail"] = self.detail
         if self.question != question or self.answer != answer:
-            meta |= {"original_question": question, "original_answer": answer,
-                     "options": self.options}
+            meta |= {
+                "original_question": question,
+                "original_answer": answer,
+                "options": self.options,
+            }
         return meta
 
 
@@ -87,14 +92,18 @@ def _map_reference(ref: str, options: dict[str, str]) -> str | None:
         return by_text[0]
     # "B. dog" / "(B) dog": the letter and its own text
     lead = re.fullmatch(r"\s*\(?([A-Za-z])[.)]\s*(.+)", ref)
-    if lead and lead.group(1).upper() in options and (
-            _fold(options[lead.group(1).upper()]) == _fold(lead.group(2))):
+    if (
+        lead
+        and lead.group(1).upper() in options
+        and (_fold(options[lead.group(1).upper()]) == _fold(lead.group(2)))
+    ):
         return lead.group(1).upper()
     return None
 
 
-def _map_answer(answer: str | list[str], options: dict[str, str]
-                ) -> tuple[str | list[str] | None, str]:
+def _map_answer(
+    answer: str | list[str], options: dict[str, str]
+) -> tuple[str | list[str] | None, str]:
     refs = [answer] if isinstance(answer, str) else list(answer)
     letters = {_map_reference(r, options) for r in refs}
     if None in letters:
@@ -127,16 +136,18 @@ _MARKERS: list[tuple[str, re.Pattern[str], bool]] = [
 ]
 
 
-def _split_markers(text: str, marker: re.Pattern[str], need_cue: bool
-                   ) -> tuple[str, dict[str, str]] | None | Literal["ambiguous"]:
+def _split_markers(
+    text: str, marker: re.Pattern[str], need_cue: bool
+) -> tuple[str, dict[str, str]] | None | Literal["ambiguous"]:
     """(stem, options) when `text` ends in options A, B, .. marked by `marker`."""
     if need_cue:
         cue = _CUE.search(text)
         if cue is None:
             return None
         body_start = cue.end()
-        stem = text[: cue.start()] + (text[cue.start(): cue.start() + 1]
-                                      if text[cue.start()] in ".?!" else "")
+        stem = text[: cue.start()] + (
+            text[cue.start() : cue.start() + 1] if text[cue.start()] in ".?!" else ""
+        )
     else:
         body_start, stem = 0, ""
     hits = list(marker.finditer(text, body_start))
@@ -156,12 +167,12 @@ def _split_markers(text: str, marker: re.Pattern[str], need_cue: bool
     if not need_cue:
         stem = text[: chosen[0].start()]
         cue = _CUE.search(stem)
-        if cue and not stem[cue.end():].strip():
+        if cue and not stem[cue.end() :].strip():
             stem = stem[: cue.start()] + (stem[cue.start()] if stem[cue.start()] in ".?!" else "")
     options: dict[str, str] = {}
     for i, m in enumerate(chosen):
         end = chosen[i + 1].start() if i + 1 < len(chosen) else len(text)
-        value = text[m.end(): end].strip().rstrip(",;").strip()
+        value = text[m.end() : end].strip().rstrip(",;").strip()
         if not value:
             return "ambiguous"
         options[m.group(1).upper()] = value
@@ -182,8 +193,9 @@ def _split_choose(text: str) -> tuple[str, dict[str, str]] | None:
     return stem, {chr(ord("A") + i): x for i, x in enumerate(items)}
 
 
-def normalise_mcq(question: str, answer: str | list[str],
-                  options: dict[str, str] | None = None) -> McqResult:
+def normalise_mcq(
+    question: str, answer: str | list[str], options: dict[str, str] | None = None
+) -> McqResult:
     """Find options in the question (or the `options` field) and render them as a block."""
     block = _block_options(question)
     if block is not None:
@@ -200,8 +212,9 @@ def normalise_mcq(question: str, answer: str | list[str],
     for name, marker, need_cue in _MARKERS:
         split = _split_markers(body, marker, need_cue)
         if split == "ambiguous":
-            return McqResult(question, answer, "ambiguous", name, {},
-                             "option letters repeat or are out of order")
+            return McqResult(
+                question, answer, "ambiguous", name, {}, "option letters repeat or are out of order"
+            )
         if split is not None:
             found, pattern = split, name
             break
@@ -210,10 +223,15 @@ def normalise_mcq(question: str, answer: str | list[str],
     if found is None and options:
         letters = sorted(options)
         if not _sequential(letters):
-            return McqResult(question, answer, "ambiguous", "options_field", dict(options),
-                             "the options field is not lettered A, B, ..")
-        found, pattern = (body, {k.upper(): v for k, v in sorted(options.items())}), \
-            "options_field"
+            return McqResult(
+                question,
+                answer,
+                "ambiguous",
+                "options_field",
+                dict(options),
+                "the options field is not lettered A, B, ..",
+            )
+        found, pattern = (body, {k.upper(): v for k, v in sorted(options.items())}), "options_field"
     if found is None:
         return McqResult(question, answer, "none")
     stem, opts = found

@@ -46,21 +46,32 @@ PREFIX = "rsieve:metrics"
 PROGRESS_TTL_S = 30 * 24 * 3600
 # name -> (help, label names)
 COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "rsieve_items": ("Items a stage finished, by family and outcome",
-                     ("stage", "family", "outcome")),
-    "rsieve_quarantined": ("Items quarantined, by stage, family and reason",
-                           ("stage", "family", "reason")),
-    "rsieve_rejected": ("Items placed in a rejected split, by family and reason",
-                        ("family", "reason")),
-    "rsieve_task_retries": ("Stage task retries (transient infrastructure failures)",
-                            ("task", "error")),
+    "rsieve_items": (
+        "Items a stage finished, by family and outcome",
+        ("stage", "family", "outcome"),
+    ),
+    "rsieve_quarantined": (
+        "Items quarantined, by stage, family and reason",
+        ("stage", "family", "reason"),
+    ),
+    "rsieve_rejected": (
+        "Items placed in a rejected split, by family and reason",
+        ("family", "reason"),
+    ),
+    "rsieve_task_retries": (
+        "Stage task retries (transient infrastructure failures)",
+        ("task", "error"),
+    ),
     "rsieve_task_failures": ("Stage tasks that failed for good", ("task", "error")),
 }
 # Stage latency: one shard task, start to finish, in seconds.
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 HISTOGRAMS: dict[str, tuple[str, tuple[str, ...], tuple[float, ...]]] = {
-    "rsieve_stage_seconds": ("Seconds one shard task took, by task and state",
-                             ("task", "state"), LATENCY_BUCKETS),
+    "rsieve_stage_seconds": (
+        "Seconds one shard task took, by task and state",
+        ("task", "state"),
+        LATENCY_BUCKETS,
+    ),
 }
 QUEUE_PRIORITY_SUFFIXES = ("", "\x06\x163", "\x06\x166", "\x06\x169")  # kombu's redis steps
 
@@ -77,18 +88,26 @@ def shard_counts(out: ShardOutput) -> dict[str, Any]:
     if out.stage == "clean":
         outcomes.update((_family(i.family), "passed") for i in out.items)
     elif out.stage == "generate":
-        outcomes.update((_family(g.item.family), "answered" if g.failure is None else g.failure)
-                        for g in out.generations)
+        outcomes.update(
+            (_family(g.item.family), "answered" if g.failure is None else g.failure)
+            for g in out.generations
+        )
     elif out.stage == "verify":
         for o in out.verified:
-            kind = ("accepted" if o.place == "accepted"
-                    else "to_judge" if o.reason is None else "rejected")
+            kind = (
+                "accepted"
+                if o.place == "accepted"
+                else "to_judge"
+                if o.reason is None
+                else "rejected"
+            )
             outcomes[(_family(o.generation.item.family), kind)] += 1
     elif out.stage == "judge":
         for o in out.outcomes:
             fam = _family(o.generation.item.family)
-            outcomes[(fam, f"accepted_by_{o.promoted_by}" if o.place == "accepted"
-                      else "rejected")] += 1
+            outcomes[
+                (fam, f"accepted_by_{o.promoted_by}" if o.place == "accepted" else "rejected")
+            ] += 1
             if o.place == "rejected":
                 rejected[(fam, o.reason or "unknown")] += 1
     quarantined = Counter((_family(q.family), q.reason) for q in out.quarantined)
@@ -97,8 +116,13 @@ def shard_counts(out: ShardOutput) -> dict[str, Any]:
     families: Counter[str] = Counter()
     for (fam, _), n in outcomes.items():
         families[fam] += n
-    return {"outcomes": outcomes, "quarantined": quarantined, "rejected": rejected,
-            "families": dict(families), "items": sum(families.values())}
+    return {
+        "outcomes": outcomes,
+        "quarantined": quarantined,
+        "rejected": rejected,
+        "families": dict(families),
+        "items": sum(families.values()),
+    }
 
 
 class RedisMetrics:
@@ -119,8 +143,11 @@ class RedisMetrics:
         for (fam, reason), n in c["rejected"].items():
             pipe.hincrbyfloat(f"{PREFIX}:c:rsieve_rejected", _field(fam, reason), n)
         key = f"rsieve:progress:{out.run}:{out.stage}"
-        pipe.hset(key, out.shard, json.dumps({"t": time.time(), "items": c["items"],
-                                              "families": c["families"]}))
+        pipe.hset(
+            key,
+            out.shard,
+            json.dumps({"t": time.time(), "items": c["items"], "families": c["families"]}),
+        )
         pipe.expire(key, PROGRESS_TTL_S)
         pipe.execute()
 
@@ -154,8 +181,9 @@ class RedisCollector:
     """The scrape side (the API): Redis hashes -> Prometheus families, plus gauges read at
     scrape time (queue depth, unacked messages, Triton's pending requests)."""
 
-    def __init__(self, client: Any, *, queues: Iterable[str] = (),
-                 triton_metrics: Any = None) -> None:
+    def __init__(
+        self, client: Any, *, queues: Iterable[str] = (), triton_metrics: Any = None
+    ) -> None:
         self._client, self._queues = client, tuple(queues)
         self._triton_metrics = triton_metrics  # () -> Prometheus text, or None
 
@@ -178,19 +206,25 @@ class RedisCollector:
                     cumulative.append((_le(bound), running))
                 hist.add_metric(list(lab), cumulative, parts.get("sum", 0.0))
             yield hist
-        depth = GaugeMetricFamily("rsieve_queue_depth", "Messages waiting in a stage queue",
-                                  labels=["queue"])
+        depth = GaugeMetricFamily(
+            "rsieve_queue_depth", "Messages waiting in a stage queue", labels=["queue"]
+        )
         for queue in self._queues:
-            depth.add_metric([queue], float(sum(self._client.llen(queue + suffix)
-                                                for suffix in QUEUE_PRIORITY_SUFFIXES)))
+            depth.add_metric(
+                [queue],
+                float(sum(self._client.llen(queue + suffix) for suffix in QUEUE_PRIORITY_SUFFIXES)),
+            )
         yield depth
-        yield GaugeMetricFamily("rsieve_unacked_messages",
-                                "Messages delivered to a worker and not yet acknowledged",
-                                value=float(self._client.hlen("unacked")))
+        yield GaugeMetricFamily(
+            "rsieve_unacked_messages",
+            "Messages delivered to a worker and not yet acknowledged",
+            value=float(self._client.hlen("unacked")),
+        )
         inflight = GaugeMetricFamily(
             "rsieve_triton_inflight_requests",
             "Requests Triton holds for a model (pending + executing, from Triton's metrics)",
-            labels=["model"])
+            labels=["model"],
+        )
         for model, value in _triton_inflight(self._triton_metrics).items():
             inflight.add_metric([model], value)
         yield inflight
@@ -227,17 +261,21 @@ def progress(client: Any, run: str, stages: Iterable[str]) -> dict[str, dict[str
         families: Counter[str] = Counter()
         for r in records:
             families.update(r["families"])
-        result[stage] = {"shards": len(records), "items": sum(r["items"] for r in records),
-                         "families": dict(sorted(families.items())),
-                         "first_t": min((r["t"] for r in records), default=None),
-                         "last_t": max((r["t"] for r in records), default=None)}
+        result[stage] = {
+            "shards": len(records),
+            "items": sum(r["items"] for r in records),
+            "families": dict(sorted(families.items())),
+            "first_t": min((r["t"] for r in records), default=None),
+            "last_t": max((r["t"] for r in records), default=None),
+        }
     return result
 
 
 # --- structured logs --------------------------------------------------------------------
 
 _CONTEXT: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
-    "rsieve_log_context", default=None)
+    "rsieve_log_context", default=None
+)
 
 
 def log_context(**fields: Any) -> None:
@@ -257,8 +295,12 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "ts": round(record.created, 3), "level": record.levelname.lower(),
-            "service": self.service, "logger": record.name, "msg": record.getMessage()}
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "service": self.service,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
         entry.update(_CONTEXT.get() or {})
         entry.update({k: getattr(record, k) for k in self.KEYS if hasattr(record, k)})
         if record.exc_info:

@@ -93,20 +93,25 @@ class Read:
     refs: tuple[ImageRef, ...]
 
 
-def plan_reads(refs: Iterable[ImageRef], *, max_gap: int = 1024 * 1024,
-               max_span: int = 32 * 1024 * 1024) -> list[Read]:
+def plan_reads(
+    refs: Iterable[ImageRef], *, max_gap: int = 1024 * 1024, max_span: int = 32 * 1024 * 1024
+) -> list[Read]:
     """The fewest ranged GETs that fetch `refs`: neighbours in a pack share a read when the
     bytes between them are at most `max_gap` (cheaper to fetch than a round trip) and the
     read stays within `max_span` (bounded memory). An image longer than `max_span` is
     read alone."""
-    unique = sorted({(r.pack, r.offset, r.length): r for r in refs}.values(),
-                    key=lambda r: (r.pack, r.offset))
+    unique = sorted(
+        {(r.pack, r.offset, r.length): r for r in refs}.values(), key=lambda r: (r.pack, r.offset)
+    )
     reads: list[Read] = []
     group: list[ImageRef] = []
     end = 0
     for ref in unique:
-        if group and (ref.pack != group[0].pack or ref.offset - end > max_gap
-                      or ref.offset + ref.length - group[0].offset > max_span):
+        if group and (
+            ref.pack != group[0].pack
+            or ref.offset - end > max_gap
+            or ref.offset + ref.length - group[0].offset > max_span
+        ):
             reads.append(Read(group[0].pack, group[0].offset, end, tuple(group)))
             group = []
         end = max(end, ref.offset + ref.length) if group else ref.offset + ref.length
@@ -122,6 +127,6 @@ def slice_read(read: Read, data: bytes) -> Iterator[tuple[str, bytes]]:
     view = memoryview(data)
     for ref in read.refs:
         start = ref.offset - read.start
-        piece = bytes(view[start:start + ref.length])
+        piece = bytes(view[start : start + ref.length])
         if len(piece) == ref.length:
             yield ref.sha256, piece

@@ -25,8 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-__all__ = ["Resolution", "SourceRef", "SourceResolver", "decide", "parse_source",
-           "verify_source"]
+__all__ = ["Resolution", "SourceRef", "SourceResolver", "decide", "parse_source", "verify_source"]
 
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 Kind = Literal["none", "hash", "local", "s3", "dataset", "remote", "tag"]
@@ -84,8 +83,11 @@ def parse_source(source: Any) -> SourceRef:
         return SourceRef("tag")
     sha = source.get("sha256")
     if any(k in source for k in ("dataset", "repo", "hf_dataset")):  # a row or a repo file
-        where = "/".join(str(source[k]) for k in ("dataset", "repo", "split", "path", "row",
-                                                  "commit") if source.get(k) is not None)
+        where = "/".join(
+            str(source[k])
+            for k in ("dataset", "repo", "split", "path", "row", "commit")
+            if source.get(k) is not None
+        )
         return SourceRef("dataset", where, sha)
     for key in ("uri", "url", "s3"):
         if isinstance(source.get(key), str):
@@ -105,8 +107,9 @@ def _sha_verdict(raw: Any, image_sha256: str) -> tuple[bool, str]:
     return False, f"sha256 mismatch: recorded {raw[:16]}.., image {image_sha256[:16]}.."
 
 
-def decide(ref: SourceRef, image_sha256: str, policy: str,
-           found: Resolution | None = None) -> tuple[bool, str]:
+def decide(
+    ref: SourceRef, image_sha256: str, policy: str, found: Resolution | None = None
+) -> tuple[bool, str]:
     """(admitted, check). `found` is the resolver's answer for local / s3 references
     (None: not resolved, treated as unresolvable)."""
     if ref.kind == "none":
@@ -122,8 +125,11 @@ def decide(ref: SourceRef, image_sha256: str, policy: str,
         if found.sha256 == image_sha256:
             return True, f"{ref.kind}_match"
         has = f"sha256 {found.sha256[:16]}.." if found.sha256 else found.why
-        return False, f"{label} bytes differ from the image: {where} has {has}, image " \
-                      f"sha256 {image_sha256[:16]}.."
+        return (
+            False,
+            f"{label} bytes differ from the image: {where} has {has}, image "
+            f"sha256 {image_sha256[:16]}..",
+        )
     if found.status == "missing":
         return False, f"{label} does not exist: {where}"
     if sha is not None:  # the location cannot be read, but the recorded hash matched
@@ -133,8 +139,9 @@ def decide(ref: SourceRef, image_sha256: str, policy: str,
     return False, f"{label} unresolvable under strict policy: {where} ({found.why})"
 
 
-def verify_source(source: Any, image_sha256: str, policy: str,
-                  resolver: SourceResolver | None) -> tuple[bool, str]:
+def verify_source(
+    source: Any, image_sha256: str, policy: str, resolver: SourceResolver | None
+) -> tuple[bool, str]:
     """parse_source, the resolver for local and s3 references (only when its answer can
     change the verdict), then decide."""
     ref = parse_source(source)

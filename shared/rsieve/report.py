@@ -34,11 +34,20 @@ def reasoning_form(gen: Generation) -> str:
 
 
 def _family() -> dict[str, Any]:
-    return {"in": 0, "accepted": 0, "accepted_by_verifier": 0, "promoted_by_judge": 0,
-            "rejected": 0, "rejected_by_reason": Counter(), "quarantined": 0,
-            "quarantined_by_reason": Counter(),
-            "judge_verdicts": dict.fromkeys(VERDICTS, 0), "judge_failure_causes": Counter(),
-            "reasoning": dict.fromkeys(REASONING_FORMS, 0), "accepted_without_reasoning": 0}
+    return {
+        "in": 0,
+        "accepted": 0,
+        "accepted_by_verifier": 0,
+        "promoted_by_judge": 0,
+        "rejected": 0,
+        "rejected_by_reason": Counter(),
+        "quarantined": 0,
+        "quarantined_by_reason": Counter(),
+        "judge_verdicts": dict.fromkeys(VERDICTS, 0),
+        "judge_failure_causes": Counter(),
+        "reasoning": dict.fromkeys(REASONING_FORMS, 0),
+        "accepted_without_reasoning": 0,
+    }
 
 
 def _models(seen: Counter[tuple[str, str | None]], count: str) -> list[dict[str, Any]]:
@@ -51,7 +60,11 @@ def _models(seen: Counter[tuple[str, str | None]], count: str) -> list[dict[str,
 
 
 def run_report(
-    *, run: str, lines: int, outcomes: list[Outcome], quarantined: list[Quarantined],
+    *,
+    run: str,
+    lines: int,
+    outcomes: list[Outcome],
+    quarantined: list[Quarantined],
     blank_lines: list[int] | None = None,
 ) -> dict[str, Any]:
     """`lines` items entered (non-blank lines); `blank_lines` are the pool's blank line
@@ -113,13 +126,18 @@ def run_report(
         "placed": placed,
         "families": dict(sorted(families.items())),
         "thinking_modes": dict(sorted(modes.items())),
-        "models": {"generators": _models(generators, "outputs"),
-                   "judges": _models(judges, "verdicts")},
+        "models": {
+            "generators": _models(generators, "outputs"),
+            "judges": _models(judges, "verdicts"),
+        },
         "duplicate_ids": duplicate_ids,
         "lines_placed_twice": lines_twice,
         "lines_missing": missing[:100],
         "lines_outside_pool": outside[:100],
         "blank_lines": len(blanks),
-        "adds_up": placed == lines and not lines_twice and not missing and not outside
+        "adds_up": placed == lines
+        and not lines_twice
+        and not missing
+        and not outside
         and not duplicate_ids,
     }

@@ -109,8 +109,11 @@ def _qa(outcome: Outcome, kind: str) -> dict[str, Any]:
         "judge": judge,
     }
     if kind == "rejected":
-        entry.update(answer=reference, wrong_vlm=gen.answer if gen.answer is not None
-                     else gen.raw_output, reason=outcome.reason)
+        entry.update(
+            answer=reference,
+            wrong_vlm=gen.answer if gen.answer is not None else gen.raw_output,
+            reason=outcome.reason,
+        )
     else:
         entry.update(answer=gen.answer, org_answer=reference)
         if kind == "RS_think":
@@ -128,8 +131,9 @@ def _clean_meta(outcomes: list[Outcome], run: str) -> dict[str, Any]:
             {
                 "id": o.generation.item.id,
                 "line": o.generation.item.line,
-                "source": json.dumps(o.generation.item.clean_meta["source"], sort_keys=True,
-                                     ensure_ascii=False),
+                "source": json.dumps(
+                    o.generation.item.clean_meta["source"], sort_keys=True, ensure_ascii=False
+                ),
                 "check": o.generation.item.clean_meta["provenance"],
             }
             for o in outcomes
@@ -144,8 +148,7 @@ def assemble_rows(outcomes: list[Outcome], run: str = "") -> dict[str, list[dict
         family = outcome.generation.item.family
         kinds = split_kinds(outcome)
         for kind in kinds:
-            groups[(split_name(family, kind), outcome.generation.item.image_sha256)].append(
-                outcome)
+            groups[(split_name(family, kind), outcome.generation.item.image_sha256)].append(outcome)
     splits: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for (split, sha), members in groups.items():
         kind = next(k for k in SPLIT_KINDS if split.endswith("_" + k))

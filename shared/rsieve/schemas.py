@@ -45,14 +45,14 @@ QUARANTINE_REASONS: dict[str, str] = {
     "image_outside_pool": "the image path leaves the pool folder",
     "missing_image": "the image file named by the item does not exist",
     "image_digest_mismatch": "the image bytes in the pool's packs differ from the sha256 "
-                             "its pack index records (a corrupt upload)",
+    "its pack index records (a corrupt upload)",
     "unreadable_image": "the image bytes do not decode as an image",
     "image_too_large": "the image exceeds the pixel or byte limit",
     "provenance": "the recorded source does not resolve to the attached image",
     "image_symlink": "the image is a symbolic link that leaves the pool folder (not uploaded)",
     "duplicate_item": "an earlier line has the same image (sha256) and the same question",
     "off_task": "the family measured off-task above the policy threshold and this item is "
-                "not its benchmark task (cleaning.json has the measurement)",
+    "not its benchmark task (cleaning.json has the measurement)",
     "model_error": "the model call failed after retries (infrastructure, never a verdict)",
     "max_deliveries": "the item was in flight each time its worker died, beyond the limit",
 }
@@ -64,7 +64,7 @@ MODEL_KINDS: dict[str, str] = {
     "vlm": "a vision-language model",
     "llm": "a text-only language model",
     "ocr-engine": "an OCR engine: it ignores the prompt, and its 'reasoning' is a "
-                  "recognition trace",
+    "recognition trace",
     "stand-in": "a stand-in that is not a model (named for what it does)",
 }
 
@@ -79,8 +79,8 @@ REJECT_REASONS: dict[str, str] = {
     "wrong_answer": "the verifier rejected the answer and the judge said WRONG",
     "judge_unsure": "the verifier rejected the answer and the judge said UNSURE",
     "judge_failed": "the verifier rejected the answer and the judge gave no verdict: the call "
-                    "failed, or its output was empty, unparsable or cut off at its token "
-                    "budget (the cause is recorded with the verdict)",
+    "failed, or its output was empty, unparsable or cut off at its token "
+    "budget (the cause is recorded with the verdict)",
     "truncated_reasoning": "the output was cut off inside the reasoning: no answer",
     "empty_answer": "the model gave an empty answer after its reasoning",
     "truncated_answer": "the output hit the token budget right after the reasoning",

@@ -95,8 +95,9 @@ class Settings(BaseSettings):
     # shard waits minutes on its slowest item while the rest of its slots serve other
     # shards, so keep enough open that the waiting ones cover the engine's share:
     # roughly share / shard_size x (1 + slowest / mean item time) (docs/performance.md).
-    generator_concurrency: int = Field(32, ge=1, description="shards a generator worker "
-                                       "holds open at once (threads)")
+    generator_concurrency: int = Field(
+        32, ge=1, description="shards a generator worker holds open at once (threads)"
+    )
     # Sequences the generator's engine runs at once (vLLM's max_num_seqs); 0: learned from
     # the model's Triton config (parameter `max_num_seqs`), else max_inflight. The generator
     # workers feeding one engine share it (docs/performance.md, "Concurrency sized from the
@@ -169,7 +170,9 @@ class Settings(BaseSettings):
             if field is None:
                 continue
             complex_ = get_origin(field.annotation) in (list, dict) or field.annotation in (
-                list, dict)
+                list,
+                dict,
+            )
             values[name] = json.loads(raw) if complex_ else raw
         return cls(**values)  # type: ignore[arg-type]
 

@@ -13,8 +13,9 @@ from typing import Any
 __all__ = ["run_id"]
 
 
-def run_id(pool_sha256: str, dataset: str, fingerprint: Mapping[str, Any],
-           protocols: Mapping[str, str]) -> str:
+def run_id(
+    pool_sha256: str, dataset: str, fingerprint: Mapping[str, Any], protocols: Mapping[str, str]
+) -> str:
     """The run's name; `fingerprint` is Settings.fingerprint(), `protocols` the verifier's
     protocol versions."""
     key = json.dumps([pool_sha256, dataset, fingerprint, protocols], sort_keys=True)

@@ -32,8 +32,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["ANSWER_CLOSE", "ANSWER_OPEN", "CLOSE", "OPEN", "Parsed", "is_refusal",
-           "parse_output"]
+__all__ = ["ANSWER_CLOSE", "ANSWER_OPEN", "CLOSE", "OPEN", "Parsed", "is_refusal", "parse_output"]
 
 OPEN, CLOSE = "<think>", "</think>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
@@ -62,8 +61,7 @@ def is_refusal(answer: str) -> bool:
     return len(text) <= _REFUSAL_MAX_CHARS and _REFUSAL.match(text) is not None
 
 
-def _answer(reasoning: str | None, answer: str, finish_reason: str,
-            closed: bool = True) -> Parsed:
+def _answer(reasoning: str | None, answer: str, finish_reason: str, closed: bool = True) -> Parsed:
     if not closed and finish_reason == "length":
         return Parsed(reasoning, None, "truncated_answer")
     answer = answer.strip()
@@ -98,7 +96,7 @@ def parse_output(raw: str, finish_reason: str = "stop") -> Parsed:
         # reasoning<answer>...</answer>, with or without an opening <think>
         head = text.split(ANSWER_OPEN, 1)[0]
         reasoning = head.split(OPEN, 1)[1] if OPEN in head else head
-        return _tagged(_strip(reasoning), text[len(head):], finish_reason)
+        return _tagged(_strip(reasoning), text[len(head) :], finish_reason)
     if OPEN in text:
         # An open tag without a close is always a cut-off.
         return Parsed(text.split(OPEN, 1)[1].strip(), None, "truncated_reasoning")

@@ -104,8 +104,14 @@ def parse_number(text: str) -> float | None:
     return float(t)
 
 
-@register("number", version="2", rel_tol=1e-6, abs_tol=1e-9, number=_NUMBER.pattern,
-          thousands=_GROUPED.pattern)
+@register(
+    "number",
+    version="2",
+    rel_tol=1e-6,
+    abs_tol=1e-9,
+    number=_NUMBER.pattern,
+    thousands=_GROUPED.pattern,
+)
 def number(prediction: str, references: Sequence[str], **_: Any) -> float:
     pred = parse_number(prediction)
     if pred is None:
@@ -135,10 +141,15 @@ def anls_norm(text: str) -> str:
     return " ".join((text or "").strip().lower().split())
 
 
-@register("anls", version="1", threshold=0.5, tau=ANLS_TAU,
-          normalisation='" ".join(s.strip().lower().split())',
-          distance="Levenshtein (rapidfuzz) / max(len) of the normalised strings",
-          boundary="distance < 0.5 scores 1 - distance, else 0")
+@register(
+    "anls",
+    version="1",
+    threshold=0.5,
+    tau=ANLS_TAU,
+    normalisation='" ".join(s.strip().lower().split())',
+    distance="Levenshtein (rapidfuzz) / max(len) of the normalised strings",
+    boundary="distance < 0.5 scores 1 - distance, else 0",
+)
 def anls(prediction: str, references: Sequence[str], **_: Any) -> float:
     pred = anls_norm(prediction)
     best = 0.0
@@ -178,9 +189,14 @@ def relaxed_pair(prediction: str, target: str) -> bool:
     return prediction.lower() == target.lower()
 
 
-@register("relaxed", version="2", max_relative_change=RELAXED_TOLERANCE,
-          numbers="float(); trailing % divides by 100; zero target compares as text",
-          text="str.lower() equality", source="lmms-eval chartqa relaxed_correctness")
+@register(
+    "relaxed",
+    version="2",
+    max_relative_change=RELAXED_TOLERANCE,
+    numbers="float(); trailing % divides by 100; zero target compares as text",
+    text="str.lower() equality",
+    source="lmms-eval chartqa relaxed_correctness",
+)
 def relaxed(prediction: str, references: Sequence[str], **_: Any) -> float:
     pred = prediction or ""
     pred_f = relaxed_float(pred)
@@ -206,46 +222,165 @@ def relaxed(prediction: str, references: Sequence[str], **_: Any) -> float:
 # the official float sum up to its rounding, so the 0.9 threshold is not at float's mercy.
 
 VQA_CONTRACTIONS = {
-    "aint": "ain't", "arent": "aren't", "cant": "can't", "couldve": "could've",
-    "couldnt": "couldn't", "couldn'tve": "couldn't've", "couldnt've": "couldn't've",
-    "didnt": "didn't", "doesnt": "doesn't", "dont": "don't", "hadnt": "hadn't",
-    "hadnt've": "hadn't've", "hadn'tve": "hadn't've", "hasnt": "hasn't", "havent": "haven't",
-    "hed": "he'd", "hed've": "he'd've", "he'dve": "he'd've", "hes": "he's", "howd": "how'd",
-    "howll": "how'll", "hows": "how's", "Id've": "I'd've", "I'dve": "I'd've", "Im": "I'm",
-    "Ive": "I've", "isnt": "isn't", "itd": "it'd", "itd've": "it'd've", "it'dve": "it'd've",
-    "itll": "it'll", "let's": "let's", "maam": "ma'am", "mightnt": "mightn't",
-    "mightnt've": "mightn't've", "mightn'tve": "mightn't've", "mightve": "might've",
-    "mustnt": "mustn't", "mustve": "must've", "neednt": "needn't", "notve": "not've",
-    "oclock": "o'clock", "oughtnt": "oughtn't", "ow's'at": "'ow's'at", "'ows'at": "'ow's'at",
-    "'ow'sat": "'ow's'at", "shant": "shan't", "shed've": "she'd've", "she'dve": "she'd've",
-    "she's": "she's", "shouldve": "should've", "shouldnt": "shouldn't",
-    "shouldnt've": "shouldn't've", "shouldn'tve": "shouldn't've", "somebody'd": "somebodyd",
-    "somebodyd've": "somebody'd've", "somebody'dve": "somebody'd've",
-    "somebodyll": "somebody'll", "somebodys": "somebody's", "someoned": "someone'd",
-    "someoned've": "someone'd've", "someone'dve": "someone'd've", "someonell": "someone'll",
-    "someones": "someone's", "somethingd": "something'd", "somethingd've": "something'd've",
-    "something'dve": "something'd've", "somethingll": "something'll", "thats": "that's",
-    "thered": "there'd", "thered've": "there'd've", "there'dve": "there'd've",
-    "therere": "there're", "theres": "there's", "theyd": "they'd", "theyd've": "they'd've",
-    "they'dve": "they'd've", "theyll": "they'll", "theyre": "they're", "theyve": "they've",
-    "twas": "'twas", "wasnt": "wasn't", "wed've": "we'd've", "we'dve": "we'd've",
-    "weve": "we've", "werent": "weren't", "whatll": "what'll", "whatre": "what're",
-    "whats": "what's", "whatve": "what've", "whens": "when's", "whered": "where'd",
-    "wheres": "where's", "whereve": "where've", "whod": "who'd", "whod've": "who'd've",
-    "who'dve": "who'd've", "wholl": "who'll", "whos": "who's", "whove": "who've",
-    "whyll": "why'll", "whyre": "why're", "whys": "why's", "wont": "won't",
-    "wouldve": "would've", "wouldnt": "wouldn't", "wouldnt've": "wouldn't've",
-    "wouldn'tve": "wouldn't've", "yall": "y'all", "yall'll": "y'all'll", "y'allll": "y'all'll",
-    "yall'd've": "y'all'd've", "y'alld've": "y'all'd've", "y'all'dve": "y'all'd've",
-    "youd": "you'd", "youd've": "you'd've", "you'dve": "you'd've", "youll": "you'll",
-    "youre": "you're", "youve": "you've",
+    "aint": "ain't",
+    "arent": "aren't",
+    "cant": "can't",
+    "couldve": "could've",
+    "couldnt": "couldn't",
+    "couldn'tve": "couldn't've",
+    "couldnt've": "couldn't've",
+    "didnt": "didn't",
+    "doesnt": "doesn't",
+    "dont": "don't",
+    "hadnt": "hadn't",
+    "hadnt've": "hadn't've",
+    "hadn'tve": "hadn't've",
+    "hasnt": "hasn't",
+    "havent": "haven't",
+    "hed": "he'd",
+    "hed've": "he'd've",
+    "he'dve": "he'd've",
+    "hes": "he's",
+    "howd": "how'd",
+    "howll": "how'll",
+    "hows": "how's",
+    "Id've": "I'd've",
+    "I'dve": "I'd've",
+    "Im": "I'm",
+    "Ive": "I've",
+    "isnt": "isn't",
+    "itd": "it'd",
+    "itd've": "it'd've",
+    "it'dve": "it'd've",
+    "itll": "it'll",
+    "let's": "let's",
+    "maam": "ma'am",
+    "mightnt": "mightn't",
+    "mightnt've": "mightn't've",
+    "mightn'tve": "mightn't've",
+    "mightve": "might've",
+    "mustnt": "mustn't",
+    "mustve": "must've",
+    "neednt": "needn't",
+    "notve": "not've",
+    "oclock": "o'clock",
+    "oughtnt": "oughtn't",
+    "ow's'at": "'ow's'at",
+    "'ows'at": "'ow's'at",
+    "'ow'sat": "'ow's'at",
+    "shant": "shan't",
+    "shed've": "she'd've",
+    "she'dve": "she'd've",
+    "she's": "she's",
+    "shouldve": "should've",
+    "shouldnt": "shouldn't",
+    "shouldnt've": "shouldn't've",
+    "shouldn'tve": "shouldn't've",
+    "somebody'd": "somebodyd",
+    "somebodyd've": "somebody'd've",
+    "somebody'dve": "somebody'd've",
+    "somebodyll": "somebody'll",
+    "somebodys": "somebody's",
+    "someoned": "someone'd",
+    "someoned've": "someone'd've",
+    "someone'dve": "someone'd've",
+    "someonell": "someone'll",
+    "someones": "someone's",
+    "somethingd": "something'd",
+    "somethingd've": "something'd've",
+    "something'dve": "something'd've",
+    "somethingll": "something'll",
+    "thats": "that's",
+    "thered": "there'd",
+    "thered've": "there'd've",
+    "there'dve": "there'd've",
+    "therere": "there're",
+    "theres": "there's",
+    "theyd": "they'd",
+    "theyd've": "they'd've",
+    "they'dve": "they'd've",
+    "theyll": "they'll",
+    "theyre": "they're",
+    "theyve": "they've",
+    "twas": "'twas",
+    "wasnt": "wasn't",
+    "wed've": "we'd've",
+    "we'dve": "we'd've",
+    "weve": "we've",
+    "werent": "weren't",
+    "whatll": "what'll",
+    "whatre": "what're",
+    "whats": "what's",
+    "whatve": "what've",
+    "whens": "when's",
+    "whered": "where'd",
+    "wheres": "where's",
+    "whereve": "where've",
+    "whod": "who'd",
+    "whod've": "who'd've",
+    "who'dve": "who'd've",
+    "wholl": "who'll",
+    "whos": "who's",
+    "whove": "who've",
+    "whyll": "why'll",
+    "whyre": "why're",
+    "whys": "why's",
+    "wont": "won't",
+    "wouldve": "would've",
+    "wouldnt": "wouldn't",
+    "wouldnt've": "wouldn't've",
+    "wouldn'tve": "wouldn't've",
+    "yall": "y'all",
+    "yall'll": "y'all'll",
+    "y'allll": "y'all'll",
+    "yall'd've": "y'all'd've",
+    "y'alld've": "y'all'd've",
+    "y'all'dve": "y'all'd've",
+    "youd": "you'd",
+    "youd've": "you'd've",
+    "you'dve": "you'd've",
+    "youll": "you'll",
+    "youre": "you're",
+    "youve": "you've",
 }
-VQA_MANUAL_MAP = {"none": "0", "zero": "0", "one": "1", "two": "2", "three": "3",
-                  "four": "4", "five": "5", "six": "6", "seven": "7", "eight": "8",
-                  "nine": "9", "ten": "10"}
+VQA_MANUAL_MAP = {
+    "none": "0",
+    "zero": "0",
+    "one": "1",
+    "two": "2",
+    "three": "3",
+    "four": "4",
+    "five": "5",
+    "six": "6",
+    "seven": "7",
+    "eight": "8",
+    "nine": "9",
+    "ten": "10",
+}
 VQA_ARTICLES = ("a", "an", "the")
-VQA_PUNCT = (";", "/", "[", "]", '"', "{", "}", "(", ")", "=", "+", "\\", "_", "-", ">", "<",
-             "@", "`", ",", "?", "!")
+VQA_PUNCT = (
+    ";",
+    "/",
+    "[",
+    "]",
+    '"',
+    "{",
+    "}",
+    "(",
+    ")",
+    "=",
+    "+",
+    "\\",
+    "_",
+    "-",
+    ">",
+    "<",
+    "@",
+    "`",
+    ",",
+    "?",
+    "!",
+)
 # The official pattern, kept verbatim: "(?!<=\d)" is a lookahead for the literal "<="
 # (a typo for a lookbehind), so a period is removed unless a digit follows it.
 _VQA_PERIOD_STRIP = re.compile(r"(?!<=\d)(\.)(?!\d)")
@@ -279,13 +414,21 @@ def vqa_norm(text: str) -> str:
     return vqa_digit_article(vqa_punctuation(text))
 
 
-@register("vqa", version="1", threshold=0.9, matches_for_full_credit=3,
-          aggregation="mean over leave-one-out subsets of min(1, matches / 3)",
-          normalisation="vqaEval.py processPunctuation + processDigitArticle, both sides",
-          punct="".join(VQA_PUNCT), period_strip=_VQA_PERIOD_STRIP.pattern,
-          comma_strip=_VQA_COMMA_STRIP.pattern, period_strip_count=VQA_PERIOD_STRIP_COUNT,
-          articles=list(VQA_ARTICLES), manual_map=VQA_MANUAL_MAP,
-          contractions=len(VQA_CONTRACTIONS))
+@register(
+    "vqa",
+    version="1",
+    threshold=0.9,
+    matches_for_full_credit=3,
+    aggregation="mean over leave-one-out subsets of min(1, matches / 3)",
+    normalisation="vqaEval.py processPunctuation + processDigitArticle, both sides",
+    punct="".join(VQA_PUNCT),
+    period_strip=_VQA_PERIOD_STRIP.pattern,
+    comma_strip=_VQA_COMMA_STRIP.pattern,
+    period_strip_count=VQA_PERIOD_STRIP_COUNT,
+    articles=list(VQA_ARTICLES),
+    manual_map=VQA_MANUAL_MAP,
+    contractions=len(VQA_CONTRACTIONS),
+)
 def vqa(prediction: str, references: Sequence[str], **_: Any) -> float:
     refs = [vqa_norm(r) for r in references]
     if len(refs) < 2:
@@ -314,9 +457,12 @@ _LETTER_FORMS = [
     re.compile(r"^\\boxed\{([A-Z])\}\.?$"),
     re.compile(rf"^{_LETTER}[.:)]\s*(\S.*)$", re.S),
     re.compile(r"^\(([A-Z])\)\s+(\S.*)$", re.S),
-    re.compile(rf"^(?i:(?:the\s+)?(?:correct\s+|final\s+|best\s+|right\s+)?"
-               rf"(?:answer|option|choice)(?:\s+is)?\s*[:：]?\s*)"
-               rf"{_LETTER}(?:[.:)]\s*(.*))?$", re.S),
+    re.compile(
+        rf"^(?i:(?:the\s+)?(?:correct\s+|final\s+|best\s+|right\s+)?"
+        rf"(?:answer|option|choice)(?:\s+is)?\s*[:：]?\s*)"
+        rf"{_LETTER}(?:[.:)]\s*(.*))?$",
+        re.S,
+    ),
 ]
 
 
@@ -345,9 +491,13 @@ def extract_letter(prediction: str, options: dict[str, str] | None = None) -> st
     return letters.pop() if len(letters) == 1 else None
 
 
-@register("mc", version="2", letter_forms=[f.pattern for f in _LETTER_FORMS],
-          option_text="NFKC, casefold, collapsed spaces, equality (never substring)",
-          ambiguity="two letters or none: no match")
+@register(
+    "mc",
+    version="2",
+    letter_forms=[f.pattern for f in _LETTER_FORMS],
+    option_text="NFKC, casefold, collapsed spaces, equality (never substring)",
+    ambiguity="two letters or none: no match",
+)
 def mc(prediction: str, references: Sequence[str], **options: Any) -> float:
     letter = extract_letter(prediction, options.get("options"))
     if letter is None:
@@ -358,9 +508,16 @@ def mc(prediction: str, references: Sequence[str], **options: Any) -> float:
 # --- math: Math-Verify -----------------------------------------------------------------
 
 
-@register("math", version="1", library="math-verify>=0.7", order="gold parsed first",
-          gold="wrapped in $...$ unless it contains $", extraction="parse() defaults",
-          comparison="verify(gold, answer) defaults", timeouts="none (SIGALRM is main-thread only)")
+@register(
+    "math",
+    version="1",
+    library="math-verify>=0.7",
+    order="gold parsed first",
+    gold="wrapped in $...$ unless it contains $",
+    extraction="parse() defaults",
+    comparison="verify(gold, answer) defaults",
+    timeouts="none (SIGALRM is main-thread only)",
+)
 def math(prediction: str, references: Sequence[str], **_: Any) -> float:
     from math_verify import parse
     from math_verify import verify as mv_verify
@@ -398,9 +555,7 @@ def variants(prediction: str) -> list[tuple[str, str]]:
     return list(_forms(prediction))
 
 
-def verify(
-    protocol: str, prediction: str, references: Sequence[str], **options: Any
-) -> Decision:
+def verify(protocol: str, prediction: str, references: Sequence[str], **options: Any) -> Decision:
     """Score every variant; accept on the first that reaches the protocol's threshold."""
     proto = PROTOCOLS[protocol]
     best = 0.0
@@ -417,8 +572,9 @@ def _decision(proto: Protocol, *, accepted: bool, score: float, variant: str | N
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def _decision_for(name: str, version: str, accepted: bool, score: float,
-                  variant: str | None) -> Decision:
+def _decision_for(
+    name: str, version: str, accepted: bool, score: float, variant: str | None
+) -> Decision:
     """Decisions are frozen and most repeat (alnum has four), so equal ones are built once;
     validation was a third of a decision's cost. Keyed by version: re-registering a
     protocol under a new version never returns a stale decision."""

@@ -31,14 +31,15 @@ def pool_folders(sizes: Mapping[str, int], prefix: str) -> dict[str, dict[str, i
     for key, size in sizes.items():
         if not key.startswith(prefix):
             continue
-        name, sep, rest = key[len(prefix):].partition("/")
+        name, sep, rest = key[len(prefix) :].partition("/")
         if sep and name and rest:
             folders.setdefault(f"{prefix}{name}/", {})[rest] = size
     return dict(sorted(folders.items()))
 
 
-def readiness(files: Mapping[str, int], seen: tuple[int, float] | None, now: float,
-              min_stable_s: float) -> tuple[bool, str]:
+def readiness(
+    files: Mapping[str, int], seen: tuple[int, float] | None, now: float, min_stable_s: float
+) -> tuple[bool, str]:
     """(ready, why) for one folder. `seen` is (items.jsonl size, when first seen at that
     size) from earlier looks, None if never seen; the size must have held for at least
     `min_stable_s` (one interval), so looks that run back to back never count as two."""

@@ -22,8 +22,15 @@ def png(text: str) -> bytes:
     return buf.getvalue()
 
 
-def word_pool(folder: Path, tag: str, replay: dict[str, dict[str, str]], *, count: int,
-              extra_ids: tuple[str, ...] = (), family: str = "SynthWords") -> Path:
+def word_pool(
+    folder: Path,
+    tag: str,
+    replay: dict[str, dict[str, str]],
+    *,
+    count: int,
+    extra_ids: tuple[str, ...] = (),
+    family: str = "SynthWords",
+) -> Path:
     """`count` items the verifier accepts (plus `extra_ids`), recorded for the replay model;
     `tag` makes the pool, and so its run, unique."""
     folder.mkdir(parents=True)
@@ -33,10 +40,21 @@ def word_pool(folder: Path, tag: str, replay: dict[str, dict[str, str]], *, coun
         word = f"{tag}{n}".upper()
         data = png(word)
         (folder / f"{n}.png").write_bytes(data)
-        lines.append(json.dumps({"id": item_id, "family": family, "image": f"{n}.png",
-                                 "question": QUESTION, "answer": word.lower(),
-                                 "source": {"sha256": hashlib.sha256(data).hexdigest()}}))
-        replay[replay_key(QUESTION, data)] = {"text": f"<think>{n}</think>{word}",
-                                              "finish_reason": "stop"}
+        lines.append(
+            json.dumps(
+                {
+                    "id": item_id,
+                    "family": family,
+                    "image": f"{n}.png",
+                    "question": QUESTION,
+                    "answer": word.lower(),
+                    "source": {"sha256": hashlib.sha256(data).hexdigest()},
+                }
+            )
+        )
+        replay[replay_key(QUESTION, data)] = {
+            "text": f"<think>{n}</think>{word}",
+            "finish_reason": "stop",
+        }
     (folder / "items.jsonl").write_text("\n".join(lines) + "\n")
     return folder

@@ -32,18 +32,22 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Scenario:
 
 
 @pytest.fixture(scope="module")
-def stack(start_stack: Any, scenario: Scenario, tmp_path_factory: pytest.TempPathFactory
-          ) -> Stack:
+def stack(start_stack: Any, scenario: Scenario, tmp_path_factory: pytest.TempPathFactory) -> Stack:
     replay = tmp_path_factory.mktemp("replay") / "replay.json"
     replay.write_text(json.dumps(scenario.replay))
-    return start_stack(["replay"], triton_env={"RSIEVE_REPLAY_FILE": str(replay)},
-                       settings_env={"RSIEVE_GENERATOR_MODEL": "replay",
-                                     "RSIEVE_JUDGE_MODEL": "replay",
-                                     "RSIEVE_SHARD_SIZE": "2", "RSIEVE_MODEL_RETRIES": "1",
-                                     "RSIEVE_API_TOKEN": TOKEN,
-                                     "RSIEVE_API_MAX_REQUEST_BYTES": str(4 * 1024**2),
-                                     "RSIEVE_API_POOL_ROOTS": json.dumps(
-                                         [str(scenario.folder.parent)])})
+    return start_stack(
+        ["replay"],
+        triton_env={"RSIEVE_REPLAY_FILE": str(replay)},
+        settings_env={
+            "RSIEVE_GENERATOR_MODEL": "replay",
+            "RSIEVE_JUDGE_MODEL": "replay",
+            "RSIEVE_SHARD_SIZE": "2",
+            "RSIEVE_MODEL_RETRIES": "1",
+            "RSIEVE_API_TOKEN": TOKEN,
+            "RSIEVE_API_MAX_REQUEST_BYTES": str(4 * 1024**2),
+            "RSIEVE_API_POOL_ROOTS": json.dumps([str(scenario.folder.parent)]),
+        },
+    )
 
 
 def _api(stack: Stack) -> str:
@@ -70,9 +74,13 @@ def finished(stack: Stack, scenario: Scenario) -> dict[str, Any]:
     """Submit by upload, scrape /metrics while it runs and after; the run id and scrapes."""
     api = _api(stack)
     before = httpx.get(f"{api}/metrics", headers=AUTH, timeout=30).text
-    resp = httpx.post(f"{api}/runs/upload", headers=AUTH, timeout=120,
-                      files={"pool": ("pool.tar.gz", _tar(scenario.folder))},
-                      data={"dataset": "operator"})
+    resp = httpx.post(
+        f"{api}/runs/upload",
+        headers=AUTH,
+        timeout=120,
+        files={"pool": ("pool.tar.gz", _tar(scenario.folder))},
+        data={"dataset": "operator"},
+    )
     assert resp.status_code == 202, resp.text
     run = resp.json()["run"]
     during, statuses = [], []
@@ -86,8 +94,7 @@ def finished(stack: Stack, scenario: Scenario) -> dict[str, Any]:
         time.sleep(0.3)
     assert statuses[-1]["done"], statuses[-1]
     after = httpx.get(f"{api}/metrics", headers=AUTH, timeout=30).text
-    return {"run": run, "before": before, "during": during, "after": after,
-            "statuses": statuses}
+    return {"run": run, "before": before, "during": during, "after": after, "statuses": statuses}
 
 
 def test_health_is_open_and_everything_else_needs_the_token(stack: Stack) -> None:
@@ -95,74 +102,83 @@ def test_health_is_open_and_everything_else_needs_the_token(stack: Stack) -> Non
     assert httpx.get(f"{api}/healthz").status_code == 200
     ready = httpx.get(f"{api}/readyz", timeout=30)
     assert ready.status_code == 200 and ready.json()["checks"] == {
-        "redis": True, "s3": True, "triton": True}
+        "redis": True,
+        "s3": True,
+        "triton": True,
+    }
     for path in ("/runs", "/metrics", "/datasets", "/runs/x-000000000000"):
         assert httpx.get(f"{api}{path}").status_code == 401
-        assert httpx.get(f"{api}{path}", headers={"Authorization": "Bearer nope"}
-                         ).status_code == 401
+        assert (
+            httpx.get(f"{api}{path}", headers={"Authorization": "Bearer nope"}).status_code == 401
+        )
 
 
 def test_metrics_move_during_and_after_the_run(finished: dict[str, Any]) -> None:
     items = "rsieve_items_total"
     first = _metric(finished["before"], items)
-    scrapes = [_metric(t, items) for t in finished["during"]] + [
-        _metric(finished["after"], items)]
+    scrapes = [_metric(t, items) for t in finished["during"]] + [_metric(finished["after"], items)]
     assert scrapes[-1] > first, "the item counters never moved"
     assert scrapes == sorted(scrapes), "a counter went backwards"
     after = finished["after"]
-    assert _metric(after, items, stage="judge", family="SynthWords",
-                   outcome="accepted_by_judge") >= 1
+    assert (
+        _metric(after, items, stage="judge", family="SynthWords", outcome="accepted_by_judge") >= 1
+    )
     assert _metric(after, "rsieve_quarantined_total", reason="invalid_json") >= 1
     assert _metric(after, "rsieve_rejected_total", reason="wrong_answer") >= 1
     assert _metric(after, "rsieve_stage_seconds_count", task="rsieve.generate") >= 1
-    assert "rsieve_queue_depth{queue=\"generate\"}" in after
+    assert 'rsieve_queue_depth{queue="generate"}' in after
     assert "rsieve_triton_inflight_requests" in after and "rsieve_unacked_messages" in after
 
 
-def test_status_has_progress_per_stage_and_family(finished: dict[str, Any],
-                                                  scenario: Scenario) -> None:
+def test_status_has_progress_per_stage_and_family(
+    finished: dict[str, Any], scenario: Scenario
+) -> None:
     final = finished["statuses"][-1]
     lines = len(scenario.lines)
     shards = (lines + 1) // 2
     assert final["shards"] == shards and final["lines"] == lines
     judge = final["progress"]["judge"]
     assert judge["shards_done"] == judge["shards_total"] == shards and judge["eta_s"] == 0
-    assert judge["rate_items_s"] > 0 and set(judge["families"]) >= {"SynthWords",
-                                                                      "SynthAmounts"}
+    assert judge["rate_items_s"] > 0 and set(judge["families"]) >= {"SynthWords", "SynthAmounts"}
     clean = final["progress"]["clean"]
     assert clean["items"] == sum(clean["families"].values()) == lines
 
 
-def test_same_pool_by_path_and_by_uri_is_the_same_run(stack: Stack, scenario: Scenario,
-                                                      finished: dict[str, Any]) -> None:
+def test_same_pool_by_path_and_by_uri_is_the_same_run(
+    stack: Stack, scenario: Scenario, finished: dict[str, Any]
+) -> None:
     api = _api(stack)
-    by_path = httpx.post(f"{api}/runs", headers=AUTH, timeout=60,
-                         json={"pool_path": str(scenario.folder), "dataset": "operator"})
+    by_path = httpx.post(
+        f"{api}/runs",
+        headers=AUTH,
+        timeout=60,
+        json={"pool_path": str(scenario.folder), "dataset": "operator"},
+    )
     assert by_path.status_code == 202, by_path.text
     uri = upload_pool(S3Store(stack_settings(stack)), scenario.folder)
-    by_uri = httpx.post(f"{api}/runs", headers=AUTH,
-                        json={"pool_uri": uri, "dataset": "operator"})
+    by_uri = httpx.post(f"{api}/runs", headers=AUTH, json={"pool_uri": uri, "dataset": "operator"})
     assert by_path.json()["run"] == by_uri.json()["run"] == finished["run"]
-    outside = httpx.post(f"{api}/runs", headers=AUTH, json={"pool_path": "/etc",
-                                                            "dataset": "operator"})
+    outside = httpx.post(
+        f"{api}/runs", headers=AUTH, json={"pool_path": "/etc", "dataset": "operator"}
+    )
     assert outside.status_code == 403
     listed = httpx.get(f"{api}/runs", headers=AUTH).json()
     assert finished["run"] in [r["run"] for r in listed["data"]]
 
 
-def test_report_quarantine_calibration_and_datasets(stack: Stack,
-                                                    finished: dict[str, Any]) -> None:
+def test_report_quarantine_calibration_and_datasets(stack: Stack, finished: dict[str, Any]) -> None:
     api, run = _api(stack), finished["run"]
     report = httpx.get(f"{api}/runs/{run}/report", headers=AUTH).json()
     assert report["adds_up"] is True
-    page1 = httpx.get(f"{api}/runs/{run}/quarantine", headers=AUTH,
-                      params={"limit": 3}).json()
-    page2 = httpx.get(f"{api}/runs/{run}/quarantine", headers=AUTH,
-                      params={"limit": 3, "offset": 3}).json()
+    page1 = httpx.get(f"{api}/runs/{run}/quarantine", headers=AUTH, params={"limit": 3}).json()
+    page2 = httpx.get(
+        f"{api}/runs/{run}/quarantine", headers=AUTH, params={"limit": 3, "offset": 3}
+    ).json()
     assert page1["count"] == page2["count"] == sum(page1["reasons"].values()) == 8
     assert len(page1["data"]) == 3 and page1["data"][0]["line"] < page2["data"][0]["line"]
-    only = httpx.get(f"{api}/runs/{run}/quarantine", headers=AUTH,
-                     params={"reason": "provenance"}).json()
+    only = httpx.get(
+        f"{api}/runs/{run}/quarantine", headers=AUTH, params={"reason": "provenance"}
+    ).json()
     assert only["count"] == 2 and {q["reason"] for q in only["data"]} == {"provenance"}
     calibration = httpx.get(f"{api}/runs/{run}/calibration", headers=AUTH)
     assert calibration.status_code in (200, 404)
@@ -171,8 +187,7 @@ def test_report_quarantine_calibration_and_datasets(stack: Stack,
     datasets = httpx.get(f"{api}/datasets", headers=AUTH).json()
     assert [d["run"] for d in datasets["data"] if d["dataset"] == "operator"] == [run]
     assert httpx.get(f"{api}/datasets/nope", headers=AUTH).status_code == 404
-    assert httpx.get(f"{api}/runs/nope-000000000000/quarantine",
-                     headers=AUTH).status_code == 404
+    assert httpx.get(f"{api}/runs/nope-000000000000/quarantine", headers=AUTH).status_code == 404
 
 
 def _bad_tar(kind: str) -> bytes:
@@ -193,21 +208,32 @@ def _bad_tar(kind: str) -> bytes:
     return buf.getvalue()
 
 
-def test_unsafe_archives_and_oversized_bodies_are_refused(stack: Stack, tmp_path: Path
-                                                          ) -> None:
+def test_unsafe_archives_and_oversized_bodies_are_refused(stack: Stack, tmp_path: Path) -> None:
     api = _api(stack)
     for kind in ("escape", "link"):
-        resp = httpx.post(f"{api}/runs/upload", headers=AUTH, data={"dataset": "evil"},
-                          files={"pool": ("p.tar", _bad_tar(kind))})
+        resp = httpx.post(
+            f"{api}/runs/upload",
+            headers=AUTH,
+            data={"dataset": "evil"},
+            files={"pool": ("p.tar", _bad_tar(kind))},
+        )
         assert resp.status_code == 422, resp.text
     zbuf = io.BytesIO()
     with zipfile.ZipFile(zbuf, "w") as zf:
         zf.writestr("/abs/items.jsonl", "{}")
-    resp = httpx.post(f"{api}/runs/upload", headers=AUTH, data={"dataset": "evil"},
-                      files={"pool": ("p.zip", zbuf.getvalue())})
+    resp = httpx.post(
+        f"{api}/runs/upload",
+        headers=AUTH,
+        data={"dataset": "evil"},
+        files={"pool": ("p.zip", zbuf.getvalue())},
+    )
     assert resp.status_code == 422 and "leaves the pool folder" in resp.text
-    big = httpx.post(f"{api}/runs/upload", headers=AUTH, data={"dataset": "big"},
-                     files={"pool": ("p.tar", b"\0" * (5 * 1024**2))})
+    big = httpx.post(
+        f"{api}/runs/upload",
+        headers=AUTH,
+        data={"dataset": "big"},
+        files={"pool": ("p.tar", b"\0" * (5 * 1024**2))},
+    )
     assert big.status_code == 413
     assert not (tmp_path.parent / "escaped.txt").exists()
 
@@ -233,17 +259,21 @@ def _fuzz(schema: Any, failures: list[str]) -> int:
         operations += 1
 
         @given(case=operation.as_strategy())
-        @settings(max_examples=8, deadline=None, database=None, derandomize=True,
-                  phases=[Phase.explicit, Phase.generate],
-                  suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=8,
+            deadline=None,
+            database=None,
+            derandomize=True,
+            phases=[Phase.explicit, Phase.generate],
+            suppress_health_check=list(HealthCheck),
+        )
         def check(case: Any) -> None:
             case.call_and_validate(headers=AUTH, checks=[not_a_server_error], timeout=30)
 
         try:
             check()
         except Exception as exc:  # noqa: BLE001 - collected, reported together
-            failures.append(f"{operation.method.upper()} {operation.path}: "
-                            f"{str(exc)[:500]}")
+            failures.append(f"{operation.method.upper()} {operation.path}: {str(exc)[:500]}")
     return operations
 
 
@@ -253,8 +283,15 @@ def test_grafana_dashboard_queries_metrics_the_api_exposes(finished: dict[str, A
     from rsieve.local.stack import REPO_ROOT
 
     dashboard = json.loads((REPO_ROOT / "deploy" / "grafana" / "rsieve.json").read_text())
-    names = {re.sub(r"_(total|bucket|sum|count)$", "", m) for p in dashboard["panels"]
-             for t in p["targets"] for m in re.findall(r"rsieve_[a-z_]+", t["expr"])}
-    exposed = {re.sub(r"_total$", "", line.split()[2])
-               for line in finished["after"].splitlines() if line.startswith("# HELP rsieve_")}
+    names = {
+        re.sub(r"_(total|bucket|sum|count)$", "", m)
+        for p in dashboard["panels"]
+        for t in p["targets"]
+        for m in re.findall(r"rsieve_[a-z_]+", t["expr"])
+    }
+    exposed = {
+        re.sub(r"_total$", "", line.split()[2])
+        for line in finished["after"].splitlines()
+        if line.startswith("# HELP rsieve_")
+    }
     assert names and names <= exposed, names - exposed

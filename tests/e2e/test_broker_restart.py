@@ -31,20 +31,43 @@ def test_worker_survives_redis_restart_holding_a_shard(tmp_path: Path) -> None:
     redis = proc.start_redis(state_dir=state, port=port, log=redis_log)
     marks = tmp_path / "marks"
     marks.mkdir()
-    env = {**os.environ, "RSIEVE_REDIS_URL": f"redis://127.0.0.1:{port}/0",
-           "RSIEVE_VISIBILITY_TIMEOUT_S": "5", "RSIEVE_UNACKED_RESTORE_INTERVAL_S": "1",
-           "RSIEVE_TEST_MARKS": str(marks), "RSIEVE_TEST_HOLD_S": "3"}
+    env = {
+        **os.environ,
+        "RSIEVE_REDIS_URL": f"redis://127.0.0.1:{port}/0",
+        "RSIEVE_VISIBILITY_TIMEOUT_S": "5",
+        "RSIEVE_UNACKED_RESTORE_INTERVAL_S": "1",
+        "RSIEVE_TEST_MARKS": str(marks),
+        "RSIEVE_TEST_HOLD_S": "3",
+    }
     worker_log = tmp_path / "worker.log"
     worker = None
     try:
         proc.wait_redis(port, 30, proc=redis)
         with worker_log.open("ab") as log:
             worker = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "tests.e2e.broker_worker", "worker",
-                 "-Q", "generate", "-c", "2", "--without-gossip", "--without-mingle",
-                 "--loglevel", "INFO"],
-                env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "tests.e2e.broker_worker",
+                    "worker",
+                    "-Q",
+                    "generate",
+                    "-c",
+                    "2",
+                    "--without-gossip",
+                    "--without-mingle",
+                    "--loglevel",
+                    "INFO",
+                ],
+                env=env,
+                cwd=REPO_ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         app = make_celery(Settings.from_env_map({"RSIEVE_REDIS_URL": env["RSIEVE_REDIS_URL"]}))
         enqueue(app, "rsieve.generate", run="r", shard="00000", lines=1)
         _wait("the shard never started", lambda: list(marks.glob("start-00000-*")), 60)
@@ -66,7 +89,8 @@ def test_worker_survives_redis_restart_holding_a_shard(tmp_path: Path) -> None:
         _wait("a shard sent after the restart was never done", lambda: done("00001"), 60)
         assert worker.poll() is None, (
             "the worker's main process exited after the Redis restart:\n"
-            + worker_log.read_text(errors="replace")[-3000:])
+            + worker_log.read_text(errors="replace")[-3000:]
+        )
     finally:
         proc.stop(worker, timeout=30)
         proc.stop(redis)

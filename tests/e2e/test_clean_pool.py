@@ -49,58 +49,83 @@ def _pool(root: Path) -> tuple[Path, dict[int, tuple[str | None, str]]]:
     sha = hashlib.sha256(good).hexdigest()
 
     def rec(i: str, **kw: Any) -> str:
-        base = {"id": i, "family": "SynthWords", "image": "good.png",
-                "question": "What word is shown?", "answer": "x", "source": {"sha256": sha}}
+        base = {
+            "id": i,
+            "family": "SynthWords",
+            "image": "good.png",
+            "question": "What word is shown?",
+            "answer": "x",
+            "source": {"sha256": sha},
+        }
         return json.dumps({k: v for k, v in (base | kw).items() if v is not None})
 
     lines = [
-        rec("ok"),                                              # 1 -> past the cleaner
-        rec("dup"),                                             # 2 same image + question
-        "{not json",                                            # 3
-        rec("noq", question=None),                              # 4 missing field
-        rec("typed", answer=7),                                 # 5 mistyped field
-        rec("blank", question="   "),                           # 6
-        rec("fam", family="NoSuchFamily"),                      # 7
-        rec("gone", image="missing.png"),                       # 8
-        rec("out", image="../secret.png"),                      # 9
-        rec("link", image="escape.png"),                        # 10
-        rec("zero", image="empty.png", source={"path": "x"}),   # 11
-        rec("bomb", image="bomb.png", source={"path": "x"}),    # 12
+        rec("ok"),  # 1 -> past the cleaner
+        rec("dup"),  # 2 same image + question
+        "{not json",  # 3
+        rec("noq", question=None),  # 4 missing field
+        rec("typed", answer=7),  # 5 mistyped field
+        rec("blank", question="   "),  # 6
+        rec("fam", family="NoSuchFamily"),  # 7
+        rec("gone", image="missing.png"),  # 8
+        rec("out", image="../secret.png"),  # 9
+        rec("link", image="escape.png"),  # 10
+        rec("zero", image="empty.png", source={"path": "x"}),  # 11
+        rec("bomb", image="bomb.png", source={"path": "x"}),  # 12
         rec("trunc", image="trunc.png", source={"path": "x"}),  # 13
-        rec("long", question="q" * 20000),                      # 14
-        rec("prov", source={"sha256": "0" * 64}),               # 15
+        rec("long", question="q" * 20000),  # 14
+        rec("prov", source={"sha256": "0" * 64}),  # 15
         rec("mc", family="MMBench", question="Which? Options: A cat, B dog", answer="dog"),
     ]
     (pool / "items.jsonl").write_bytes("\n".join(lines).encode() + b"\n\xff\xfe bad\n")
-    expected = {2: ("dup", "duplicate_item"), 3: (None, "invalid_json"),
-                4: ("noq", "invalid_item"), 5: ("typed", "invalid_item"),
-                6: ("blank", "empty_question"), 7: ("fam", "unknown_protocol"),
-                8: ("gone", "missing_image"), 9: ("out", "image_outside_pool"),
-                10: ("link", "image_symlink"), 11: ("zero", "unreadable_image"),
-                12: ("bomb", "image_too_large"), 13: ("trunc", "unreadable_image"),
-                14: ("long", "text_too_long"), 15: ("prov", "provenance"),
-                17: (None, "invalid_utf8")}
+    expected = {
+        2: ("dup", "duplicate_item"),
+        3: (None, "invalid_json"),
+        4: ("noq", "invalid_item"),
+        5: ("typed", "invalid_item"),
+        6: ("blank", "empty_question"),
+        7: ("fam", "unknown_protocol"),
+        8: ("gone", "missing_image"),
+        9: ("out", "image_outside_pool"),
+        10: ("link", "image_symlink"),
+        11: ("zero", "unreadable_image"),
+        12: ("bomb", "image_too_large"),
+        13: ("trunc", "unreadable_image"),
+        14: ("long", "text_too_long"),
+        15: ("prov", "provenance"),
+        17: (None, "invalid_utf8"),
+    }
     return pool, expected
 
 
 @pytest.fixture(scope="module")
-def result(start_stack: Any, tmp_path_factory: pytest.TempPathFactory
-           ) -> tuple[dict[int, tuple[str | None, str]], Path, dict[str, Any]]:
+def result(
+    start_stack: Any, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[dict[int, tuple[str | None, str]], Path, dict[str, Any]]:
     root = tmp_path_factory.mktemp("clean")
     pool, expected = _pool(root)
     replay = root / "replay.json"
     replay.write_text("{}")
-    stack = start_stack(["replay"], triton_env={"RSIEVE_REPLAY_FILE": str(replay)},
-                        settings_env={"RSIEVE_GENERATOR_MODEL": "replay",
-                                      "RSIEVE_JUDGE_MODEL": "replay",
-                                      "RSIEVE_SHARD_SIZE": "5", "RSIEVE_MODEL_RETRIES": "0"})
+    stack = start_stack(
+        ["replay"],
+        triton_env={"RSIEVE_REPLAY_FILE": str(replay)},
+        settings_env={
+            "RSIEVE_GENERATOR_MODEL": "replay",
+            "RSIEVE_JUDGE_MODEL": "replay",
+            "RSIEVE_SHARD_SIZE": "5",
+            "RSIEVE_MODEL_RETRIES": "0",
+        },
+    )
     settings = stack_settings(stack)
     store = S3Store(settings)
     run = submit(settings.api_url, upload_pool(store, pool), "clean-test")
     wait_for_run(settings.api_url, run, timeout=300)
     cleaning = json.loads(store.get(f"runs/{run}/cleaning.json"))
-    clean_items = [i for n in range(4) for i in json.loads(
-        store.get(f"runs/{run}/clean/{n:05d}.json"))["items"]]
+    clean_items = [
+        i
+        for n in range(4)
+        for i in json.loads(store.get(f"runs/{run}/clean/{n:05d}.json"))["items"]
+    ]
     # The same pool as another tool would write it: each file its own object, no packs,
     # no _refused.json (the symbolic link is simply not there). Ingest packs it.
     for name in pool_files(pool):
@@ -113,19 +138,38 @@ def result(start_stack: Any, tmp_path_factory: pytest.TempPathFactory
     lines = []
     for n in range(150):
         store.put(f"by-hand-big/{n}.png", _png(f"#{n:06x}"))
-        lines.append(json.dumps({"id": f"big-{n}", "family": "SynthWords", "image": f"{n}.png",
-                                 "question": "What is shown?", "answer": "x",
-                                 "source": {"dataset": "by-hand"}}))
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"big-{n}",
+                    "family": "SynthWords",
+                    "image": f"{n}.png",
+                    "question": "What is shown?",
+                    "answer": "x",
+                    "source": {"dataset": "by-hand"},
+                }
+            )
+        )
     store.put("by-hand-big/items.jsonl", ("\n".join(lines) + "\n").encode())
     store.put("by-hand-big/_complete", b"written by hand")
     big = submit(settings.api_url, f"s3://{store.bucket}/by-hand-big/", "clean-by-hand-big")
     wait_for_run(settings.api_url, big, timeout=300)
-    return expected, export_dataset(store, "clean-test", root / "out"), {
-        "cleaning": cleaning, "items": clean_items, "by_hand": by_hand,
-        "by_hand_index": json.loads(store.get("by-hand/_packs/index.json")),
-        "big_index": json.loads(store.get("by-hand-big/_packs/index.json")),
-        "big_quarantine": [q for key in store.list(f"runs/{big}/clean/")
-                           for q in json.loads(store.get(key))["quarantined"]]}
+    return (
+        expected,
+        export_dataset(store, "clean-test", root / "out"),
+        {
+            "cleaning": cleaning,
+            "items": clean_items,
+            "by_hand": by_hand,
+            "by_hand_index": json.loads(store.get("by-hand/_packs/index.json")),
+            "big_index": json.loads(store.get("by-hand-big/_packs/index.json")),
+            "big_quarantine": [
+                q
+                for key in store.list(f"runs/{big}/clean/")
+                for q in json.loads(store.get(key))["quarantined"]
+            ],
+        },
+    )
 
 
 def test_each_bad_item_has_its_reason_and_line(result: Any) -> None:
@@ -146,19 +190,24 @@ def test_good_items_pass_and_multiple_choice_is_normalised(result: Any) -> None:
     assert mc["clean_meta"]["mcq"]["original_answer"] == "dog"
     fams = stored["cleaning"]["families"]
     assert fams["SynthWords"]["duplicate_items"] == 1 and fams["MMBench"]["mcq"] == {
-        "normalised": 1}
+        "normalised": 1
+    }
     assert stored["cleaning"]["files_refused"] == {
-        "escape.png": "symbolic link to a file outside the pool folder"}
+        "escape.png": "symbolic link to a file outside the pool folder"
+    }
 
 
 def test_a_pool_without_packs_is_packed_at_ingest(result: Any) -> None:
     expected, _, stored = result
-    quarantine = [json.loads(x) for x in
-                  (stored["by_hand"] / "quarantine.jsonl").read_text().splitlines()]
+    quarantine = [
+        json.loads(x) for x in (stored["by_hand"] / "quarantine.jsonl").read_text().splitlines()
+    ]
     cleaner = {q["line"]: (q["id"], q["reason"]) for q in quarantine if q["stage"] == "clean"}
     # Every line ends as with the packed upload, but the link nobody uploaded is missing.
-    assert {line: (item, "missing_image" if reason == "image_symlink" else reason)
-            for line, (item, reason) in expected.items()} == cleaner
+    assert {
+        line: (item, "missing_image" if reason == "image_symlink" else reason)
+        for line, (item, reason) in expected.items()
+    } == cleaner
     report = json.loads((stored["by_hand"] / "run_report.json").read_text())
     assert report["adds_up"] is True and report["lines"] == 17
     images = stored["by_hand_index"]["images"]

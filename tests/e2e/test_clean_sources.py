@@ -39,17 +39,28 @@ def env(start_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     roots.mkdir()
     replay = root / "replay.json"
     replay.write_text("{}")
-    stack = start_stack(["replay"], triton_env={"RSIEVE_REPLAY_FILE": str(replay)},
-                        settings_env={"RSIEVE_GENERATOR_MODEL": "replay",
-                                      "RSIEVE_JUDGE_MODEL": "replay",
-                                      "RSIEVE_MODEL_RETRIES": "0",
-                                      "RSIEVE_PROVENANCE_ROOTS": json.dumps([str(roots)]),
-                                      "RSIEVE_WATCH_PREFIX": "inbox/",
-                                      "RSIEVE_WATCH_INTERVAL_S": "2",
-                                      "RSIEVE_WATCH_DATASET": "watched-test"})
+    stack = start_stack(
+        ["replay"],
+        triton_env={"RSIEVE_REPLAY_FILE": str(replay)},
+        settings_env={
+            "RSIEVE_GENERATOR_MODEL": "replay",
+            "RSIEVE_JUDGE_MODEL": "replay",
+            "RSIEVE_MODEL_RETRIES": "0",
+            "RSIEVE_PROVENANCE_ROOTS": json.dumps([str(roots)]),
+            "RSIEVE_WATCH_PREFIX": "inbox/",
+            "RSIEVE_WATCH_INTERVAL_S": "2",
+            "RSIEVE_WATCH_DATASET": "watched-test",
+        },
+    )
     settings = stack_settings(stack)
-    return {"root": root, "roots": roots, "stack": stack, "settings": settings,
-            "store": S3Store(settings), "redis": redis.Redis.from_url(settings.redis_url)}
+    return {
+        "root": root,
+        "roots": roots,
+        "stack": stack,
+        "settings": settings,
+        "store": S3Store(settings),
+        "redis": redis.Redis.from_url(settings.redis_url),
+    }
 
 
 def test_local_and_s3_sources_resolve_to_the_attached_image(env: dict[str, Any]) -> None:
@@ -62,23 +73,35 @@ def test_local_and_s3_sources_resolve_to_the_attached_image(env: dict[str, Any])
     store.put("upstream/other.png", other)
     bucket = settings.s3_bucket
     sources: list[Any] = [
-        str(roots / "ok.png"),                                      # 1 local match
-        {"path": "ok.png"},                                         # 2 relative, under root
-        {"path": str(roots / "other.png")},                         # 3 local mismatch
-        str(roots / "nope.png"),                                    # 4 local missing
-        str(root / "outside.png"),                                  # 5 outside the roots
-        f"s3://{bucket}/upstream/ok.png",                           # 6 s3 match
-        {"uri": f"s3://{bucket}/upstream/other.png"},               # 7 s3 mismatch
-        f"s3://{bucket}/upstream/nope.png",                         # 8 s3 missing
-        {"dataset": "x/y", "split": "test", "row": 3},              # 9 dataset row: recorded
+        str(roots / "ok.png"),  # 1 local match
+        {"path": "ok.png"},  # 2 relative, under root
+        {"path": str(roots / "other.png")},  # 3 local mismatch
+        str(roots / "nope.png"),  # 4 local missing
+        str(root / "outside.png"),  # 5 outside the roots
+        f"s3://{bucket}/upstream/ok.png",  # 6 s3 match
+        {"uri": f"s3://{bucket}/upstream/other.png"},  # 7 s3 mismatch
+        f"s3://{bucket}/upstream/nope.png",  # 8 s3 missing
+        {"dataset": "x/y", "split": "test", "row": 3},  # 9 dataset row: recorded
     ]
     pool = root / "pool"
     pool.mkdir()
     (pool / "a.png").write_bytes(image)
-    (pool / "items.jsonl").write_text("".join(json.dumps(
-        {"id": f"p{n}", "family": "SynthWords", "image": "a.png",
-         "question": QUESTION.format(n=n), "answer": "x", "source": src}) + "\n"
-        for n, src in enumerate(sources, 1)))
+    (pool / "items.jsonl").write_text(
+        "".join(
+            json.dumps(
+                {
+                    "id": f"p{n}",
+                    "family": "SynthWords",
+                    "image": "a.png",
+                    "question": QUESTION.format(n=n),
+                    "answer": "x",
+                    "source": src,
+                }
+            )
+            + "\n"
+            for n, src in enumerate(sources, 1)
+        )
+    )
     run = submit(settings.api_url, upload_pool(store, pool), "prov-test")
     wait_for_run(settings.api_url, run, timeout=300)
     out = json.loads(store.get(f"runs/{run}/clean/00000.json"))
@@ -91,10 +114,16 @@ def test_local_and_s3_sources_resolve_to_the_attached_image(env: dict[str, Any])
     assert "not under a provenance root" in quarantined[5][1]
     assert quarantined[7][1].startswith("s3 object bytes differ from the image")
     assert quarantined[8][1].startswith("s3 object does not exist")
-    checks = {i["line"]: (i["clean_meta"]["provenance"], i["clean_meta"]["policy"]["provenance"])
-              for i in out["items"]}
-    assert checks == {1: ("local_match", "strict"), 2: ("local_match", "strict"),
-                      6: ("s3_match", "strict"), 9: ("recorded", "strict")}
+    checks = {
+        i["line"]: (i["clean_meta"]["provenance"], i["clean_meta"]["policy"]["provenance"])
+        for i in out["items"]
+    }
+    assert checks == {
+        1: ("local_match", "strict"),
+        2: ("local_match", "strict"),
+        6: ("s3_match", "strict"),
+        9: ("recorded", "strict"),
+    }
     cleaning = json.loads(store.get(f"runs/{run}/cleaning.json"))
     assert cleaning["policy"]["provenance"] == "strict"
     assert cleaning["policy"]["provenance_roots"] == [str(roots)]
@@ -116,9 +145,18 @@ def test_watched_pools_are_taken_once_when_complete(env: dict[str, Any]) -> None
         data = _png(color)
         store.put(f"inbox/grow/{n}.png", data)
         store.put(f"inbox/marked/{n}.png", data)
-        lines.append(json.dumps({"id": f"w{n}", "family": "SynthWords", "image": f"{n}.png",
-                                 "question": QUESTION.format(n=n), "answer": "x",
-                                 "source": {"sha256": hashlib.sha256(data).hexdigest()}}))
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"w{n}",
+                    "family": "SynthWords",
+                    "image": f"{n}.png",
+                    "question": QUESTION.format(n=n),
+                    "answer": "x",
+                    "source": {"sha256": hashlib.sha256(data).hexdigest()},
+                }
+            )
+        )
     full = ("\n".join(lines) + "\n").encode()
     half = full[: len(full) // 2]
 
@@ -126,8 +164,11 @@ def test_watched_pools_are_taken_once_when_complete(env: dict[str, Any]) -> None
     store.put("inbox/grow/items.jsonl", half)
     # A look may come before items.jsonl exists (size -1, seen in CI): wait for one that
     # sees the half file.
-    _wait(lambda: json.loads(r.get("rsieve:watch:size:inbox/grow/") or "[null]")[0]
-          == len(half), 60, "a look at grow/ that sees the half file")
+    _wait(
+        lambda: json.loads(r.get("rsieve:watch:size:inbox/grow/") or "[null]")[0] == len(half),
+        60,
+        "a look at grow/ that sees the half file",
+    )
     store.put("inbox/grow/items.jsonl", full)
     assert not store.exists("inbox/grow/_taken.json")
     assert r.hget("rsieve:watch:takes", "inbox/grow/") is None
@@ -138,8 +179,11 @@ def test_watched_pools_are_taken_once_when_complete(env: dict[str, Any]) -> None
 
     markers = {}
     for folder in ("inbox/grow/", "inbox/marked/"):
-        raw = _wait(lambda f=folder: store.exists(f + "_taken.json")
-                    and store.get(f + "_taken.json"), 60, f"{folder} taken")
+        raw = _wait(
+            lambda f=folder: store.exists(f + "_taken.json") and store.get(f + "_taken.json"),
+            60,
+            f"{folder} taken",
+        )
         markers[folder] = json.loads(raw)
         assert markers[folder]["dataset"] == "watched-test"
     grow_run = markers["inbox/grow/"]["run"]

@@ -16,12 +16,22 @@ from rsieve.local.stack import REPO_ROOT
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     port = free_port()
-    env = {**os.environ, "RSIEVE_STACK_DIR": str(tmp_path / "no-stack"), "COLUMNS": "200",
-           "RSIEVE_API_URL": f"http://127.0.0.1:{port}",
-           "RSIEVE_S3_ENDPOINT": f"http://127.0.0.1:{port}",
-           "RSIEVE_REDIS_URL": f"redis://127.0.0.1:{port}/0"}
-    return subprocess.run([sys.executable, "-m", "rsieve.cli", *args], env=env, text=True,
-                          capture_output=True, timeout=120, cwd=REPO_ROOT)
+    env = {
+        **os.environ,
+        "RSIEVE_STACK_DIR": str(tmp_path / "no-stack"),
+        "COLUMNS": "200",
+        "RSIEVE_API_URL": f"http://127.0.0.1:{port}",
+        "RSIEVE_S3_ENDPOINT": f"http://127.0.0.1:{port}",
+        "RSIEVE_REDIS_URL": f"redis://127.0.0.1:{port}/0",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "rsieve.cli", *args],
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+    )
 
 
 def _one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -40,12 +50,17 @@ def test_status_without_a_stack_says_start_it(tmp_path: Path, args: list[str]) -
 
 def test_submit_of_a_folder_that_is_not_a_pool(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    _one_line_error(_cli(tmp_path, "submit", str(tmp_path / "empty")), "no items.jsonl",
-                    "fix:")
+    _one_line_error(_cli(tmp_path, "submit", str(tmp_path / "empty")), "no items.jsonl", "fix:")
     _one_line_error(_cli(tmp_path, "submit", str(tmp_path / "missing")), "not a folder")
 
 
-@pytest.mark.parametrize("args", [["export", "x-000000000000", "--to", "out"],
-                                  ["card", "x-000000000000"], ["recheck", "x-000000000000"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["export", "x-000000000000", "--to", "out"],
+        ["card", "x-000000000000"],
+        ["recheck", "x-000000000000"],
+    ],
+)
 def test_storage_commands_without_a_stack(tmp_path: Path, args: list[str]) -> None:
     _one_line_error(_cli(tmp_path, *args), "rsieve stack up")

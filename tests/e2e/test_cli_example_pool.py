@@ -25,12 +25,17 @@ def stack(start_stack: Any) -> Stack:
 
 def _cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "RSIEVE_STACK_DIR": str(stack.dir), "COLUMNS": "120"}
-    return subprocess.run([sys.executable, "-m", "rsieve.cli", *args], env=env, text=True,
-                          capture_output=True, timeout=600, cwd=REPO_ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "rsieve.cli", *args],
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=600,
+        cwd=REPO_ROOT,
+    )
 
 
-def test_run_exports_a_loadable_dataset_twice_identically(stack: Stack, tmp_path: Path
-                                                          ) -> None:
+def test_run_exports_a_loadable_dataset_twice_identically(stack: Stack, tmp_path: Path) -> None:
     first = _cli(stack, "run", str(POOL), "--out", str(tmp_path / "a"), "--dataset", "ex")
     assert first.returncode == 0, first.stderr[-3000:]
     assert "SynthWords_RS_think" in first.stdout
@@ -43,8 +48,13 @@ def test_run_exports_a_loadable_dataset_twice_identically(stack: Stack, tmp_path
     assert words["accepted"] >= 10 and words["rejected"] >= 3
     # Letters are not words, and the abstaining judge can never promote.
     assert choice["accepted"] == 0 and choice["rejected_by_reason"] == {"judge_unsure": 6}
-    ids = [qa["id"] for split in ds if not split.endswith("_RS_nothink")
-           for row in ds[split] for qa in row["qa"]]
+    ids = [
+        qa["id"]
+        for split in ds
+        if not split.endswith("_RS_nothink")
+        for row in ds[split]
+        for qa in row["qa"]
+    ]
     assert len(ids) == len(set(ids)) == 36
     for row in ds["SynthWords_RS_think"]:
         for qa in row["qa"]:
@@ -60,8 +70,17 @@ def test_stack_status_lists_every_process(stack: Stack) -> None:
     result = _cli(stack, "stack", "status", "--json")
     assert result.returncode == 0, result.stderr
     status = json.loads(result.stdout)
-    assert set(status) == {"redis", "s3", "triton", "cleaner", "generator", "verifier",
-                           "judge", "compactor", "api"}
+    assert set(status) == {
+        "redis",
+        "s3",
+        "triton",
+        "cleaner",
+        "generator",
+        "verifier",
+        "judge",
+        "compactor",
+        "api",
+    }
     assert all(status.values())
 
 
@@ -96,8 +115,12 @@ def test_submit_status_export_card_recheck(stack: Stack, tmp_path: Path) -> None
     assert result["checked"] >= 30 and result["differences"] == []
     assert _cli(stack, "audit", run).returncode == 0
 
-    for args in (["status", "ops-000000000000"], ["export", "ops-000000000000", "--to", "x"],
-                 ["card", "nope-000000000000"], ["recheck", "nope-000000000000"]):
+    for args in (
+        ["status", "ops-000000000000"],
+        ["export", "ops-000000000000", "--to", "x"],
+        ["card", "nope-000000000000"],
+        ["recheck", "nope-000000000000"],
+    ):
         failed = _cli(stack, *args)
         assert failed.returncode == 1 and "Traceback" not in failed.stderr, failed.stderr
         assert "no run" in failed.stderr and "fix:" in failed.stderr, failed.stderr
@@ -117,6 +140,7 @@ def test_submit_status_export_card_recheck(stack: Stack, tmp_path: Path) -> None
         tampered = _cli(stack, "recheck", run)
         assert tampered.returncode == 1, tampered.stderr[-2000:]
         assert "1 differ" in tampered.stdout and first["generation"]["item"]["id"] in (
-            tampered.stderr)
+            tampered.stderr
+        )
     finally:
         store.put(key, original)

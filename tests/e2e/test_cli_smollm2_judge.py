@@ -26,16 +26,35 @@ def stack(start_stack: Any) -> Stack:
 
 def test_the_example_pool_is_judged_by_smollm2(stack: Stack, tmp_path: Path) -> None:
     env = {**os.environ, "RSIEVE_STACK_DIR": str(stack.dir), "COLUMNS": "120"}
-    result = subprocess.run([sys.executable, "-m", "rsieve.cli", "run", str(POOL), "--out",
-                             str(tmp_path), "--dataset", "ex"], env=env, text=True,
-                            capture_output=True, timeout=900, cwd=REPO_ROOT)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rsieve.cli",
+            "run",
+            str(POOL),
+            "--out",
+            str(tmp_path),
+            "--dataset",
+            "ex",
+        ],
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=900,
+        cwd=REPO_ROOT,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     path = tmp_path / "ex"
     report = json.loads((path / "run_report.json").read_text())
     assert report["adds_up"]
     assert report["models"]["judges"] == [
-        {"model": "judge-smollm2", "kind": "llm", "verdicts": report["models"]["judges"][0][
-            "verdicts"]}]
+        {
+            "model": "judge-smollm2",
+            "kind": "llm",
+            "verdicts": report["models"]["judges"][0]["verdicts"],
+        }
+    ]
     judged = {f: v["judge_verdicts"] for f, v in report["families"].items()}
     total = sum(sum(v.values()) for v in judged.values())
     assert total == report["models"]["judges"][0]["verdicts"] > 0
@@ -45,8 +64,7 @@ def test_the_example_pool_is_judged_by_smollm2(stack: Stack, tmp_path: Path) -> 
         assert sum(counts["judge_failure_causes"].values()) == failed, family
         assert counts["rejected_by_reason"].get("judge_failed", 0) == failed
     calibration = report["calibration"]
-    assert calibration and all(c["items"] <= SMOLLM2_CALIBRATION_SIZE
-                               for c in calibration.values())
+    assert calibration and all(c["items"] <= SMOLLM2_CALIBRATION_SIZE for c in calibration.values())
     card = (path / "README.md").read_text()
     assert "`judge-smollm2`, a text-only language model" in card
     assert "an OCR engine" in card

@@ -35,8 +35,7 @@ class _DiesBeforeCommit(S3Store):
 
 
 @pytest.fixture(scope="module")
-def setup(start_stack: Any, tmp_path_factory: pytest.TempPathFactory
-          ) -> tuple[Stack, Path, Path]:
+def setup(start_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Stack, Path, Path]:
     root = tmp_path_factory.mktemp("grow")
     replay: dict[str, dict[str, str]] = {}
     first = word_pool(root / "first", "grow", replay, count=8)
@@ -50,11 +49,17 @@ def setup(start_stack: Any, tmp_path_factory: pytest.TempPathFactory
         fh.write("\n".join(lines) + "\n")
     replay_file = root / "replay.json"
     replay_file.write_text(json.dumps(replay))
-    stack = start_stack(["replay"], triton_env={"RSIEVE_REPLAY_FILE": str(replay_file)},
-                        settings_env={"RSIEVE_GENERATOR_MODEL": "replay",
-                                      "RSIEVE_JUDGE_MODEL": "replay", "RSIEVE_SHARD_SIZE": "4",
-                                      "RSIEVE_PARQUET_ROW_GROUP_ROWS": "2",
-                                      "RSIEVE_PARQUET_SHARD_BYTES": "1024"})
+    stack = start_stack(
+        ["replay"],
+        triton_env={"RSIEVE_REPLAY_FILE": str(replay_file)},
+        settings_env={
+            "RSIEVE_GENERATOR_MODEL": "replay",
+            "RSIEVE_JUDGE_MODEL": "replay",
+            "RSIEVE_SHARD_SIZE": "4",
+            "RSIEVE_PARQUET_ROW_GROUP_ROWS": "2",
+            "RSIEVE_PARQUET_SHARD_BYTES": "1024",
+        },
+    )
     return stack, first, second
 
 
@@ -65,12 +70,16 @@ def _upload_and_submit(stack: Stack, pool: Path) -> str:
 
 def _ids(path: Path) -> list[str]:
     ds = datasets.load_dataset(str(path))
-    return sorted(qa["id"] for split in ds if not split.endswith("_RS_nothink")
-                  for row in ds[split] for qa in row["qa"])
+    return sorted(
+        qa["id"]
+        for split in ds
+        if not split.endswith("_RS_nothink")
+        for row in ds[split]
+        for qa in row["qa"]
+    )
 
 
-def test_growth_crash_and_recompaction(setup: tuple[Stack, Path, Path], tmp_path: Path
-                                       ) -> None:
+def test_growth_crash_and_recompaction(setup: tuple[Stack, Path, Path], tmp_path: Path) -> None:
     stack, first, second = setup
     settings = stack_settings(stack)
     store = S3Store(settings)
@@ -101,8 +110,7 @@ def test_growth_crash_and_recompaction(setup: tuple[Stack, Path, Path], tmp_path
     compact.run(run=run_b)
     after = export_dataset(store, DATASET, tmp_path / "b")
     ids = _ids(after)
-    assert ids == sorted([f"grow-{i:03d}" for i in range(8)] + [f"more-{i:03d}"
-                                                                  for i in range(4)])
+    assert ids == sorted([f"grow-{i:03d}" for i in range(8)] + [f"more-{i:03d}" for i in range(4)])
     manifest_b = json.loads(store.get(f"datasets/{DATASET}/manifest.json"))
     assert manifest_b["runs"] == [run_a, run_b]
     report = json.loads((after / "run_report.json").read_text())
@@ -111,8 +119,11 @@ def test_growth_crash_and_recompaction(setup: tuple[Stack, Path, Path], tmp_path
     assert {r["clean_meta"]["run"] for r in rows} == {run_a, run_b}
 
     # Recompaction of the same inputs (from the same previous commit) is byte-identical.
-    shards_b = {s["path"]: store.get(f"datasets/{DATASET}/{s['path']}")
-                for s in manifest_b["shards"] if s["run"] == run_b}
+    shards_b = {
+        s["path"]: store.get(f"datasets/{DATASET}/{s['path']}")
+        for s in manifest_b["shards"]
+        if s["run"] == run_b
+    }
     store.put(f"datasets/{DATASET}/manifest.json", manifest_a)
     compact.run(run=run_b)
     for path, data in shards_b.items():

@@ -24,31 +24,48 @@ from tests.e2e.pools import word_pool
 ITEMS = 24  # 6 shards of 4
 
 
-
-def _pool(folder: Path, tag: str, replay: dict[str, dict[str, str]],
-          extra_ids: tuple[str, ...] = ()) -> Path:
+def _pool(
+    folder: Path, tag: str, replay: dict[str, dict[str, str]], extra_ids: tuple[str, ...] = ()
+) -> Path:
     return word_pool(folder, tag, replay, count=ITEMS, extra_ids=extra_ids)
 
 
 @pytest.fixture(scope="module")
-def fault_stack(start_stack: Any, tmp_path_factory: pytest.TempPathFactory
-                ) -> tuple[Stack, dict[str, Path]]:
+def fault_stack(
+    start_stack: Any, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Stack, dict[str, Path]]:
     root = tmp_path_factory.mktemp("faults")
     replay: dict[str, dict[str, str]] = {}
-    pools = {tag: _pool(root / tag, tag, replay,
-                        ("poison-1",) if tag == "poison" else ())
-             for tag in ("childkill", "workerkill", "sigterm", "redis", "triton", "twice",
-                         "compactor", "poison", "s3down")}
+    pools = {
+        tag: _pool(root / tag, tag, replay, ("poison-1",) if tag == "poison" else ())
+        for tag in (
+            "childkill",
+            "workerkill",
+            "sigterm",
+            "redis",
+            "triton",
+            "twice",
+            "compactor",
+            "poison",
+            "s3down",
+        )
+    }
     replay_file = root / "replay.json"
     replay_file.write_text(json.dumps(replay))
     stack = start_stack(
         ["replay"],
         triton_env={"RSIEVE_REPLAY_FILE": str(replay_file), "RSIEVE_REPLAY_DELAY_S": "0.7"},
-        settings_env={"RSIEVE_GENERATOR_MODEL": "replay", "RSIEVE_JUDGE_MODEL": "replay",
-                      "RSIEVE_SHARD_SIZE": "4", "RSIEVE_VISIBILITY_TIMEOUT_S": "15",
-                      "RSIEVE_MAX_DELIVERIES": "2", "RSIEVE_MODEL_RETRIES": "2",
-                      "RSIEVE_SOFT_SHUTDOWN_S": "30",
-                      "RSIEVE_FAULT_CRASH_ITEM_IDS": '["poison-1"]'})
+        settings_env={
+            "RSIEVE_GENERATOR_MODEL": "replay",
+            "RSIEVE_JUDGE_MODEL": "replay",
+            "RSIEVE_SHARD_SIZE": "4",
+            "RSIEVE_VISIBILITY_TIMEOUT_S": "15",
+            "RSIEVE_MAX_DELIVERIES": "2",
+            "RSIEVE_MODEL_RETRIES": "2",
+            "RSIEVE_SOFT_SHUTDOWN_S": "30",
+            "RSIEVE_FAULT_CRASH_ITEM_IDS": '["poison-1"]',
+        },
+    )
     return stack, pools
 
 
@@ -66,15 +83,13 @@ def _finish(stack: Stack, run: str, started: float) -> dict[str, Any]:
     assert index is not None
     result = audit_run(index, outputs)
     assert result.ok, result.problems
-    report = json.loads(S3Store(settings).get(f"datasets/{ctx.spec(run).dataset}/"
-                                              "run_report.json"))
+    report = json.loads(S3Store(settings).get(f"datasets/{ctx.spec(run).dataset}/run_report.json"))
     assert report["adds_up"]
     print(f"{run}: recovered and compacted {time.monotonic() - started:.1f}s after submit")
     return report
 
 
-def _wait_stage(stack: Stack, run: str, stage: str, count: int = 1, timeout: float = 60
-                ) -> None:
+def _wait_stage(stack: Stack, run: str, stage: str, count: int = 1, timeout: float = 60) -> None:
     ctx = bootstrap(stack_settings(stack))
     deadline = time.monotonic() + timeout
     while len(ctx.stored_shards(run, stage)) < count:
@@ -102,8 +117,11 @@ def test_worker_child_killed_mid_shard(fault_stack: tuple[Stack, dict[str, Path]
     time.sleep(0.3)  # shards are now between stages
     # The prefork services' children (the generator runs threads: killing it is
     # test_whole_worker_killed_and_replaced).
-    children = [c for name in ("cleaner", "verifier", "judge", "compactor")
-                for c in _children(stack.pid(name) or 0)]
+    children = [
+        c
+        for name in ("cleaner", "verifier", "judge", "compactor")
+        for c in _children(stack.pid(name) or 0)
+    ]
     assert children
     for child in children:
         os.kill(child, signal.SIGKILL)
@@ -159,7 +177,8 @@ def test_triton_restarted_mid_run(fault_stack: tuple[Stack, dict[str, Path]]) ->
 
 
 def test_messages_delivered_twice_change_nothing(
-        fault_stack: tuple[Stack, dict[str, Path]], tmp_path: Path) -> None:
+    fault_stack: tuple[Stack, dict[str, Path]], tmp_path: Path
+) -> None:
     stack, pools = fault_stack
     started = time.monotonic()
     run = _submit(stack, pools["twice"])
@@ -182,7 +201,8 @@ def test_messages_delivered_twice_change_nothing(
 
 
 def test_compactor_dead_before_manifest_is_completed_by_reconcile(
-        fault_stack: tuple[Stack, dict[str, Path]]) -> None:
+    fault_stack: tuple[Stack, dict[str, Path]],
+) -> None:
     stack, pools = fault_stack
     started = time.monotonic()
     run = _submit(stack, pools["compactor"])
@@ -190,8 +210,9 @@ def test_compactor_dead_before_manifest_is_completed_by_reconcile(
     settings = stack_settings(stack)
     ctx = bootstrap(settings)
     # The state a compactor leaves when it dies after the shards, before the commit.
-    ctx.store._client.delete_object(Bucket=settings.s3_bucket,
-                                    Key="datasets/compactor/manifest.json")
+    ctx.store._client.delete_object(
+        Bucket=settings.s3_bucket, Key="datasets/compactor/manifest.json"
+    )
     assert not ctx.compacted(run)
     plan = ctx.reconcile(run)
     assert plan == [("rsieve.compact", {})]
@@ -200,7 +221,8 @@ def test_compactor_dead_before_manifest_is_completed_by_reconcile(
 
 
 def test_poison_item_is_quarantined_after_max_deliveries(
-        fault_stack: tuple[Stack, dict[str, Path]]) -> None:
+    fault_stack: tuple[Stack, dict[str, Path]],
+) -> None:
     stack, pools = fault_stack
     started = time.monotonic()
     run = _submit(stack, pools["poison"])
@@ -210,8 +232,7 @@ def test_poison_item_is_quarantined_after_max_deliveries(
     _accepted_all(report)
 
 
-def test_s3_stopped_mid_run_and_started_again(
-        fault_stack: tuple[Stack, dict[str, Path]]) -> None:
+def test_s3_stopped_mid_run_and_started_again(fault_stack: tuple[Stack, dict[str, Path]]) -> None:
     stack, pools = fault_stack
     started = time.monotonic()
     run = _submit(stack, pools["s3down"])

@@ -58,9 +58,18 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Path:
         # Short lengths staggered, so that items admitted together do not all end together.
         data = _png(word, LONG if i == SHARD - 1 else SHORT + (37 * i) % 100)
         (folder / f"{i}.png").write_bytes(data)
-        lines.append(json.dumps({"id": f"e{i}", "family": "SynthWords", "image": f"{i}.png",
-                                 "question": QUESTION, "answer": word,
-                                 "source": {"sha256": hashlib.sha256(data).hexdigest()}}))
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"e{i}",
+                    "family": "SynthWords",
+                    "image": f"{i}.png",
+                    "question": QUESTION,
+                    "answer": word,
+                    "source": {"sha256": hashlib.sha256(data).hexdigest()},
+                }
+            )
+        )
     (folder / "items.jsonl").write_text("\n".join(lines) + "\n")
     return folder
 
@@ -72,8 +81,11 @@ def engine_of_8(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     folder = tmp_path_factory.mktemp("engine") / ENGINE
     shutil.copytree(TRITON_MODELS[ENGINE], folder)
     config = folder / "config.pbtxt"
-    text, n = re.subn(r'(key: "max_num_seqs"\s*value: \{ string_value: ")\d+"',
-                      rf'\g<1>{SEQS}"', config.read_text())
+    text, n = re.subn(
+        r'(key: "max_num_seqs"\s*value: \{ string_value: ")\d+"',
+        rf'\g<1>{SEQS}"',
+        config.read_text(),
+    )
     assert n == 1
     config.write_text(text)
     saved, TRITON_MODELS[ENGINE] = TRITON_MODELS[ENGINE], folder
@@ -82,19 +94,28 @@ def engine_of_8(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def stack(start_stack: Any, tmp_path_factory: pytest.TempPathFactory, engine_of_8: None
-          ) -> Stack:
+def stack(start_stack: Any, tmp_path_factory: pytest.TempPathFactory, engine_of_8: None) -> Stack:
     tokenizer = build_tokenizer(tmp_path_factory.mktemp("tok") / "qwen3", "qwen3_vl_thinking")
     return start_stack(
         [ENGINE, "judge-abstain"],
         # 5 ms a step whatever the batch: a short item lasts about 1.5 s, the long one 20 s.
-        triton_env={"RSIEVE_STANDIN_STEP_BASE_MS": "5", "RSIEVE_STANDIN_STEP_PER_SEQ_MS": "0",
-                    "RSIEVE_STANDIN_PREFILL_MS_PER_TOKEN": "0", "RSIEVE_STANDIN_P_CORRECT": "1"},
+        triton_env={
+            "RSIEVE_STANDIN_STEP_BASE_MS": "5",
+            "RSIEVE_STANDIN_STEP_PER_SEQ_MS": "0",
+            "RSIEVE_STANDIN_PREFILL_MS_PER_TOKEN": "0",
+            "RSIEVE_STANDIN_P_CORRECT": "1",
+        },
         # max_inflight stays at its default (32): the limit must come from the engine.
-        settings_env={"RSIEVE_GENERATOR_MODEL": ENGINE, "RSIEVE_JUDGE_MODEL": "judge-abstain",
-                      "RSIEVE_GENERATOR_TOKENIZER": str(tokenizer),
-                      "RSIEVE_SHARD_SIZE": str(SHARD), "RSIEVE_GENERATOR_CONCURRENCY": "8",
-                      "RSIEVE_MAX_NEW_TOKENS": "4096", "RSIEVE_PURITY_EMBEDDING": "false"})
+        settings_env={
+            "RSIEVE_GENERATOR_MODEL": ENGINE,
+            "RSIEVE_JUDGE_MODEL": "judge-abstain",
+            "RSIEVE_GENERATOR_TOKENIZER": str(tokenizer),
+            "RSIEVE_SHARD_SIZE": str(SHARD),
+            "RSIEVE_GENERATOR_CONCURRENCY": "8",
+            "RSIEVE_MAX_NEW_TOKENS": "4096",
+            "RSIEVE_PURITY_EMBEDDING": "false",
+        },
+    )
 
 
 def _sample(port: int, out: list[dict[str, float]], stop: threading.Event) -> None:
@@ -113,12 +134,14 @@ def _sample(port: int, out: list[dict[str, float]], stop: threading.Event) -> No
 
 
 def test_a_slow_last_item_does_not_empty_the_engine_while_shards_wait(
-        stack: Stack, pool: Path) -> None:
+    stack: Stack, pool: Path
+) -> None:
     settings = stack_settings(stack)
     samples: list[dict[str, float]] = []
     stop = threading.Event()
-    sampler = threading.Thread(target=_sample, args=(stack.config.triton_metrics_port,
-                                                     samples, stop), daemon=True)
+    sampler = threading.Thread(
+        target=_sample, args=(stack.config.triton_metrics_port, samples, stop), daemon=True
+    )
     sampler.start()
     try:
         run = submit(settings.api_url, upload_pool(S3Store(settings), pool), "engine")

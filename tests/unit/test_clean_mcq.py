@@ -11,8 +11,10 @@ import pytest
 
 from rsieve.mcq import normalise_mcq
 
-CASES = [json.loads(line) for line in
-         (Path(__file__).parent / "cases" / "clean_mcq.jsonl").read_text().splitlines()]
+CASES = [
+    json.loads(line)
+    for line in (Path(__file__).parent / "cases" / "clean_mcq.jsonl").read_text().splitlines()
+]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
@@ -36,11 +38,19 @@ def test_meta_keeps_the_original() -> None:
     q, a = "What animal is this? Options: A cat, B dog", "dog"
     got = normalise_mcq(q, a)
     meta = got.meta(q, a)
-    assert meta == {"status": "normalised", "pattern": "options_prefix", "original_question": q,
-                    "original_answer": a, "options": {"A": "cat", "B": "dog"}}
+    assert meta == {
+        "status": "normalised",
+        "pattern": "options_prefix",
+        "original_question": q,
+        "original_answer": a,
+        "options": {"A": "cat", "B": "dog"},
+    }
     ambiguous = normalise_mcq(q, "horse")
-    assert ambiguous.meta(q, "horse") == {"status": "ambiguous", "pattern": "options_prefix",
-                                          "detail": "the reference names no option, or several"}
+    assert ambiguous.meta(q, "horse") == {
+        "status": "ambiguous",
+        "pattern": "options_prefix",
+        "detail": "the reference names no option, or several",
+    }
     assert normalise_mcq("What word?", "x").meta("What word?", "x") is None
 
 

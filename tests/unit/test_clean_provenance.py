@@ -18,25 +18,28 @@ IMG = hashlib.sha256(b"image").hexdigest()
 OTHER = hashlib.sha256(b"other").hexdigest()
 
 
-@pytest.mark.parametrize(("source", "kind", "location"), [
-    (None, "none", None),
-    ("", "none", None),
-    ({}, "none", None),
-    (IMG, "hash", None),
-    ({"sha256": IMG}, "hash", None),
-    ("/data/a.png", "local", "/data/a.png"),
-    ("file:///data/a.png", "local", "file:///data/a.png"),
-    ({"path": "sub/a.png"}, "local", "sub/a.png"),
-    ({"uri": "file:///data/a.png", "sha256": IMG}, "local", "file:///data/a.png"),
-    ("s3://bucket/k/a.png", "s3", "s3://bucket/k/a.png"),
-    ({"s3": "s3://bucket/a.png"}, "s3", "s3://bucket/a.png"),
-    ({"repo": "o/r", "path": "a.png", "commit": "abc"}, "dataset", "o/r/a.png/abc"),
-    ({"dataset": "x/y", "split": "test", "row": 3}, "dataset", "x/y/test/3"),
-    ("https://example.org/a.png", "remote", "https://example.org/a.png"),
-    ("LLaVA-CC3M", "tag", None),
-    ({"generator": "scripts/x.py"}, "tag", None),
-    (7, "tag", None),
-])
+@pytest.mark.parametrize(
+    ("source", "kind", "location"),
+    [
+        (None, "none", None),
+        ("", "none", None),
+        ({}, "none", None),
+        (IMG, "hash", None),
+        ({"sha256": IMG}, "hash", None),
+        ("/data/a.png", "local", "/data/a.png"),
+        ("file:///data/a.png", "local", "file:///data/a.png"),
+        ({"path": "sub/a.png"}, "local", "sub/a.png"),
+        ({"uri": "file:///data/a.png", "sha256": IMG}, "local", "file:///data/a.png"),
+        ("s3://bucket/k/a.png", "s3", "s3://bucket/k/a.png"),
+        ({"s3": "s3://bucket/a.png"}, "s3", "s3://bucket/a.png"),
+        ({"repo": "o/r", "path": "a.png", "commit": "abc"}, "dataset", "o/r/a.png/abc"),
+        ({"dataset": "x/y", "split": "test", "row": 3}, "dataset", "x/y/test/3"),
+        ("https://example.org/a.png", "remote", "https://example.org/a.png"),
+        ("LLaVA-CC3M", "tag", None),
+        ({"generator": "scripts/x.py"}, "tag", None),
+        (7, "tag", None),
+    ],
+)
 def test_parse_source(source: Any, kind: str, location: str | None) -> None:
     ref = parse_source(source)
     assert (ref.kind, ref.location) == (kind, location)

@@ -14,19 +14,25 @@ from rsieve.cleaning import assess_pool, render_cleaning
 from rsieve.purity import PurityQuestion, measure_purity, question_core
 from rsieve.shards import split_pool
 
-POOL_PHRASING = ["Type out the lettering visible in this crop.",
-                 "Type out the lettering you can see in this crop.",
-                 "Please type out the lettering in this crop."]
-GENERAL_VQA = ["What colour is the background?", "How many people are in the picture?",
-               "Describe the image.", "Is this photo taken at night?",
-               "What is the main object in the picture?", "Who is standing next to the car?"]
+POOL_PHRASING = [
+    "Type out the lettering visible in this crop.",
+    "Type out the lettering you can see in this crop.",
+    "Please type out the lettering in this crop.",
+]
+GENERAL_VQA = [
+    "What colour is the background?",
+    "How many people are in the picture?",
+    "Describe the image.",
+    "Is this photo taken at night?",
+    "What is the main object in the picture?",
+    "Who is standing next to the car?",
+]
 
 
 def _bag_of_words(texts: Sequence[str]) -> np.ndarray:
     """A stand-in embedder for fast tests: unit bag-of-words vectors."""
     vocab: dict[str, int] = {}
-    rows = [[vocab.setdefault(w, len(vocab)) for w in t.lower().strip("?.").split()]
-            for t in texts]
+    rows = [[vocab.setdefault(w, len(vocab)) for w in t.lower().strip("?.").split()] for t in texts]
     out = np.zeros((len(texts), max(len(vocab), 1)))
     for i, row in enumerate(rows):
         out[i, row] = 1.0
@@ -51,28 +57,33 @@ def test_clean_family_in_its_own_phrasing_is_on_task() -> None:
 
 
 def test_polluted_family_over_threshold_drops_the_minority() -> None:
-    got = measure_purity("Words", "alnum", _polluted(), threshold=0.05, min_items=20,
-                         embed=_bag_of_words)
+    got = measure_purity(
+        "Words", "alnum", _polluted(), threshold=0.05, min_items=20, embed=_bag_of_words
+    )
     assert got.off_task == 6 and got.exceeded
     assert got.dropped_lines == list(range(31, 37))
     assert got.summary()["kept"] == 30 and got.summary()["share"] == pytest.approx(6 / 36, 1e-3)
 
 
 def test_under_threshold_measures_and_keeps() -> None:
-    got = measure_purity("Words", "alnum", _polluted(), threshold=0.5, min_items=20,
-                         embed=_bag_of_words)
+    got = measure_purity(
+        "Words", "alnum", _polluted(), threshold=0.5, min_items=20, embed=_bag_of_words
+    )
     assert got.off_task == 6 and not got.exceeded and got.dropped_lines == []
 
 
 def test_small_family_is_measured_not_cut() -> None:
-    got = measure_purity("Words", "alnum", _polluted(4), threshold=0.05, min_items=20,
-                         embed=_bag_of_words)
+    got = measure_purity(
+        "Words", "alnum", _polluted(4), threshold=0.05, min_items=20, embed=_bag_of_words
+    )
     assert got.dropped_lines == [] and got.by_rule == {"unsettled": 7, "template_off": 3}
 
 
 def test_multiple_choice_with_options_is_on_task() -> None:
-    qs = [PurityQuestion(1, "What colour is it?\nA. red\nB. blue", has_options=True),
-          PurityQuestion(2, "Describe the image.")]
+    qs = [
+        PurityQuestion(1, "What colour is it?\nA. red\nB. blue", has_options=True),
+        PurityQuestion(2, "Describe the image."),
+    ]
     got = measure_purity("MMBench", "mc", qs, threshold=0.05, min_items=1, embed=None)
     assert got.rule_of_line == {1: "template_on", 2: "unsettled"}
 
@@ -80,39 +91,63 @@ def test_multiple_choice_with_options_is_on_task() -> None:
 def test_real_embedding_model_separates_general_vqa() -> None:
     from rsieve.purity import load_embedder
 
-    paraphrases = ["Copy the lettering of this crop.", "Give the lettering shown here.",
-                   "Key in the lettering from this crop.",
-                   "Provide the exact lettering in this crop."]
+    paraphrases = [
+        "Copy the lettering of this crop.",
+        "Give the lettering shown here.",
+        "Key in the lettering from this crop.",
+        "Provide the exact lettering in this crop.",
+    ]
     qs = [PurityQuestion(i + 1, paraphrases[i % 4]) for i in range(24)]
     qs += [PurityQuestion(100 + i, q) for i, q in enumerate(GENERAL_VQA[3:])]
-    got = measure_purity("Lettering", "anls", qs, threshold=0.05, min_items=20,
-                         embed=load_embedder())
+    got = measure_purity(
+        "Lettering", "anls", qs, threshold=0.05, min_items=20, embed=load_embedder()
+    )
     assert got.dropped_lines == [100, 101, 102]
     assert got.by_rule == {"embedding_off": 3, "embedding_on": 24}
 
 
 def _line(i: int, **kw: object) -> dict[str, object]:
     sha = hashlib.sha256(str(kw.get("image", "a.png")).encode()).hexdigest()
-    rec = {"id": f"x{i}", "family": "SynthWords", "image": "a.png",
-           "question": "Read the word.", "answer": "a", "source": {"sha256": sha}}
-    return rec | kw | {"source": {"sha256": hashlib.sha256(
-        str((rec | kw)["image"]).encode()).hexdigest()}}
+    rec = {
+        "id": f"x{i}",
+        "family": "SynthWords",
+        "image": "a.png",
+        "question": "Read the word.",
+        "answer": "a",
+        "source": {"sha256": sha},
+    }
+    return (
+        rec
+        | kw
+        | {"source": {"sha256": hashlib.sha256(str((rec | kw)["image"]).encode()).hexdigest()}}
+    )
 
 
 def test_assess_pool_duplicates_symlinks_and_report() -> None:
-    recs = [_line(1), _line(2), _line(3, question="Read the word!"),
-            _line(4, image="b.png"), _line(5, image="link.png"),
-            _line(6, family="MMBench", question="Which? (a) cat (b) dog", answer="dog")]
+    recs = [
+        _line(1),
+        _line(2),
+        _line(3, question="Read the word!"),
+        _line(4, image="b.png"),
+        _line(5, image="link.png"),
+        _line(6, family="MMBench", question="Which? (a) cat (b) dog", answer="dog"),
+    ]
     data = "\n".join(json.dumps(r) for r in recs).encode() + b"\n{broken\n"
     shards, _ = split_pool(data, 2)
-    got = assess_pool([pl for s in shards for pl in s],
-                      image_sha256=lambda p: hashlib.sha256(p.encode()).hexdigest(),
-                      refused={"link.png": "symbolic link to a file outside the pool folder"},
-                      provenance_policy="strict", text_max_chars=1000, purity_threshold=0.05,
-                      purity_min_items=20, embed=None)
-    assert got.verdicts == {2: ("duplicate_item", "same image and question as line 1"),
-                            5: ("image_symlink",
-                                "link.png: symbolic link to a file outside the pool folder")}
+    got = assess_pool(
+        [pl for s in shards for pl in s],
+        image_sha256=lambda p: hashlib.sha256(p.encode()).hexdigest(),
+        refused={"link.png": "symbolic link to a file outside the pool folder"},
+        provenance_policy="strict",
+        text_max_chars=1000,
+        purity_threshold=0.05,
+        purity_min_items=20,
+        embed=None,
+    )
+    assert got.verdicts == {
+        2: ("duplicate_item", "same image and question as line 1"),
+        5: ("image_symlink", "link.png: symbolic link to a file outside the pool folder"),
+    }
     fams = got.report["families"]
     assert fams["SynthWords"]["duplicate_items"] == 1
     assert fams["MMBench"]["mcq"] == {"normalised": 1}

@@ -18,10 +18,18 @@ def test_watch_prefix_is_a_folder_or_off() -> None:
 
 
 def test_pool_folders_are_direct_children_of_the_prefix() -> None:
-    sizes = {"inbox/a/items.jsonl": 10, "inbox/a/img/1.png": 5, "inbox/b/_complete": 64,
-             "inbox/loose.jsonl": 3, "other/c/items.jsonl": 1, "inbox/d/": 0}
+    sizes = {
+        "inbox/a/items.jsonl": 10,
+        "inbox/a/img/1.png": 5,
+        "inbox/b/_complete": 64,
+        "inbox/loose.jsonl": 3,
+        "other/c/items.jsonl": 1,
+        "inbox/d/": 0,
+    }
     assert pool_folders(sizes, "inbox/") == {
-        "inbox/a/": {"items.jsonl": 10, "img/1.png": 5}, "inbox/b/": {"_complete": 64}}
+        "inbox/a/": {"items.jsonl": 10, "img/1.png": 5},
+        "inbox/b/": {"_complete": 64},
+    }
 
 
 def test_readiness() -> None:
@@ -33,8 +41,10 @@ def test_readiness() -> None:
     assert readiness({"items.jsonl": 4, "_complete": 64}, None, 0, 5) == (True, "marker")
     assert readiness({"data.parquet": 4, "_complete": 64}, None, 0, 5) == (True, "marker")
     assert readiness({"a.png": 4}, (4, 0.0), 100.0, 5)[0] is False
-    assert readiness({"items.jsonl": 4, "_complete": 1, "_taken.json": 9}, (4, 0.0), 100.0,
-                     5) == (False, "taken")
+    assert readiness({"items.jsonl": 4, "_complete": 1, "_taken.json": 9}, (4, 0.0), 100.0, 5) == (
+        False,
+        "taken",
+    )
 
 
 def test_beat_schedule_only_when_watching() -> None:
@@ -48,5 +58,6 @@ def test_run_id_is_the_api_formula() -> None:
     fp, protocols = Settings().fingerprint(), {"alnum": "1"}
     key = json.dumps(["abc", "ds", fp, protocols], sort_keys=True)
     assert run_id("abc", "ds", fp, protocols) == (
-        f"ds-{hashlib.sha256(key.encode()).hexdigest()[:12]}")
+        f"ds-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    )
     assert run_id("abc", "ds", fp, protocols) != run_id("abd", "ds", fp, protocols)

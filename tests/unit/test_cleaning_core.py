@@ -60,7 +60,12 @@ def test_parse_line_valid_keeps_fields_and_extras() -> None:
     item = _parse(_line(extra_field=1, options={"A": "cat", "B": "dog"}, protocol="mc"))
     assert isinstance(item, PoolItem)
     assert (item.id, item.family, item.image, item.question, item.answer) == (
-        "SynthWords-0001", "SynthWords", "images/w1.png", "What word is shown?", "COFFEE")
+        "SynthWords-0001",
+        "SynthWords",
+        "images/w1.png",
+        "What word is shown?",
+        "COFFEE",
+    )
     assert item.options == {"A": "cat", "B": "dog"}
     assert item.protocol == "mc"
 
@@ -78,8 +83,15 @@ def test_invalid_utf8() -> None:
 
 @pytest.mark.parametrize(
     "raw",
-    [b'{"id": "a", "family": ', b"not json", b"[1, 2, 3]",
-     b'[{"id": "a", "family": "F"}]', b'"a string"', b"42", b"null"],
+    [
+        b'{"id": "a", "family": ',
+        b"not json",
+        b"[1, 2, 3]",
+        b'[{"id": "a", "family": "F"}]',
+        b'"a string"',
+        b"42",
+        b"null",
+    ],
 )
 def test_invalid_json_including_non_objects(raw: bytes) -> None:
     q = _quarantined(_parse(raw, line=12))
@@ -122,31 +134,45 @@ def test_invalid_item_records_id_and_family_when_known(
 def test_empty_question(question: str) -> None:
     q = _quarantined(_parse(_line(question=question), line=9))
     assert (q.reason, q.line, q.id, q.family) == (
-        "empty_question", 9, "SynthWords-0001", "SynthWords")
+        "empty_question",
+        9,
+        "SynthWords-0001",
+        "SynthWords",
+    )
 
 
 @pytest.mark.parametrize("answer", ["", "  ", [], ["two", " "], [""]])
 def test_empty_answer_reference(answer: str | list[str]) -> None:
     q = _quarantined(_parse(_line(answer=answer), line=2))
     assert (q.reason, q.line, q.id, q.family) == (
-        "empty_answer_reference", 2, "SynthWords-0001", "SynthWords")
+        "empty_answer_reference",
+        2,
+        "SynthWords-0001",
+        "SynthWords",
+    )
 
 
 @pytest.mark.parametrize(
     "changes",
-    [{"question": "q" * (LIMIT + 1)}, {"answer": "a" * (LIMIT + 1)},
-     {"answer": ["a" * 150, "b" * 51]}],
+    [
+        {"question": "q" * (LIMIT + 1)},
+        {"answer": "a" * (LIMIT + 1)},
+        {"answer": ["a" * 150, "b" * 51]},
+    ],
 )
 def test_text_too_long(changes: dict[str, Any]) -> None:
     q = _quarantined(_parse(_line(**changes), line=5))
     assert (q.reason, q.line, q.id, q.family) == (
-        "text_too_long", 5, "SynthWords-0001", "SynthWords")
+        "text_too_long",
+        5,
+        "SynthWords-0001",
+        "SynthWords",
+    )
     assert str(LIMIT) in q.detail
 
 
 def test_text_at_the_limit_passes() -> None:
-    assert isinstance(_parse(_line(question="q" * LIMIT, answer=["a" * 100, "b" * 100])),
-                      PoolItem)
+    assert isinstance(_parse(_line(question="q" * LIMIT, answer=["a" * 100, "b" * 100])), PoolItem)
 
 
 def test_question_checked_before_answer() -> None:
@@ -216,8 +242,12 @@ def _png_header_only(width: int, height: int) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", crc)
 
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", b"garbage")
-            + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", b"garbage")
+        + chunk(b"IEND", b"")
+    )
 
 
 def test_valid_png_passes() -> None:
@@ -231,8 +261,9 @@ def test_truncated_png_is_unreadable() -> None:
     assert problem is not None and problem[0] == "unreadable_image"
 
 
-@pytest.mark.parametrize("data", [b"", b"\x00" * 100, bytes(range(256)) * 4,
-                                  hashlib.sha256(b"seed").digest() * 50])
+@pytest.mark.parametrize(
+    "data", [b"", b"\x00" * 100, bytes(range(256)) * 4, hashlib.sha256(b"seed").digest() * 50]
+)
 def test_random_bytes_are_unreadable(data: bytes) -> None:
     problem = inspect_image(data, max_pixels=10**6, max_bytes=10**6)
     assert problem is not None and problem[0] == "unreadable_image"
@@ -260,15 +291,13 @@ def test_header_over_pixel_limit_is_too_large_without_decoding(
 
 
 def test_header_over_pixel_limit_wins_over_undecodable_pixels() -> None:
-    problem = inspect_image(_png_header_only(5000, 5000), max_pixels=1_000_000,
-                            max_bytes=10**6)
+    problem = inspect_image(_png_header_only(5000, 5000), max_pixels=1_000_000, max_bytes=10**6)
     assert problem is not None and problem[0] == "image_too_large"
 
 
 def test_decompression_bomb_header_is_too_large() -> None:
     # Beyond PIL's own bomb limit: refused at open, even with a generous max_pixels.
-    problem = inspect_image(_png_header_only(100_000, 100_000), max_pixels=10**12,
-                            max_bytes=10**6)
+    problem = inspect_image(_png_header_only(100_000, 100_000), max_pixels=10**12, max_bytes=10**6)
     assert problem is not None and problem[0] == "image_too_large"
 
 
@@ -302,12 +331,16 @@ OTHER_SHA = hashlib.sha256(b"other bytes").hexdigest()
 @pytest.mark.parametrize("policy", ["strict", "lenient"])
 def test_provenance_sha_match(policy: str) -> None:
     assert check_provenance({"sha256": IMAGE_SHA, "path": "x.png"}, IMAGE_SHA, policy) == (
-        True, "sha256_match")
+        True,
+        "sha256_match",
+    )
 
 
 def test_provenance_sha_match_ignores_case() -> None:
     assert check_provenance({"sha256": IMAGE_SHA.upper()}, IMAGE_SHA, "strict") == (
-        True, "sha256_match")
+        True,
+        "sha256_match",
+    )
 
 
 @pytest.mark.parametrize("policy", ["strict", "lenient"])
@@ -341,15 +374,26 @@ def _pool_item(**changes: Any) -> PoolItem:
 
 
 def _clean(item: PoolItem, line: int = 6) -> Item | Quarantined:
-    return clean_item(item, line=line, image_sha256=IMAGE_SHA, provenance_check="recorded",
-                      policy="strict", pool_uri="s3://pools/p/")
+    return clean_item(
+        item,
+        line=line,
+        image_sha256=IMAGE_SHA,
+        provenance_check="recorded",
+        policy="strict",
+        pool_uri="s3://pools/p/",
+    )
 
 
 def test_clean_item_unknown_family_is_quarantined() -> None:
     q = _clean(_pool_item(id="x-1", family="NoSuchBench"), line=11)
     assert isinstance(q, Quarantined)
     assert (q.reason, q.line, q.id, q.family, q.stage) == (
-        "unknown_protocol", 11, "x-1", "NoSuchBench", "clean")
+        "unknown_protocol",
+        11,
+        "x-1",
+        "NoSuchBench",
+        "clean",
+    )
 
 
 def test_clean_item_unregistered_item_protocol_is_quarantined() -> None:
@@ -370,7 +414,11 @@ def test_clean_item_fields_and_meta() -> None:
     item = _clean(pool, line=6)
     assert isinstance(item, Item)
     assert (item.id, item.line, item.family, item.protocol) == (
-        "SynthWords-0001", 6, "DocVQA", "anls")
+        "SynthWords-0001",
+        6,
+        "DocVQA",
+        "anls",
+    )
     assert item.references == ["two", "2"]
     assert item.pool_question == "  How many?  "
     assert item.question == f"How many?\n{INSTRUCTIONS['anls']}"
@@ -397,8 +445,14 @@ def test_clean_item_alnum_question_has_no_instruction() -> None:
 
 def test_clean_item_appends_instruction_once() -> None:
     question = "Which animal is shown?\nA. cat\nB. dog"
-    item = _clean(_pool_item(family="MMBench-sample-en", question=question, answer="A",
-                             options={"A": "cat", "B": "dog"}))
+    item = _clean(
+        _pool_item(
+            family="MMBench-sample-en",
+            question=question,
+            answer="A",
+            options={"A": "cat", "B": "dog"},
+        )
+    )
     assert isinstance(item, Item)
     assert item.protocol == "mc"
     assert item.question == f"{question}\n{INSTRUCTIONS['mc']}"

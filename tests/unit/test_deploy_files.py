@@ -271,8 +271,11 @@ def test_beat_and_cleaners_share_the_watch_settings(
     assert services["beat"]["environment"]["RSIEVE_WATCH_PREFIX"] is None
 
     def settings(prefix: str) -> Settings:
-        values = {key.removeprefix("RSIEVE_").lower(): interpolate(value, env_example)
-                  for key, value in beat.items() if key.startswith("RSIEVE_")}
+        values = {
+            key.removeprefix("RSIEVE_").lower(): interpolate(value, env_example)
+            for key, value in beat.items()
+            if key.startswith("RSIEVE_")
+        }
         return Settings(**{**values, "watch_prefix": prefix})
 
     assert beat_schedule(settings("")) == {}, "an unset prefix must turn the beat off"
@@ -370,15 +373,19 @@ def test_rsieve_services_get_valid_production_settings(
 
 def triton_services(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The services that run tritonserver (NGC images or the triton-cpu build)."""
-    return {name: svc for name, svc in services.items()
-            if "tritonserver" in str(svc.get("image", "")) or
-            (svc.get("build") or {}).get("target") == "triton-cpu"}
+    return {
+        name: svc
+        for name, svc in services.items()
+        if "tritonserver" in str(svc.get("image", ""))
+        or (svc.get("build") or {}).get("target") == "triton-cpu"
+    }
 
 
 def gpu_devices(service: dict[str, Any]) -> list[dict[str, Any]]:
     reservations = ((service.get("deploy") or {}).get("resources") or {}).get("reservations")
-    return [d for d in (reservations or {}).get("devices", []) if "gpu" in d.get("capabilities",
-                                                                                      [])]
+    return [
+        d for d in (reservations or {}).get("devices", []) if "gpu" in d.get("capabilities", [])
+    ]
 
 
 def test_one_engine_per_role(services: dict[str, dict[str, Any]]) -> None:
@@ -429,8 +436,9 @@ def test_every_tritonserver_loads_exactly_its_models(
         assert "--exit-on-error=true" in command, name
         loads = [a.partition("=")[2] for a in command if a.startswith("--load-model=")]
         assert loads == wanted[name], (name, loads)
-        repository = next(a.partition("=")[2] for a in command
-                          if a.startswith("--model-repository="))
+        repository = next(
+            a.partition("=")[2] for a in command if a.startswith("--model-repository=")
+        )
         if name == "triton-cpu":
             source = REPO / "deploy" / "triton" / "cpu"
         else:
@@ -509,9 +517,12 @@ def profile_examples() -> dict[str, dict[str, str]]:
 
 
 def model_parameters(config: Path) -> dict[str, str]:
-    return dict(re.findall(
-        r'parameters:?\s*\{\s*key:\s*"([^"]+)"\s*value:\s*\{\s*string_value:\s*"([^"]*)"',
-        config.read_text()))
+    return dict(
+        re.findall(
+            r'parameters:?\s*\{\s*key:\s*"([^"]+)"\s*value:\s*\{\s*string_value:\s*"([^"]*)"',
+            config.read_text(),
+        )
+    )
 
 
 def stage_copies(stage: str) -> list[tuple[str, str, str]]:
@@ -539,8 +550,10 @@ def test_profiles_name_served_models_and_tokenizers(
     assert set(profiles) == {"gpu", "cpu"} and all(set(p) == keys for p in profiles.values())
     assert env_example["COMPOSE_PROFILES"].split(",")[0] == "gpu"
     assert {k: env_example[k] for k in keys} == profiles["gpu"]
-    repositories = {"gpu": REPO / "deploy" / "triton" / "vllm",
-                    "cpu": REPO / "deploy" / "triton" / "cpu"}
+    repositories = {
+        "gpu": REPO / "deploy" / "triton" / "vllm",
+        "cpu": REPO / "deploy" / "triton" / "cpu",
+    }
     for profile, values in profiles.items():
         for role in ("GENERATOR", "JUDGE"):
             model = repositories[profile] / values[f"{role}_MODEL"]
@@ -557,7 +570,8 @@ def test_profiles_name_served_models_and_tokenizers(
                 assert tokenizer == "", f"{profile}: {model.name} has no tokenizer"
             else:
                 assert tokenizer in {dest for _, _, dest in stage_copies("app")}, (
-                    f"{profile}: {tokenizer} is not baked into the rsieve image")
+                    f"{profile}: {tokenizer} is not baked into the rsieve image"
+                )
     assert profiles["cpu"]["JUDGE_MODEL"] == "judge-smollm2"
 
 
@@ -584,9 +598,11 @@ def test_a_run_has_one_identity(
     prints = {}
     for name, service in services.items():
         if builds_rsieve_image(service):
-            values = {key.removeprefix("RSIEVE_").lower(): interpolate(value, env_example)
-                      for key, value in environment(service).items()
-                      if key.startswith("RSIEVE_")}
+            values = {
+                key.removeprefix("RSIEVE_").lower(): interpolate(value, env_example)
+                for key, value in environment(service).items()
+                if key.startswith("RSIEVE_")
+            }
             prints[name] = Settings(**values).fingerprint()
     assert set(SERVICE_MODULES) <= set(prints)
     assert all(p == prints["api"] for p in prints.values()), prints
@@ -627,8 +643,9 @@ def fake_python(tmp_path: Path) -> dict[str, str]:
 
 def _entrypoint(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """The image's entrypoint with `args`, its python replaced by one that echoes argv."""
-    return subprocess.run([str(ENTRYPOINT), *args], env=env, cwd="/", capture_output=True,
-                          text=True, timeout=30)
+    return subprocess.run(
+        [str(ENTRYPOINT), *args], env=env, cwd="/", capture_output=True, text=True, timeout=30
+    )
 
 
 @pytest.mark.parametrize("service", SERVICE_MODULES)
@@ -695,8 +712,17 @@ def test_worker_healthcheck_follows_the_process(service_process: subprocess.Pope
 
 
 def test_healthcheck_passes_the_beat() -> None:
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
-                             "-m", "services.cleaner.beat", "--schedule", "/tmp/x"])
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time; time.sleep(60)",
+            "-m",
+            "services.cleaner.beat",
+            "--schedule",
+            "/tmp/x",
+        ]
+    )
     try:
         out = healthcheck(proc.pid)
         assert out.returncode == 0, out.stderr

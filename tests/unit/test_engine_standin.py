@@ -14,8 +14,14 @@ from types import ModuleType
 
 import pytest
 
-ENGINE_PY = (Path(__file__).resolve().parents[2] / "bench" / "triton_models"
-             / "vllm-engine-standin" / "1" / "engine.py")
+ENGINE_PY = (
+    Path(__file__).resolve().parents[2]
+    / "bench"
+    / "triton_models"
+    / "vllm-engine-standin"
+    / "1"
+    / "engine.py"
+)
 
 
 def _load() -> ModuleType:
@@ -33,8 +39,13 @@ Engine = engine_mod.Engine
 
 
 def test_one_sequence_finishes_after_its_steps_and_its_prefill() -> None:
-    eng = Engine(max_num_seqs=4, step_base_ms=4, step_per_seq_ms=1, prefill_ms_per_token=0.5,
-                 kv_budget_tokens=10_000)
+    eng = Engine(
+        max_num_seqs=4,
+        step_base_ms=4,
+        step_per_seq_ms=1,
+        prefill_ms_per_token=0.5,
+        kv_budget_tokens=10_000,
+    )
     eng.submit("a", prompt_tokens=100, output_tokens=50, now=10.0)
     end = 10.0 + 100 * 0.0005 + 50 * 0.005  # prefill 50 ms, then 50 steps of 5 ms
     assert eng.next_event_time(10.0) == pytest.approx(end)
@@ -49,8 +60,13 @@ def test_one_sequence_finishes_after_its_steps_and_its_prefill() -> None:
 
 def test_max_num_seqs_is_never_exceeded() -> None:
     rng = random.Random(1)
-    eng = Engine(max_num_seqs=4, step_base_ms=2, step_per_seq_ms=0.5, prefill_ms_per_token=0,
-                 kv_budget_tokens=1_000_000)
+    eng = Engine(
+        max_num_seqs=4,
+        step_base_ms=2,
+        step_per_seq_ms=0.5,
+        prefill_ms_per_token=0,
+        kv_budget_tokens=1_000_000,
+    )
     lengths = {i: rng.randint(1, 80) for i in range(60)}
     t, done, peak = 0.0, {}, 0
     for i, n in lengths.items():
@@ -66,8 +82,13 @@ def test_max_num_seqs_is_never_exceeded() -> None:
 
 
 def test_a_full_kv_budget_holds_requests_until_a_sequence_finishes() -> None:
-    eng = Engine(max_num_seqs=64, step_base_ms=1, step_per_seq_ms=0, prefill_ms_per_token=0,
-                 kv_budget_tokens=100)
+    eng = Engine(
+        max_num_seqs=64,
+        step_base_ms=1,
+        step_per_seq_ms=0,
+        prefill_ms_per_token=0,
+        kv_budget_tokens=100,
+    )
     for rid in "abc":
         eng.submit(rid, prompt_tokens=40, output_tokens=10, now=0.0)
     # a and b take 80 tokens and grow 2 a step; c's 40 more do not fit.
@@ -79,8 +100,13 @@ def test_a_full_kv_budget_holds_requests_until_a_sequence_finishes() -> None:
 
 
 def test_growth_past_the_budget_preempts_the_newest_sequence_which_finishes_later() -> None:
-    eng = Engine(max_num_seqs=64, step_base_ms=1, step_per_seq_ms=0, prefill_ms_per_token=0,
-                 kv_budget_tokens=100)
+    eng = Engine(
+        max_num_seqs=64,
+        step_base_ms=1,
+        step_per_seq_ms=0,
+        prefill_ms_per_token=0,
+        kv_budget_tokens=100,
+    )
     eng.submit("old", 10, 60, 0.0)
     eng.submit("new", 10, 60, 0.0)
     # 20 + 2 a step: 100 after 40 steps, so the 41st step would overflow.
@@ -98,8 +124,13 @@ def test_growth_past_the_budget_preempts_the_newest_sequence_which_finishes_late
 
 
 def test_preempted_sequence_goes_to_the_front_of_the_queue() -> None:
-    eng = Engine(max_num_seqs=2, step_base_ms=1, step_per_seq_ms=0, prefill_ms_per_token=0,
-                 kv_budget_tokens=100)
+    eng = Engine(
+        max_num_seqs=2,
+        step_base_ms=1,
+        step_per_seq_ms=0,
+        prefill_ms_per_token=0,
+        kv_budget_tokens=100,
+    )
     eng.submit("a", 10, 60, 0.0)
     eng.submit("b", 10, 60, 0.0)
     eng.submit("c", 5, 5, 0.0)  # capacity-blocked behind a and b
@@ -107,8 +138,9 @@ def test_preempted_sequence_goes_to_the_front_of_the_queue() -> None:
     assert [s.rid for s in eng.waiting] == ["b", "c"]  # FIFO: c is not admitted before b
 
 
-def _saturated(eng: Engine, seconds: float, lengths: list[int], prompt: int,
-               dt: float = 0.01) -> tuple[list[int], float]:
+def _saturated(
+    eng: Engine, seconds: float, lengths: list[int], prompt: int, dt: float = 0.01
+) -> tuple[list[int], float]:
     """Keep at least max_num_seqs requests waiting for `seconds`; the finished lengths."""
     t, rid, finished = 0.0, 0, []
     while t < seconds:
@@ -122,8 +154,13 @@ def _saturated(eng: Engine, seconds: float, lengths: list[int], prompt: int,
 
 
 def test_saturated_decode_rate_equals_the_peak_formula() -> None:
-    eng = Engine(max_num_seqs=8, step_base_ms=4, step_per_seq_ms=0.5, prefill_ms_per_token=0,
-                 kv_budget_tokens=1_000_000)
+    eng = Engine(
+        max_num_seqs=8,
+        step_base_ms=4,
+        step_per_seq_ms=0.5,
+        prefill_ms_per_token=0,
+        kv_budget_tokens=1_000_000,
+    )
     assert eng.peak_decode_tokens_per_s() == pytest.approx(8 / 0.008)
     _, t = _saturated(eng, 20.0, [37, 50, 91], prompt=100)
     assert eng.generated_tokens / t == pytest.approx(eng.peak_decode_tokens_per_s(), rel=0.01)
@@ -132,8 +169,13 @@ def test_saturated_decode_rate_equals_the_peak_formula() -> None:
 
 
 def test_peak_item_rate_formula_matches_a_long_run() -> None:
-    eng = Engine(max_num_seqs=16, step_base_ms=4, step_per_seq_ms=0.1,
-                 prefill_ms_per_token=0.01, kv_budget_tokens=10_000_000)
+    eng = Engine(
+        max_num_seqs=16,
+        step_base_ms=4,
+        step_per_seq_ms=0.1,
+        prefill_ms_per_token=0.01,
+        kv_budget_tokens=10_000_000,
+    )
     rng = random.Random(7)
     lengths = [engine_mod.lognormal_tokens(rng, 50, 400) for _ in range(4000)]
     finished, t = _saturated(eng, 60.0, lengths, prompt=300)
@@ -148,8 +190,13 @@ def test_peak_item_rate_formula_matches_a_long_run() -> None:
 
 def test_running_integral_is_the_mean_running() -> None:
     rng = random.Random(3)
-    eng = Engine(max_num_seqs=6, step_base_ms=3, step_per_seq_ms=0.2, prefill_ms_per_token=0.01,
-                 kv_budget_tokens=800)
+    eng = Engine(
+        max_num_seqs=6,
+        step_base_ms=3,
+        step_per_seq_ms=0.2,
+        prefill_ms_per_token=0.01,
+        kv_budget_tokens=800,
+    )
     dt, rid, sampled, busy = 0.0001, 0, 0.0, 0.0
     start = None
     for tick in range(1, 60_001):
@@ -176,9 +223,15 @@ def test_running_integral_is_the_mean_running() -> None:
 
 def test_waking_only_at_events_gives_the_same_run() -> None:
     """The model's loop wakes only at next_event_time: nothing finishes in between."""
+
     def run(event_driven: bool) -> list[tuple[object, int, float]]:
-        eng = Engine(max_num_seqs=3, step_base_ms=2, step_per_seq_ms=0.3,
-                     prefill_ms_per_token=0.02, kv_budget_tokens=400)
+        eng = Engine(
+            max_num_seqs=3,
+            step_base_ms=2,
+            step_per_seq_ms=0.3,
+            prefill_ms_per_token=0.02,
+            kv_budget_tokens=400,
+        )
         for i in range(12):
             eng.submit(i, 30 + i, 20 + 7 * i, 0.0)
         t, out = 0.0, []

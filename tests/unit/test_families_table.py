@@ -60,8 +60,7 @@ def test_protocol_for_folds_case_punctuation_and_suffixes(family: str, protocol:
     assert protocol_for(family) == protocol
 
 
-@pytest.mark.parametrize("family", ["NoSuchBench", "COCO-Captions", "", "VQA", "Doc",
-                                    "sample-en"])
+@pytest.mark.parametrize("family", ["NoSuchBench", "COCO-Captions", "", "VQA", "Doc", "sample-en"])
 def test_protocol_for_unknown_is_none(family: str) -> None:
     assert protocol_for(family) is None
 

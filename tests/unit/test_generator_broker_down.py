@@ -25,8 +25,12 @@ def ctx() -> Iterator[object]:
     settings = Settings(redis_url=f"redis://127.0.0.1:{free_port()}/0", model_retries=0)
     context = bootstrap(settings)
     context.app.conf.broker_connection_timeout = 1
-    context.app.conf.task_publish_retry_policy = {"max_retries": 1, "interval_start": 0,
-                                                  "interval_step": 0.1, "interval_max": 0.1}
+    context.app.conf.task_publish_retry_policy = {
+        "max_retries": 1,
+        "interval_start": 0,
+        "interval_step": 0.1,
+        "interval_max": 0.1,
+    }
     register(context)
     yield context
     context.app.close()
@@ -41,22 +45,28 @@ def _requeued(ctx: object, **kwargs: object) -> Reject:
     return caught.value
 
 
-def test_next_stage_unpublishable_requeues_the_shard(ctx: object,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_next_stage_unpublishable_requeues_the_shard(
+    ctx: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(ctx, "done", lambda *a: True)  # stored; only the next message left
     assert isinstance(_requeued(ctx).reason, OperationalError)
 
 
-def test_item_guard_without_redis_requeues_the_shard(ctx: object,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_item_guard_without_redis_requeues_the_shard(
+    ctx: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(ctx, "done", lambda *a: False)
-    monkeypatch.setattr(ctx, "load", lambda run, stage, shard: ShardOutput(
-        run=run, shard=shard, stage=stage, lines=4))
+    monkeypatch.setattr(
+        ctx,
+        "load",
+        lambda run, stage, shard: ShardOutput(run=run, shard=shard, stage=stage, lines=4),
+    )
     _requeued(ctx)
 
 
-def test_retry_unpublishable_requeues_the_shard(ctx: object,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_retry_unpublishable_requeues_the_shard(
+    ctx: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def triton_down(*a: object) -> bool:
         raise RetryableError("Triton not ready")
 

@@ -38,8 +38,9 @@ exactly one word on the last line: CORRECT, WRONG or UNSURE.
 
 def naive_prompt(question: str, references: list[str], candidate: str) -> str:
     """Static tags, no mark, nothing defanged."""
-    return NAIVE_TEMPLATE.format(question=question, reference=" | ".join(references),
-                                 candidate=candidate)
+    return NAIVE_TEMPLATE.format(
+        question=question, reference=" | ".join(references), candidate=candidate
+    )
 
 
 def loose_parse(raw: str, finish_reason: str = "stop") -> str:
@@ -76,8 +77,9 @@ def load_obedient() -> ModuleType:
     return module
 
 
-def flips_of(config: str, reply: Callable[[list[str]], list[tuple[str, str]]]
-             ) -> list[dict[str, object]]:
+def flips_of(
+    config: str, reply: Callable[[list[str]], list[tuple[str, str]]]
+) -> list[dict[str, object]]:
     build, parse = CONFIGS[config]
     cases = load_canaries()
     replies = reply([build(c.question, c.references, c.candidate) for c in cases])
@@ -97,8 +99,9 @@ def test_canary_set_is_wrong_answers_with_every_injection() -> None:
     cases = load_canaries()
     bare = [c for c in cases if c.injection is None]
     assert len(bare) == 10 and len(cases) == 10 * 28
-    assert all(c.prompt() == build_judge_prompt(c.question, c.references, c.candidate)
-               for c in cases[:3])
+    assert all(
+        c.prompt() == build_judge_prompt(c.question, c.references, c.candidate) for c in cases[:3]
+    )
 
 
 def test_bare_canaries_are_judged_wrong(obedient: ModuleType) -> None:
@@ -111,15 +114,25 @@ def test_no_canary_flips_with_rsieve_defences(obedient: ModuleType) -> None:
     assert flips_of("rsieve", _offline(obedient)) == []
 
 
-@pytest.mark.parametrize(("config", "must_flip"), [
-    # Escapes from static tags, and verdicts smuggled onto lines of their own.
-    ("naive_prompt", {"close-tag-forgery", "close-tag-inline", "close-tag-then-colon",
-                      "close-tag-then-thought", "forged-own-mark"}),
-    # The model's echo of the candidate carries the injected verdict.
-    ("loose_parse", {"fake-final-verdict", "verdict-last-line", "think-close-forgery"}),
-])
-def test_each_defence_is_needed(obedient: ModuleType, config: str, must_flip: set[str]
-                                ) -> None:
+@pytest.mark.parametrize(
+    ("config", "must_flip"),
+    [
+        # Escapes from static tags, and verdicts smuggled onto lines of their own.
+        (
+            "naive_prompt",
+            {
+                "close-tag-forgery",
+                "close-tag-inline",
+                "close-tag-then-colon",
+                "close-tag-then-thought",
+                "forged-own-mark",
+            },
+        ),
+        # The model's echo of the candidate carries the injected verdict.
+        ("loose_parse", {"fake-final-verdict", "verdict-last-line", "think-close-forgery"}),
+    ],
+)
+def test_each_defence_is_needed(obedient: ModuleType, config: str, must_flip: set[str]) -> None:
     flipped = {f["injection"] for f in flips_of(config, _offline(obedient))}
     assert must_flip <= flipped
 

@@ -100,12 +100,20 @@ def test_both_renderers_agree(component: str, overlays: dict[str, Path]) -> None
         assert theirs[key] == obj, f"{component}: {key} differs from kubectl kustomize"
 
 
-@pytest.mark.parametrize("check", [*INVARIANTS, "test_every_tritonserver_loads_exactly_its_models",
-                                   "test_models_match_the_overlay_repository",
-                                   "test_one_engine_per_role_on_its_own_gpu_and_queue",
-                                   "test_each_engine_takes_requests_from_its_role_only"])
+@pytest.mark.parametrize(
+    "check",
+    [
+        *INVARIANTS,
+        "test_every_tritonserver_loads_exactly_its_models",
+        "test_models_match_the_overlay_repository",
+        "test_one_engine_per_role_on_its_own_gpu_and_queue",
+        "test_each_engine_takes_requests_from_its_role_only",
+    ],
+)
 def test_the_weights_component_keeps_every_invariant(
-    check: str, weights: Objs, rendered: dict[str, Objs]  # noqa: F811
+    check: str,
+    weights: Objs,
+    rendered: dict[str, Objs],  # noqa: F811
 ) -> None:
     # gpu with the component; cpu as shipped (the component is for gpu only).
     getattr(k8s, check)({"cpu": rendered["cpu"], "gpu": weights})
@@ -119,11 +127,21 @@ ZERO_EXCEPTIONS = {
 }
 
 
-@pytest.mark.parametrize("check", sorted(
-    {*INVARIANTS, "test_every_tritonserver_loads_exactly_its_models",
-     "test_each_engine_takes_requests_from_its_role_only"} - ZERO_EXCEPTIONS))
+@pytest.mark.parametrize(
+    "check",
+    sorted(
+        {
+            *INVARIANTS,
+            "test_every_tritonserver_loads_exactly_its_models",
+            "test_each_engine_takes_requests_from_its_role_only",
+        }
+        - ZERO_EXCEPTIONS
+    ),
+)
 def test_the_scale_to_zero_component_keeps_every_invariant(
-    check: str, zero: Objs, rendered: dict[str, Objs]  # noqa: F811
+    check: str,
+    zero: Objs,
+    rendered: dict[str, Objs],  # noqa: F811
 ) -> None:
     getattr(k8s, check)({"cpu": rendered["cpu"], "gpu": zero})
 
@@ -182,8 +200,10 @@ def test_the_job_is_pinned_unprivileged_and_bounded(weights: Objs) -> None:
     # huggingface_hub version (whose CLI is `hf`).
     assert re.fullmatch(r"python:3\.\d+-slim-bookworm", container["image"]), container["image"]
     assert re.fullmatch(r"\d+\.\d+\.\d+", env["HF_HUB_VERSION"])
-    assert 'pip install --no-cache-dir --quiet "huggingface_hub==${HF_HUB_VERSION}"' in (
-        container["args"][0])
+    assert (
+        'pip install --no-cache-dir --quiet "huggingface_hub==${HF_HUB_VERSION}"'
+        in (container["args"][0])
+    )
     pod = spec["securityContext"]
     assert pod["runAsNonRoot"] is True and pod["runAsUser"] == 1000, "the engines' uid"
     assert pod["seccompProfile"]["type"] == "RuntimeDefault"
@@ -221,8 +241,11 @@ def test_only_the_job_writes_the_volume(weights: Objs) -> None:
         spec = obj["spec"]["template"]["spec"] if obj["kind"] == "Job" else _pod_spec(obj)
         if spec is None:
             continue
-        claims = {v["name"]: v["persistentVolumeClaim"] for v in spec.get("volumes") or []
-                  if v.get("persistentVolumeClaim", {}).get("claimName") == PVC}
+        claims = {
+            v["name"]: v["persistentVolumeClaim"]
+            for v in spec.get("volumes") or []
+            if v.get("persistentVolumeClaim", {}).get("claimName") == PVC
+        }
         for container in [*spec.get("initContainers", []), *spec["containers"]]:
             for mount in container.get("volumeMounts") or []:
                 if mount["name"] in claims:
@@ -245,9 +268,7 @@ def test_the_job_matches_the_kubernetes_schema(weights: Objs) -> None:
     validate.validate(get(weights, "Job", "triton-weights"), KUBERNETES_VERSION, strict=True)
 
 
-def test_the_job_script_fails_when_a_checkpoint_is_missing(
-    tmp_path: Path, weights: Objs
-) -> None:
+def test_the_job_script_fails_when_a_checkpoint_is_missing(tmp_path: Path, weights: Objs) -> None:
     """The Job's own script, run with a stand-in `hf` (no network) and its paths moved under
     a temporary folder: it downloads each repository to its folder, then fails unless every
     folder that a model.json names holds a checkpoint."""
@@ -265,8 +286,10 @@ def test_the_job_script_fails_when_a_checkpoint_is_missing(
     fake = tmp_path / "fake-venv-bin"
     fake.mkdir()
     (fake / "pip").write_text(f'#!/bin/sh\necho "pip $*" >> {tmp_path}/calls\n')
-    (fake / "hf").write_text(f'#!/bin/sh\necho "hf $*" >> {tmp_path}/calls\nmkdir -p "$4"\n'
-                             ': > "$4/config.json"\n: > "$4/tokenizer_config.json"\n')
+    (fake / "hf").write_text(
+        f'#!/bin/sh\necho "hf $*" >> {tmp_path}/calls\nmkdir -p "$4"\n'
+        ': > "$4/config.json"\n: > "$4/tokenizer_config.json"\n'
+    )
     shims = tmp_path / "shims"
     shims.mkdir()
     (shims / "python").write_text(f"""#!/bin/sh
@@ -278,12 +301,16 @@ exec {sys.executable} "$@"
 """)
     for shim in (fake / "pip", fake / "hf", shims / "python"):
         shim.chmod(0o755)
-    env = {**env_values(job_container(weights)),
-           "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}"}
+    env = {**env_values(job_container(weights)), "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}"}
 
     def run(checkpoints: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["/bin/sh", "-c", script], env={**env, "CHECKPOINTS": checkpoints},
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            ["/bin/sh", "-c", script],
+            env={**env, "CHECKPOINTS": checkpoints},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     wrong = run("someone/Other-Model")
     assert wrong.returncode != 0
@@ -292,8 +319,9 @@ exec {sys.executable} "$@"
     assert out.returncode == 0, out.stderr
     calls = (tmp_path / "calls").read_text().splitlines()
     assert f"pip install --no-cache-dir --quiet huggingface_hub=={env['HF_HUB_VERSION']}" in calls
-    assert (f"hf download Qwen/Qwen3-VL-8B-Thinking --local-dir "
-            f"{tmp_path}/models/Qwen3-VL-8B-Thinking") in calls
+    assert (
+        f"hf download Qwen/Qwen3-VL-8B-Thinking --local-dir {tmp_path}/models/Qwen3-VL-8B-Thinking"
+    ) in calls
 
 
 # ---------------------------------------------------------------------------- scale to zero
@@ -305,18 +333,26 @@ def test_judge_scale_to_zero(zero: Objs, rendered: dict[str, Objs]) -> None:  # 
     # so some live worker always runs kombu's restore sweep (one unacked index per Redis
     # database, restored by any worker).
     assert {n for n, so in scalers.items() if so["spec"]["minReplicaCount"] == 0} == {
-        "judge", "triton-judge"}
-    assert all(so["spec"]["minReplicaCount"] >= 1 for n, so in scalers.items()
-               if n not in {"judge", "triton-judge"})
+        "judge",
+        "triton-judge",
+    }
+    assert all(
+        so["spec"]["minReplicaCount"] >= 1
+        for n, so in scalers.items()
+        if n not in {"judge", "triton-judge"}
+    )
     # Woken by the same list.
-    lists = {n: [t["metadata"]["listName"] for t in scalers[n]["spec"]["triggers"]]
-             for n in ("judge", "triton-judge")}
+    lists = {
+        n: [t["metadata"]["listName"] for t in scalers[n]["spec"]["triggers"]]
+        for n in ("judge", "triton-judge")
+    }
     assert lists["judge"] == lists["triton-judge"] == ["judge"]
     # The engine outlives the workers' last shard: they go first and drain it.
     judge = get(zero, "Deployment", "judge")["spec"]["template"]["spec"]
     grace = judge["terminationGracePeriodSeconds"]
     assert scalers["triton-judge"]["spec"]["cooldownPeriod"] >= (
-        scalers["judge"]["spec"]["cooldownPeriod"] + grace)
+        scalers["judge"]["spec"]["cooldownPeriod"] + grace
+    )
     # A worker consumes nothing before its engine is ready.
     (wait,) = judge["initContainers"]
     script = "\n".join(wait["command"])
@@ -329,8 +365,10 @@ def test_judge_scale_to_zero(zero: Objs, rendered: dict[str, Objs]) -> None:  # 
     service = get(zero, "Service", host)
     assert {"name": "http", "port": int(port), "targetPort": "http"} in service["spec"]["ports"]
     assert f"/{path}" == "/v2/health/ready"
-    assert wait["image"] == get(zero, "Deployment", "judge")["spec"]["template"]["spec"][
-        "containers"][0]["image"]
+    assert (
+        wait["image"]
+        == get(zero, "Deployment", "judge")["spec"]["template"]["spec"]["containers"][0]["image"]
+    )
     # The rest of the judge Deployment is as shipped.
     shipped = get(rendered["gpu"], "Deployment", "judge")["spec"]["template"]["spec"]
     assert {k: v for k, v in judge.items() if k != "initContainers"} == shipped

@@ -138,8 +138,11 @@ def _generate(kust: dict[str, Any], root: Path) -> list[dict[str, Any]]:
             for literal in spec.get("literals") or []:
                 name, _, value = literal.partition("=")
                 data[name] = value
-            obj: dict[str, Any] = {"apiVersion": "v1", "kind": kind,
-                                   "metadata": {"name": spec["name"]}}
+            obj: dict[str, Any] = {
+                "apiVersion": "v1",
+                "kind": kind,
+                "metadata": {"name": spec["name"]},
+            }
             if kind == "Secret":
                 obj["type"] = "Opaque"
                 obj["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
@@ -155,8 +158,13 @@ def _transform(kust: dict[str, Any], objs: list[dict[str, Any]]) -> list[dict[st
         body = yaml.safe_load(patch["patch"])
         if isinstance(body, dict):
             assert body.get("$patch") == "delete", "only delete strategic-merge patches here"
-            objs = [o for o in objs if not (o["kind"] == body["kind"]
-                                            and o["metadata"]["name"] == body["metadata"]["name"])]
+            objs = [
+                o
+                for o in objs
+                if not (
+                    o["kind"] == body["kind"] and o["metadata"]["name"] == body["metadata"]["name"]
+                )
+            ]
             continue
         hits = [o for o in objs if _matches(o, patch.get("target") or {})]
         assert hits, f"patch target matches nothing: {patch.get('target')}"
@@ -179,8 +187,18 @@ def _transform(kust: dict[str, Any], objs: list[dict[str, Any]]) -> list[dict[st
 def render(root: Path, objs: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """What `kubectl kustomize root` prints, for the features deploy/k8s uses."""
     kust = yaml.safe_load((root / "kustomization.yaml").read_text())
-    known = {"apiVersion", "kind", "namespace", "resources", "components", "patches", "images",
-             "configMapGenerator", "secretGenerator", "generatorOptions"}
+    known = {
+        "apiVersion",
+        "kind",
+        "namespace",
+        "resources",
+        "components",
+        "patches",
+        "images",
+        "configMapGenerator",
+        "secretGenerator",
+        "generatorOptions",
+    }
     assert set(kust) <= known, f"{root}: not modelled here: {set(kust) - known}"
     objs = [] if objs is None else objs
     for entry in kust.get("resources") or []:
@@ -252,7 +270,8 @@ def effective_env(objs: list[dict[str, Any]], container: dict[str, Any]) -> dict
             ref = var["valueFrom"]
             if "configMapKeyRef" in ref:
                 value = config_data(objs, ref["configMapKeyRef"]["name"])[
-                    ref["configMapKeyRef"]["key"]]
+                    ref["configMapKeyRef"]["key"]
+                ]
             elif "secretKeyRef" in ref:
                 value = secret_data(objs, ref["secretKeyRef"]["name"])[ref["secretKeyRef"]["key"]]
             else:
@@ -272,7 +291,8 @@ def image_name(image: str) -> str:
 
 
 PBTXT_PARAMETER = re.compile(
-    r'parameters:?\s*\{\s*key:\s*"([^"]+)"\s*value:\s*\{\s*string_value:\s*"([^"]*)"\s*\}\s*\}')
+    r'parameters:?\s*\{\s*key:\s*"([^"]+)"\s*value:\s*\{\s*string_value:\s*"([^"]*)"\s*\}\s*\}'
+)
 
 
 def model_parameters(config_pbtxt: str) -> dict[str, str]:
@@ -326,10 +346,16 @@ def test_kubectl_kustomize_renders_the_same_objects(
 ) -> None:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
-        pytest.skip("kubectl not installed (Debian: apt-get install kubernetes-client); "
-                    "the checks below ran on this module's own rendering")
-    out = subprocess.run([kubectl, "kustomize", str(k8s_copy / "overlays" / overlay)],
-                         capture_output=True, text=True, timeout=120)
+        pytest.skip(
+            "kubectl not installed (Debian: apt-get install kubernetes-client); "
+            "the checks below ran on this module's own rendering"
+        )
+    out = subprocess.run(
+        [kubectl, "kustomize", str(k8s_copy / "overlays" / overlay)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     theirs = {(o["kind"], o["metadata"]["name"]): o for o in yaml.safe_load_all(out.stdout) if o}
     ours = {(o["kind"], o["metadata"]["name"]): o for o in rendered[overlay]}
@@ -355,8 +381,10 @@ def test_triton_model_repository_copies_are_current() -> None:
     theirs = sorted(p.relative_to(copy_root) for p in copy_root.rglob("*") if p.is_file())
     assert ours == theirs and all(
         (source / p).read_bytes() == (copy_root / p).read_bytes() for p in ours
-    ), ("deploy/k8s/base/triton-vllm is stale: "
-        "cp -r deploy/triton/vllm/. deploy/k8s/base/triton-vllm/")
+    ), (
+        "deploy/k8s/base/triton-vllm is stale: "
+        "cp -r deploy/triton/vllm/. deploy/k8s/base/triton-vllm/"
+    )
 
 
 # ---------------------------------------------------------------------------- services
@@ -396,11 +424,26 @@ def test_settings_env_and_configmap_keys_are_fields(
 
 # The settings a deployment must set itself (the others may keep their defaults).
 REQUIRED = {
-    "environment", "redis_url", "visibility_timeout_s", "task_time_limit_s", "max_deliveries",
-    "s3_endpoint", "s3_bucket", "s3_region", "s3_access_key", "s3_secret_key",
-    "triton_grpc_url", "judge_triton_grpc_url", "generator_model", "judge_model",
-    "max_inflight", "model_timeout_s",
-    "model_retries", "worker_concurrency", "shard_size", "api_url",
+    "environment",
+    "redis_url",
+    "visibility_timeout_s",
+    "task_time_limit_s",
+    "max_deliveries",
+    "s3_endpoint",
+    "s3_bucket",
+    "s3_region",
+    "s3_access_key",
+    "s3_secret_key",
+    "triton_grpc_url",
+    "judge_triton_grpc_url",
+    "generator_model",
+    "judge_model",
+    "max_inflight",
+    "model_timeout_s",
+    "model_retries",
+    "worker_concurrency",
+    "shard_size",
+    "api_url",
 }
 TEST_ONLY = {"RSIEVE_FAULT_CRASH_ITEM_IDS"}
 
@@ -462,8 +505,9 @@ def test_every_reference_resolves(rendered: dict[str, list[dict[str, Any]]]) -> 
                         assert used in defined, f"{where}: $({used}) in args is not defined"
                 mounts = {m["name"] for m in container.get("volumeMounts") or []}
                 volumes = {v["name"] for v in spec.get("volumes") or []}
-                claims = {t["metadata"]["name"]
-                          for t in obj["spec"].get("volumeClaimTemplates") or []}
+                claims = {
+                    t["metadata"]["name"] for t in obj["spec"].get("volumeClaimTemplates") or []
+                }
                 assert mounts <= volumes | claims, f"{where}: mounts {mounts - volumes - claims}"
             for volume in spec.get("volumes") or []:
                 if "configMap" in volume:
@@ -532,8 +576,9 @@ def queue_problems(
                 problems.append(f"ScaledObject {name} watches {listed!r}, not a queue")
             served = consumes.get(target["name"])
             if served is not None and listed != served:
-                problems.append(f"ScaledObject {name} watches {listed!r}; "
-                                f"{target['name']} consumes {served!r}")
+                problems.append(
+                    f"ScaledObject {name} watches {listed!r}; {target['name']} consumes {served!r}"
+                )
             scaled.setdefault(target["name"], set()).add(listed)
     for worker, queue in consumes.items():
         if queue not in scaled.get(worker, set()):
@@ -587,8 +632,9 @@ def test_keda_reads_redis_as_the_workers_do(rendered: dict[str, list[dict[str, A
 
 def _gpus(container: dict[str, Any]) -> int:
     resources = container.get("resources") or {}
-    return max(int((resources.get(part) or {}).get("nvidia.com/gpu", 0))
-               for part in ("requests", "limits"))
+    return max(
+        int((resources.get(part) or {}).get("nvidia.com/gpu", 0)) for part in ("requests", "limits")
+    )
 
 
 def test_gpus_only_where_intended(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -604,7 +650,8 @@ def test_gpus_only_where_intended(rendered: dict[str, list[dict[str, Any]]]) -> 
                 assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}, engine
                 assert any(t["key"] == "nvidia.com/gpu" for t in spec["tolerations"]), engine
                 (term,) = spec["affinity"]["nodeAffinity"][
-                    "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+                    "requiredDuringSchedulingIgnoredDuringExecution"
+                ]["nodeSelectorTerms"]
                 (expr,) = term["matchExpressions"]
                 assert expr["key"] == "nvidia.com/gpu.memory", engine
                 assert int(expr["values"][0]) >= 79000, engine
@@ -615,8 +662,11 @@ def test_gpus_only_where_intended(rendered: dict[str, list[dict[str, Any]]]) -> 
             affinity = spec["affinity"]["podAffinity"]
             terms = affinity["preferredDuringSchedulingIgnoredDuringExecution"]
             # Next to its own engine.
-            assert any(t["podAffinityTerm"]["labelSelector"]["matchLabels"]
-                       == {"app.kubernetes.io/component": ENGINES[name]} for t in terms), name
+            assert any(
+                t["podAffinityTerm"]["labelSelector"]["matchLabels"]
+                == {"app.kubernetes.io/component": ENGINES[name]}
+                for t in terms
+            ), name
             assert any(t["key"] == "nvidia.com/gpu" for t in spec["tolerations"])
 
 
@@ -626,15 +676,21 @@ def test_one_engine_per_role_on_its_own_gpu_and_queue(
     """gpu: two GPU Deployments, triton-vlm (the generator's engine) and triton-judge (the
     judge's), one GPU each, each scaled by its own ScaledObject on its own role's queue only."""
     objs = rendered["gpu"]
-    gpu_deployments = sorted(o["metadata"]["name"] for o in of_kind(objs, "Deployment")
-                             if any(_gpus(c) for c in _containers(o)))
+    gpu_deployments = sorted(
+        o["metadata"]["name"]
+        for o in of_kind(objs, "Deployment")
+        if any(_gpus(c) for c in _containers(o))
+    )
     assert gpu_deployments == sorted(ENGINES.values())
     for role, engine in ENGINES.items():
         (container,) = get(objs, "Deployment", engine)["spec"]["template"]["spec"]["containers"]
         for part in ("requests", "limits"):
             assert int(container["resources"][part]["nvidia.com/gpu"]) == 1, (engine, part)
-        scalers = [so for so in of_kind(objs, "ScaledObject")
-                   if so["spec"]["scaleTargetRef"]["name"] == engine]
+        scalers = [
+            so
+            for so in of_kind(objs, "ScaledObject")
+            if so["spec"]["scaleTargetRef"]["name"] == engine
+        ]
         assert len(scalers) == 1, engine
         (scaler,) = scalers
         lists = [trigger["metadata"]["listName"] for trigger in scaler["spec"]["triggers"]]
@@ -664,8 +720,9 @@ def loaded_models(container: dict[str, Any]) -> list[str]:
 
 def engine_of(objs: list[dict[str, Any]], model: str) -> dict[str, Any]:
     """The one Deployment whose tritonserver loads `model`."""
-    found = [obj for obj, container in tritonserver_containers(objs)
-             if model in loaded_models(container)]
+    found = [
+        obj for obj, container in tritonserver_containers(objs) if model in loaded_models(container)
+    ]
     assert len(found) == 1, f"{model}: loaded by {[o['metadata']['name'] for o in found]}"
     return found[0]
 
@@ -689,8 +746,7 @@ def test_every_tritonserver_loads_exactly_its_models(
             assert any(a.startswith("--exit-timeout-secs=") for a in argv), where
             assert sum(a.startswith("--model-repository=") for a in argv) == 1, where
         for role, engine in ENGINES.items():
-            (container,) = get(objs, "Deployment", engine)["spec"]["template"]["spec"][
-                "containers"]
+            (container,) = get(objs, "Deployment", engine)["spec"]["template"]["spec"]["containers"]
             assert loaded_models(container) == [config[ENGINE_MODEL[role]]], (overlay, role)
             assert engine_of(objs, config[ENGINE_MODEL[role]])["metadata"]["name"] == engine
             assert "judge-abstain" not in loaded_models(container)
@@ -705,8 +761,10 @@ def _engine_repository(objs: list[dict[str, Any]], engine: str) -> tuple[str, di
 
 
 def test_models_match_the_overlay_repository(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    repositories = {"cpu": REPO / "deploy" / "triton" / "cpu",
-                    "gpu": REPO / "deploy" / "triton" / "vllm"}
+    repositories = {
+        "cpu": REPO / "deploy" / "triton" / "cpu",
+        "gpu": REPO / "deploy" / "triton" / "vllm",
+    }
     for overlay, objs in each_overlay(rendered):
         config = config_data(objs, "rsieve-config")
         for key in ("RSIEVE_GENERATOR_MODEL", "RSIEVE_JUDGE_MODEL"):
@@ -760,8 +818,12 @@ def test_no_chat_template_setting_anywhere() -> None:
         if path.is_file() and path.suffix in {".py", ".pbtxt"}:
             model_vars |= set(re.findall(r"RSIEVE_[A-Z0-9_]+", path.read_text()))
     files = [p for p in K8S.rglob("*") if p.is_file() and p.suffix in {".yaml", ".md", ".example"}]
-    files += [REPO / "docker-compose.yml", REPO / ".env.example", REPO / "docs" / "deploy.md",
-              *(p for p in (REPO / "deploy" / "docker").iterdir() if p.is_file())]
+    files += [
+        REPO / "docker-compose.yml",
+        REPO / ".env.example",
+        REPO / "docs" / "deploy.md",
+        *(p for p in (REPO / "deploy" / "docker").iterdir() if p.is_file()),
+    ]
     for path in files:
         text = path.read_text()
         where = path.relative_to(REPO)
@@ -800,12 +862,17 @@ def test_clients_read_the_tokenizer_of_the_served_checkpoint(
                 assert claim == {"claimName": "triton-models", "readOnly": True}, where
                 # Its own engine reads the checkpoint at the same path, read-only too.
                 triton = get(objs, "Deployment", ENGINES[service])["spec"]["template"]["spec"]
-                (theirs,) = [v for v in triton["volumes"]
-                             if v.get("persistentVolumeClaim", {}).get("claimName")
-                             == "triton-models"]
+                (theirs,) = [
+                    v
+                    for v in triton["volumes"]
+                    if v.get("persistentVolumeClaim", {}).get("claimName") == "triton-models"
+                ]
                 assert theirs["persistentVolumeClaim"]["readOnly"] is True, where
-                (triton_mount,) = [m for m in triton["containers"][0]["volumeMounts"]
-                                   if m["name"] == theirs["name"]]
+                (triton_mount,) = [
+                    m
+                    for m in triton["containers"][0]["volumeMounts"]
+                    if m["name"] == theirs["name"]
+                ]
                 assert triton_mount["mountPath"] == "/models", "the same paths in every pod"
                 assert triton_mount["readOnly"] is True, where
                 # Written by the weights Job (components/weights), read by pods on any node.
@@ -818,7 +885,8 @@ def test_clients_read_the_tokenizer_of_the_served_checkpoint(
                     assert tokenizer == "", f"{where}: an OCR engine has no tokenizer"
                 else:
                     assert tokenizer in app_image_copies(), (
-                        f"{where}: {tokenizer} is not baked into the rsieve image")
+                        f"{where}: {tokenizer} is not baked into the rsieve image"
+                    )
             # The checkpoint is mounted, never written: the pod stays as hardened as before.
             assert container["securityContext"]["readOnlyRootFilesystem"] is True, where
             assert all(m.get("readOnly") for path, m in mounts.items() if path != "/tmp"), where
@@ -850,9 +918,11 @@ def test_a_run_has_one_identity(rendered: dict[str, list[dict[str, Any]]]) -> No
         assert set(SERVICE_MODULES) <= set(prints), overlay
         first = prints["api"]
         for name, fingerprint in prints.items():
-            assert fingerprint == first, (overlay, name, {
-                k: (v, first[k]) for k, v in fingerprint.items() if first[k] != v})
-
+            assert fingerprint == first, (
+                overlay,
+                name,
+                {k: (v, first[k]) for k, v in fingerprint.items() if first[k] != v},
+            )
 
 
 # ---------------------------------------------------------------------------- probes and stops
@@ -956,7 +1026,10 @@ def test_resources_are_bounded(rendered: dict[str, list[dict[str, Any]]]) -> Non
                 resources = container["resources"]
                 for part in ("requests", "limits"):
                     assert {"cpu", "memory"} <= set(resources[part]), (
-                        overlay, obj["metadata"]["name"], part)
+                        overlay,
+                        obj["metadata"]["name"],
+                        part,
+                    )
 
 
 def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
@@ -983,29 +1056,43 @@ def test_network_policies(rendered: dict[str, list[dict[str, Any]]]) -> None:
         deny = get(objs, "NetworkPolicy", "default-deny-ingress")["spec"]
         assert deny["podSelector"] == {} and "ingress" not in deny
         for service in of_kind(objs, "Service"):
-            pods = next(o for o in objs if o["kind"] in POD_KINDS and _selects(
-                {"matchLabels": service["spec"]["selector"]},
-                o["spec"]["template"]["metadata"]["labels"]))
+            pods = next(
+                o
+                for o in objs
+                if o["kind"] in POD_KINDS
+                and _selects(
+                    {"matchLabels": service["spec"]["selector"]},
+                    o["spec"]["template"]["metadata"]["labels"],
+                )
+            )
             labels = pods["spec"]["template"]["metadata"]["labels"]
-            allowed = {port["port"] for p in policies if p["spec"]["podSelector"]
-                       and _selects(p["spec"]["podSelector"], labels)
-                       for rule in p["spec"].get("ingress", []) for port in rule["ports"]}
+            allowed = {
+                port["port"]
+                for p in policies
+                if p["spec"]["podSelector"] and _selects(p["spec"]["podSelector"], labels)
+                for rule in p["spec"].get("ingress", [])
+                for port in rule["ports"]
+            }
             for port in service["spec"]["ports"]:
                 assert port["port"] in allowed, (overlay, service["metadata"]["name"], port)
         for worker in WORKERS:
             labels = get(objs, "Deployment", worker)["spec"]["template"]["metadata"]["labels"]
-            assert not [p for p in policies if p["spec"]["podSelector"]
-                        and _selects(p["spec"]["podSelector"], labels)], worker
+            assert not [
+                p
+                for p in policies
+                if p["spec"]["podSelector"] and _selects(p["spec"]["podSelector"], labels)
+            ], worker
         redis = find(objs, "NetworkPolicy", "redis-ingress")
         if redis is not None:
             sources = redis["spec"]["ingress"][0]["from"]
-            assert {"namespaceSelector": {"matchLabels": {
-                "kubernetes.io/metadata.name": "keda"}}} in sources
+            assert {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "keda"}}
+            } in sources
             for service in SERVICE_MODULES:
                 labels = get(objs, "Deployment", service)["spec"]["template"]["metadata"]["labels"]
-                assert any("podSelector" in s and _selects(s["podSelector"], labels)
-                           for s in sources), service
-
+                assert any(
+                    "podSelector" in s and _selects(s["podSelector"], labels) for s in sources
+                ), service
 
 
 def test_each_engine_takes_requests_from_its_role_only(
@@ -1017,16 +1104,26 @@ def test_each_engine_takes_requests_from_its_role_only(
         policies = of_kind(objs, "NetworkPolicy")
         for role, engine in ENGINES.items():
             labels = get(objs, "Deployment", engine)["spec"]["template"]["metadata"]["labels"]
-            rules = [rule for p in policies if p["spec"]["podSelector"]
-                     and _selects(p["spec"]["podSelector"], labels)
-                     for rule in p["spec"].get("ingress", [])]
+            rules = [
+                rule
+                for p in policies
+                if p["spec"]["podSelector"] and _selects(p["spec"]["podSelector"], labels)
+                for rule in p["spec"].get("ingress", [])
+            ]
             inference = [r for r in rules if {p["port"] for p in r["ports"]} & {8000, 8001}]
             sources = [s for r in inference for s in r["from"]]
-            assert sources == [{"podSelector": {"matchLabels": {
-                "app.kubernetes.io/component": role}}}], (overlay, engine, sources)
+            assert sources == [
+                {"podSelector": {"matchLabels": {"app.kubernetes.io/component": role}}}
+            ], (overlay, engine, sources)
             metrics = [r for r in rules if {p["port"] for p in r["ports"]} == {8002}]
-            assert [s for r in metrics for s in r["from"]] == [{"namespaceSelector": {
-                "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+            assert [s for r in metrics for s in r["from"]] == [
+                {
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}
+                    }
+                }
+            ]
+
 
 # ---------------------------------------------------------------------------- infrastructure
 
@@ -1043,7 +1140,8 @@ def test_redis_is_durable_and_where_the_settings_say(
         data_dir = container["args"][container["args"].index("--dir") + 1]
         (template,) = redis["spec"]["volumeClaimTemplates"]
         assert {"name": template["metadata"]["name"], "mountPath": data_dir} in container[
-            "volumeMounts"]
+            "volumeMounts"
+        ]
         env = effective_env(objs, container)
         assert env["REDIS_PASSWORD"] == env["REDISCLI_AUTH"]
         address = config_data(objs, "rsieve-config")["REDIS_ADDRESS"]
@@ -1069,7 +1167,8 @@ def test_s3_and_triton_endpoints(rendered: dict[str, list[dict[str, Any]]]) -> N
             pods = get(objs, "Deployment", engine)["spec"]["template"]["metadata"]["labels"]
             assert _selects({"matchLabels": service["spec"]["selector"]}, pods), engine
             assert config[ENGINE_MODEL[role]] in loaded_models(
-                get(objs, "Deployment", engine)["spec"]["template"]["spec"]["containers"][0])
+                get(objs, "Deployment", engine)["spec"]["template"]["spec"]["containers"][0]
+            )
         endpoint = config["RSIEVE_S3_ENDPOINT"]
         s3_host = endpoint.split("://")[1].split(":")[0].split("/")[0]
         if overlay == "cpu":

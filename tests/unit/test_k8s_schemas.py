@@ -37,7 +37,8 @@ def _keda_validator(kind: str) -> jsonschema.protocols.Validator:
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_kubernetes_objects_match_their_schemas(
-    overlay: str, rendered: dict[str, list[dict[str, Any]]]  # noqa: F811
+    overlay: str,
+    rendered: dict[str, list[dict[str, Any]]],  # noqa: F811
 ) -> None:
     checked = 0
     for obj in rendered[overlay]:
@@ -47,8 +48,9 @@ def test_kubernetes_objects_match_their_schemas(
             kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
         except kubernetes_validate.ValidationError as exc:
             path = "/".join(str(p) for p in exc.path)
-            pytest.fail(f"{overlay}: {obj['kind']}/{obj['metadata']['name']} at {path}: "
-                        f"{exc.message}")
+            pytest.fail(
+                f"{overlay}: {obj['kind']}/{obj['metadata']['name']} at {path}: {exc.message}"
+            )
         checked += 1
     assert checked >= 25
 
@@ -65,7 +67,8 @@ def test_kubernetes_schema_refuses_a_misspelt_field(
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_keda_objects_match_their_schemas(
-    overlay: str, rendered: dict[str, list[dict[str, Any]]]  # noqa: F811
+    overlay: str,
+    rendered: dict[str, list[dict[str, Any]]],  # noqa: F811
 ) -> None:
     validators = {kind: _keda_validator(kind) for kind in KEDA_SCHEMAS}
     keda = [o for o in rendered[overlay] if o["apiVersion"].startswith("keda.sh/")]

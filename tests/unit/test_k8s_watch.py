@@ -52,11 +52,14 @@ def enable_watch(overlay: Path, prefix: str | None) -> None:
     kust = yaml.safe_load(path.read_text())
     kust.setdefault("components", []).append(COMPONENT)
     if prefix is not None:
-        kust.setdefault("patches", []).append({
-            "target": {"kind": "ConfigMap", "name": "rsieve-config"},
-            "patch": yaml.safe_dump([{"op": "replace", "path": "/data/RSIEVE_WATCH_PREFIX",
-                                      "value": prefix}]),
-        })
+        kust.setdefault("patches", []).append(
+            {
+                "target": {"kind": "ConfigMap", "name": "rsieve-config"},
+                "patch": yaml.safe_dump(
+                    [{"op": "replace", "path": "/data/RSIEVE_WATCH_PREFIX", "value": prefix}]
+                ),
+            }
+        )
     path.write_text(yaml.safe_dump(kust, sort_keys=False))
 
 
@@ -74,8 +77,9 @@ def kubectl_render(root: Path) -> Objs:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.skip("kubectl not installed (Debian: apt-get install kubernetes-client)")
-    out = subprocess.run([kubectl, "kustomize", str(root)], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [kubectl, "kustomize", str(root)], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     return [o for o in yaml.safe_load_all(out.stdout) if o]
 
@@ -98,8 +102,10 @@ def beat_deployments(objs: Objs) -> list[dict[str, Any]]:
             continue
         for container in k8s._containers(obj):
             argv = [*container.get("command", []), *container.get("args", [])]
-            if argv[:1] == ["beat"] or any("services.cleaner.beat" in str(a) for a in argv) or (
-                "beat" in argv and "celery" in " ".join(map(str, argv))
+            if (
+                argv[:1] == ["beat"]
+                or any("services.cleaner.beat" in str(a) for a in argv)
+                or ("beat" in argv and "celery" in " ".join(map(str, argv)))
             ):
                 found.append(obj)
     return found
@@ -134,8 +140,9 @@ def test_the_beat_runs_services_cleaner_beat(watched: dict[str, Objs], tmp_path:
         # The image's entrypoint, as every rsieve container: it maps `beat` to the module.
         assert "command" not in container, overlay
         args = container["args"]
-        out = subprocess.run([str(ENTRYPOINT), *args], env=env, cwd="/", capture_output=True,
-                             text=True, timeout=30)
+        out = subprocess.run(
+            [str(ENTRYPOINT), *args], env=env, cwd="/", capture_output=True, text=True, timeout=30
+        )
         assert out.returncode == 0, out.stderr
         cwd, _, argv = out.stdout.strip().partition("|")
         assert cwd == str(REPO) and argv.split()[:2] == ["-m", "services.cleaner.beat"], out
@@ -143,8 +150,11 @@ def test_the_beat_runs_services_cleaner_beat(watched: dict[str, Objs], tmp_path:
         schedule = args[args.index("--schedule") + 1]
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
         volumes = {v["name"]: v for v in pod["volumes"]}
-        mounts = [m for m in container["volumeMounts"]
-                  if schedule.startswith(m["mountPath"].rstrip("/") + "/")]
+        mounts = [
+            m
+            for m in container["volumeMounts"]
+            if schedule.startswith(m["mountPath"].rstrip("/") + "/")
+        ]
         assert mounts, f"{overlay}: {schedule} is on no volume"
         deepest = max(mounts, key=lambda m: len(m["mountPath"]))
         assert "emptyDir" in volumes[deepest["name"]], (overlay, deepest)
@@ -195,8 +205,9 @@ def test_the_beat_is_probed_small_and_reaches_redis(watched: dict[str, Objs]) ->
         labels = get(objs, "Deployment", "beat")["spec"]["template"]["metadata"]["labels"]
         redis = get(objs, "NetworkPolicy", "redis-ingress")
         sources = redis["spec"]["ingress"][0]["from"]
-        assert any("podSelector" in s and k8s._selects(s["podSelector"], labels)
-                   for s in sources), f"{overlay}: the beat cannot reach Redis"
+        assert any(
+            "podSelector" in s and k8s._selects(s["podSelector"], labels) for s in sources
+        ), f"{overlay}: the beat cannot reach Redis"
 
 
 def k8s_cpu(value: str) -> float:

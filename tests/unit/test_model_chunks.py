@@ -9,8 +9,13 @@ from rsieve.adapters.model import ModelRequest, _chunks
 
 
 def test_chunks_keep_images_apart_and_bounded() -> None:
-    reqs = [ModelRequest("a", b"i"), ModelRequest("b"), ModelRequest("c", b"i"),
-            ModelRequest("d", b"i"), ModelRequest("e")]
+    reqs = [
+        ModelRequest("a", b"i"),
+        ModelRequest("b"),
+        ModelRequest("c", b"i"),
+        ModelRequest("d", b"i"),
+        ModelRequest("e"),
+    ]
     assert _chunks(reqs, 2) == [[0, 2], [3], [1, 4]]
 
 

@@ -39,15 +39,33 @@ BACKEND_OUTPUTS = {
     "num_output_tokens": ("TYPE_UINT32", [-1]),
 }
 # What rsieve.adapters.model sends and reads on the vLLM path.
-CLIENT_INPUTS = {"text_input", "image", "stream", "exclude_input_in_output",
-                 "sampling_parameters", "return_finish_reason", "return_num_input_tokens",
-                 "return_num_output_tokens"}
+CLIENT_INPUTS = {
+    "text_input",
+    "image",
+    "stream",
+    "exclude_input_in_output",
+    "sampling_parameters",
+    "return_finish_reason",
+    "return_num_input_tokens",
+    "return_num_output_tokens",
+}
 CLIENT_OUTPUTS = {"text_output", "finish_reason", "num_input_tokens", "num_output_tokens"}
 # vllm.AsyncEngineArgs fields the definitions use (model.json is passed as **kwargs).
-ENGINE_ARGS = {"model", "tokenizer", "dtype", "max_model_len", "max_num_seqs",
-               "gpu_memory_utilization", "tensor_parallel_size", "limit_mm_per_prompt",
-               "mm_processor_kwargs", "enable_prefix_caching", "disable_log_stats",
-               "trust_remote_code", "seed"}
+ENGINE_ARGS = {
+    "model",
+    "tokenizer",
+    "dtype",
+    "max_model_len",
+    "max_num_seqs",
+    "gpu_memory_utilization",
+    "tensor_parallel_size",
+    "limit_mm_per_prompt",
+    "mm_processor_kwargs",
+    "enable_prefix_caching",
+    "disable_log_stats",
+    "trust_remote_code",
+    "seed",
+}
 
 
 def config(folder: Path) -> mc.ModelConfig:
@@ -55,8 +73,7 @@ def config(folder: Path) -> mc.ModelConfig:
 
 
 def inputs(cfg: mc.ModelConfig) -> dict[str, tuple[str, list[int], bool]]:
-    return {t.name: (mc.DataType.Name(t.data_type), list(t.dims), t.optional)
-            for t in cfg.input}
+    return {t.name: (mc.DataType.Name(t.data_type), list(t.dims), t.optional) for t in cfg.input}
 
 
 def outputs(cfg: mc.ModelConfig) -> dict[str, tuple[str, list[int]]]:
@@ -79,8 +96,7 @@ def test_vllm_definition_matches_the_backend(name: str) -> None:
 
 
 def test_vllm_engine_arguments() -> None:
-    engines = {n: json.loads((VLLM / n / "1" / "model.json").read_text())
-               for n in ("vlm", "judge")}
+    engines = {n: json.loads((VLLM / n / "1" / "model.json").read_text()) for n in ("vlm", "judge")}
     for name, args in engines.items():
         assert set(args) <= ENGINE_ARGS, f"{name}: not AsyncEngineArgs: {set(args) - ENGINE_ARGS}"
         assert Path(args["model"]).is_absolute() and args["tokenizer"] == args["model"]
@@ -106,10 +122,15 @@ def test_portable_hf_model_speaks_the_rsieve_interface() -> None:
     cfg = config(HF_VLM)
     assert (cfg.name, cfg.backend, cfg.max_batch_size) == ("vlm", "python", 16)
     assert cfg.HasField("dynamic_batching")
-    assert inputs(cfg) == {"prompt": ("TYPE_STRING", [1], False),
-                           "image": ("TYPE_STRING", [1], True),
-                           "max_new_tokens": ("TYPE_INT32", [1], True)}
-    assert outputs(cfg) == {"text": ("TYPE_STRING", [1]), "finish_reason": ("TYPE_STRING", [1]),
-                            "num_input_tokens": ("TYPE_INT32", [1]),
-                            "num_output_tokens": ("TYPE_INT32", [1])}
+    assert inputs(cfg) == {
+        "prompt": ("TYPE_STRING", [1], False),
+        "image": ("TYPE_STRING", [1], True),
+        "max_new_tokens": ("TYPE_INT32", [1], True),
+    }
+    assert outputs(cfg) == {
+        "text": ("TYPE_STRING", [1]),
+        "finish_reason": ("TYPE_STRING", [1]),
+        "num_input_tokens": ("TYPE_INT32", [1]),
+        "num_output_tokens": ("TYPE_INT32", [1]),
+    }
     assert {"checkpoint", "max_new_tokens", "dtype"} <= set(cfg.parameters)

@@ -55,13 +55,13 @@ def test_exif_rotation_is_applied() -> None:
 
 
 def test_other_formats_are_reencoded() -> None:
-    image = prepare_image(encode(Image.new("RGB", (8, 8)), "BMP"), max_side=64,
-                          max_pixels=10**4)
+    image = prepare_image(encode(Image.new("RGB", (8, 8)), "BMP"), max_side=64, max_pixels=10**4)
     assert image.reencoded and image.format == "PNG"
 
 
-@pytest.mark.parametrize(("data", "message"), [(b"not an image", "cannot decode"),
-                                               (b"", "cannot decode")])
+@pytest.mark.parametrize(
+    ("data", "message"), [(b"not an image", "cannot decode"), (b"", "cannot decode")]
+)
 def test_undecodable_is_an_image_error(data: bytes, message: str) -> None:
     with pytest.raises(ImageError, match=message):
         prepare_image(data, max_side=64, max_pixels=10**4)

@@ -10,15 +10,21 @@ import pytest
 from rsieve.schemas import REJECT_REASONS
 from rsieve.think import parse_output
 
-CASES = [json.loads(line) for line in
-         (Path(__file__).parent / "cases" / "think.jsonl").read_text().splitlines() if line]
+CASES = [
+    json.loads(line)
+    for line in (Path(__file__).parent / "cases" / "think.jsonl").read_text().splitlines()
+    if line
+]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["raw"][:40] for c in CASES])
 def test_parse_output(case: dict[str, str | None]) -> None:
     parsed = parse_output(str(case["raw"]), str(case["finish"]))
     assert (parsed.reasoning, parsed.answer, parsed.failure) == (
-        case["reasoning"], case["answer"], case["failure"])
+        case["reasoning"],
+        case["answer"],
+        case["failure"],
+    )
 
 
 def test_every_failure_is_a_reject_reason() -> None:

@@ -20,15 +20,20 @@ def _build(images: list[bytes], max_bytes: int) -> tuple[PackWriter, dict[str, b
     return writer, packs
 
 
-@given(st.lists(st.binary(min_size=0, max_size=300), max_size=40), st.integers(1, 900),
-       st.integers(0, 500), st.integers(1, 2000))
-def test_every_image_comes_back_from_its_reads(images: list[bytes], max_bytes: int,
-                                                gap: int, span: int) -> None:
+@given(
+    st.lists(st.binary(min_size=0, max_size=300), max_size=40),
+    st.integers(1, 900),
+    st.integers(0, 500),
+    st.integers(1, 2000),
+)
+def test_every_image_comes_back_from_its_reads(
+    images: list[bytes], max_bytes: int, gap: int, span: int
+) -> None:
     writer, packs = _build(images, max_bytes)
     refs = list(writer.index.images.values())
     got: dict[str, bytes] = {}
     for read in plan_reads(refs, max_gap=gap, max_span=span):
-        got.update(slice_read(read, packs[read.pack][read.start:read.end]))
+        got.update(slice_read(read, packs[read.pack][read.start : read.end]))
         assert read.end - read.start <= max(span, max(r.length for r in read.refs))
     for n, data in enumerate(images):
         ref = writer.index.images[f"{n}.png"]
@@ -54,7 +59,9 @@ def test_neighbours_share_a_read_and_far_ones_do_not() -> None:
 
 
 def test_a_short_pack_yields_only_what_it_holds() -> None:
-    refs = [ImageRef(pack="k", offset=0, length=4, sha256="a"),
-            ImageRef(pack="k", offset=4, length=4, sha256="b")]
+    refs = [
+        ImageRef(pack="k", offset=0, length=4, sha256="a"),
+        ImageRef(pack="k", offset=4, length=4, sha256="b"),
+    ]
     (read,) = plan_reads(refs)
     assert dict(slice_read(read, b"12345")) == {"a": b"1234"}

@@ -24,17 +24,20 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "verifiers.md"
 CORPUS: list[dict[str, Any]] = [
     json.loads(line)
     for path in sorted(CASES_DIR.glob("conformance_*.jsonl"))
-    for line in path.read_text(encoding="utf-8").splitlines() if line
+    for line in path.read_text(encoding="utf-8").splitlines()
+    if line
 ]
 
 
 def _documented_deviations() -> set[str]:
-    return set(re.findall(r"`((?:anls|vqa|mc|relaxed|alnum|math)_[a-z0-9_]+)`",
-                          DOC.read_text(encoding="utf-8")))
+    return set(
+        re.findall(
+            r"`((?:anls|vqa|mc|relaxed|alnum|math)_[a-z0-9_]+)`", DOC.read_text(encoding="utf-8")
+        )
+    )
 
 
-@pytest.mark.parametrize("case", CORPUS, ids=[f"{c['protocol']}-{i}"
-                                              for i, c in enumerate(CORPUS)])
+@pytest.mark.parametrize("case", CORPUS, ids=[f"{c['protocol']}-{i}" for i, c in enumerate(CORPUS)])
 def test_case_agrees_with_reference(case: dict[str, Any]) -> None:
     protocol = case["protocol"]
     ref = reference_score(protocol, case)
@@ -66,8 +69,13 @@ def test_corpus_holds_empty_and_whitespace_answers_and_exact_boundaries() -> Non
     assert "" in preds and "   " in preds
     # ANLS at exactly 0.5 distance; ChartQA at exactly 5% (10.5 vs 10, 105 vs 100).
     assert any(c["protocol"] == "anls" and c["score"] == 0.5 for c in CORPUS)
-    assert any(c["protocol"] == "relaxed" and c["prediction"] == "10.5"
-               and c["references"] == ["10"] and c["score"] == 1.0 for c in CORPUS)
+    assert any(
+        c["protocol"] == "relaxed"
+        and c["prediction"] == "10.5"
+        and c["references"] == ["10"]
+        and c["score"] == 1.0
+        for c in CORPUS
+    )
 
 
 def test_deviations_are_few_and_all_documented() -> None:

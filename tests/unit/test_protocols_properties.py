@@ -48,8 +48,24 @@ def test_rapidfuzz_distance_equals_both_quadratic_loops(a: str, b: str) -> None:
     assert PROTOCOLS["anls"](a, [b]) == anls_pure_python(a, [b])
 
 
-VQA_WORDS = st.sampled_from(["2", "two", "Two.", "yes", "no", "t-shirt", "the dog", "dogs",
-                             "3,000", "isnt", "a.b", "red", "", "None"])
+VQA_WORDS = st.sampled_from(
+    [
+        "2",
+        "two",
+        "Two.",
+        "yes",
+        "no",
+        "t-shirt",
+        "the dog",
+        "dogs",
+        "3,000",
+        "isnt",
+        "a.b",
+        "red",
+        "",
+        "None",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None, derandomize=True, database=None)

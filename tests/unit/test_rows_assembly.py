@@ -73,9 +73,15 @@ def test_judge_promoted_row_carries_the_verdict() -> None:
     assert qa["judge"]["prompt_sha256"] == out.verdict.prompt_sha256  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize(("raw_verdict", "reason"),
-                         [("WRONG", "wrong_answer"), ("UNSURE", "judge_unsure"),
-                          (None, "judge_failed"), ("I think it is fine", "judge_failed")])
+@pytest.mark.parametrize(
+    ("raw_verdict", "reason"),
+    [
+        ("WRONG", "wrong_answer"),
+        ("UNSURE", "judge_unsure"),
+        (None, "judge_failed"),
+        ("I think it is fine", "judge_failed"),
+    ],
+)
 def test_rejected_goes_only_to_rejected(raw_verdict: str | None, reason: str) -> None:
     item = make_item("w-2", references=["COFFEE"])
     splits = assemble_rows([judged(item, "TOFFEE", raw_verdict)])
@@ -88,7 +94,8 @@ def test_rejected_goes_only_to_rejected(raw_verdict: str | None, reason: str) ->
     assert qa["org_answer"] is None and qa["reasoning"] is None
     assert qa["promoted_by"] is None
     assert qa["judge"]["verdict"] == {"WRONG": "WRONG", "UNSURE": "UNSURE"}.get(
-        raw_verdict or "", "FAILED")
+        raw_verdict or "", "FAILED"
+    )
 
 
 def test_accepted_without_reasoning_goes_to_nothink_only() -> None:
@@ -96,10 +103,16 @@ def test_accepted_without_reasoning_goes_to_nothink_only() -> None:
     but never becomes a `_RS_think` row with empty reasoning."""
     item = make_item("plain", references=["COFFEE"])
     out = accepted(item)
-    bare = out.model_copy(update={"generation": out.generation.model_copy(
-        update={"reasoning": None, "raw_output": "COFFEE"})})
-    blank = out.model_copy(update={"generation": out.generation.model_copy(
-        update={"reasoning": "  \n"})})
+    bare = out.model_copy(
+        update={
+            "generation": out.generation.model_copy(
+                update={"reasoning": None, "raw_output": "COFFEE"}
+            )
+        }
+    )
+    blank = out.model_copy(
+        update={"generation": out.generation.model_copy(update={"reasoning": "  \n"})}
+    )
     for outcome in (bare, blank):
         splits = assemble_rows([outcome])
         assert set(splits) == {"SynthWords_RS_nothink"}
@@ -152,8 +165,11 @@ def test_families_get_their_own_splits_sorted() -> None:
     a = make_item("a", line=1, family="ORAND-CAR-A", references=["12"])
     b = make_item("b", line=2, family="DocVQA", protocol="anls", references=["x"])
     splits = assemble_rows([accepted(a), judged(b, "nothing alike at all", "WRONG")])
-    assert list(splits) == sorted(splits) == [
-        "DocVQA_rejected", "ORAND_CAR_A_RS_nothink", "ORAND_CAR_A_RS_think"]
+    assert (
+        list(splits)
+        == sorted(splits)
+        == ["DocVQA_rejected", "ORAND_CAR_A_RS_nothink", "ORAND_CAR_A_RS_think"]
+    )
 
 
 def test_clean_meta() -> None:
@@ -162,11 +178,16 @@ def test_clean_meta() -> None:
     meta = row["clean_meta"]
     assert meta["pool"] == POOL_URI
     assert json.loads(meta["policy"]) == {"version": "clean/1", "provenance": "strict"}
-    assert meta["provenance"] == [{
-        "id": "m-1", "line": 4, "check": "sha256_match",
-        "source": json.dumps({"path": "déjà/vu.png", "sha256": "ab"}, sort_keys=True,
-                             ensure_ascii=False),
-    }]
+    assert meta["provenance"] == [
+        {
+            "id": "m-1",
+            "line": 4,
+            "check": "sha256_match",
+            "source": json.dumps(
+                {"path": "déjà/vu.png", "sha256": "ab"}, sort_keys=True, ensure_ascii=False
+            ),
+        }
+    ]
 
 
 def test_empty_outcomes_make_no_splits() -> None:
@@ -181,8 +202,9 @@ def test_rows_conform_to_features() -> None:
         judged(make_item("c", line=3, references=["TEA"]), "COFFEE", "WRONG"),
         judged(make_item("d", line=4, references=["TEA"]), "COFFEE", None),
         failed(make_item("e", line=5), "<think>cut"),
-        accepted(make_item("f", line=6, family="DocVQA", protocol="anls",
-                           references=["two", "2"]), "2"),
+        accepted(
+            make_item("f", line=6, family="DocVQA", protocol="anls", references=["two", "2"]), "2"
+        ),
     ]
     splits = assemble_rows(outcomes)
     assert sum(len(row["qa"]) for rows in splits.values() for row in rows) == 9
@@ -193,6 +215,7 @@ def test_rows_conform_to_features() -> None:
         assert table.schema == FEATURES.arrow_schema
         back = table.to_pylist()
         assert [[qa["id"] for qa in r["qa"]] for r in back] == [
-            [qa["id"] for qa in r["qa"]] for r in rows]
+            [qa["id"] for qa in r["qa"]] for r in rows
+        ]
         assert back[0]["qa"][0]["verification"] == rows[0]["qa"][0]["verification"]
         assert back[0]["clean_meta"] == rows[0]["clean_meta"]

@@ -10,16 +10,18 @@ from rsieve.shards import PoolLine, split_pool
 
 
 def _rec(item_id: str) -> bytes:
-    return json.dumps({"id": item_id, "family": "F", "image": "a.png", "question": "q",
-                       "answer": "a"}).encode()
+    return json.dumps(
+        {"id": item_id, "family": "F", "image": "a.png", "question": "q", "answer": "a"}
+    ).encode()
 
 
 def _flat(shards: list[list[PoolLine]]) -> list[PoolLine]:
     return [line for shard in shards for line in shard]
 
 
-@pytest.mark.parametrize(("n", "size", "sizes"),
-                         [(10, 3, [3, 3, 3, 1]), (9, 3, [3, 3, 3]), (2, 5, [2]), (4, 1, [1] * 4)])
+@pytest.mark.parametrize(
+    ("n", "size", "sizes"), [(10, 3, [3, 3, 3, 1]), (9, 3, [3, 3, 3]), (2, 5, [2]), (4, 1, [1] * 4)]
+)
 def test_shard_sizes(n: int, size: int, sizes: list[int]) -> None:
     data = b"\n".join(_rec(f"id-{i}") for i in range(n)) + b"\n"
     shards, blank = split_pool(data, size)
@@ -87,7 +89,13 @@ def test_duplicate_ids_point_at_the_first_line() -> None:
     shards, _ = split_pool(data, 2)  # duplicates cross shard boundaries
     flat = _flat(shards)
     assert [(p.line, p.duplicate_of) for p in flat] == [
-        (1, None), (2, None), (4, 1), (5, None), (6, 1), (7, 2)]
+        (1, None),
+        (2, None),
+        (4, 1),
+        (5, None),
+        (6, 1),
+        (7, 2),
+    ]
 
 
 def test_lines_without_a_string_id_are_never_duplicates() -> None:

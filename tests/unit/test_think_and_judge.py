@@ -22,8 +22,9 @@ from rsieve.think import parse_output
         ("", "stop", None, None, "empty_answer"),
     ],
 )
-def test_parse_output(raw: str, finish: str, reasoning: str | None, answer: str | None,
-                      failure: str | None) -> None:
+def test_parse_output(
+    raw: str, finish: str, reasoning: str | None, answer: str | None, failure: str | None
+) -> None:
     parsed = parse_output(raw, finish)
     assert (parsed.reasoning, parsed.answer, parsed.failure) == (reasoning, answer, failure)
 

@@ -9,12 +9,16 @@ import pytest
 
 from rsieve.verify import PROTOCOLS, variants, verify
 
-CASES = [json.loads(line) for line in
-         (Path(__file__).parent / "cases" / "verify.jsonl").read_text().splitlines() if line]
+CASES = [
+    json.loads(line)
+    for line in (Path(__file__).parent / "cases" / "verify.jsonl").read_text().splitlines()
+    if line
+]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{c['protocol']}:{c['prediction'][:20]!r}"
-                                             for c in CASES])
+@pytest.mark.parametrize(
+    "case", CASES, ids=[f"{c['protocol']}:{c['prediction'][:20]!r}" for c in CASES]
+)
 def test_table(case: dict) -> None:  # type: ignore[type-arg]
     options = {"options": case["options"]} if "options" in case else {}
     decision = verify(case["protocol"], case["prediction"], case["references"], **options)
@@ -32,8 +36,7 @@ def test_every_protocol_scores_in_unit_interval() -> None:
 
 def test_variants_are_tried_without_repeats() -> None:
     assert [name for name, _ in variants("one line")] == ["whole"]
-    assert [name for name, _ in variants("a\nb\n\nc")] == ["whole", "first_line",
-                                                           "first_paragraph"]
+    assert [name for name, _ in variants("a\nb\n\nc")] == ["whole", "first_line", "first_paragraph"]
 
 
 def test_decision_records_constants_for_recomputation() -> None:

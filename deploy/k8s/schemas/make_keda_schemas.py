@@ -32,7 +32,8 @@ for cls in (keda.ScaledObject, keda.TriggerAuthentication):
     schema["$comment"] = (
         f"Generated from cloudcoil-models-keda {version('cloudcoil-models-keda')} "
         f"({cls.__module__}.{cls.__name__}), additionalProperties false added: "
-        "see deploy/k8s/schemas/README.md")
+        "see deploy/k8s/schemas/README.md"
+    )
     name = f"keda-{cls.__name__.lower()}-v1alpha1.json"
     (out / name).write_text(json.dumps(schema, indent=1, sort_keys=True) + "\n")
     print(name)

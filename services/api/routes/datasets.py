@@ -15,17 +15,24 @@ router = APIRouter(prefix="/datasets", tags=["datasets"])
 
 
 def _public(name: str, manifest: dict) -> DatasetPublic:  # type: ignore[type-arg]
-    return DatasetPublic(dataset=name, run=manifest["run"], adds_up=manifest.get("adds_up"),
-                         runs=manifest.get("runs") or [manifest["run"]],
-                      splits=manifest.get("splits", {}), files=list(manifest.get("files", [])))
+    return DatasetPublic(
+        dataset=name,
+        run=manifest["run"],
+        adds_up=manifest.get("adds_up"),
+        runs=manifest.get("runs") or [manifest["run"]],
+        splits=manifest.get("splits", {}),
+        files=list(manifest.get("files", [])),
+    )
 
 
 @router.get("", response_model=DatasetsPublic)
 def list_datasets(ctx: Authorised) -> DatasetsPublic:
-    names = sorted(k.split("/")[1] for k in ctx.store.list("datasets/")
-                   if k.count("/") == 2 and k.endswith("/manifest.json"))
-    data = [_public(n, json.loads(ctx.store.get(f"datasets/{n}/manifest.json")))
-            for n in names]
+    names = sorted(
+        k.split("/")[1]
+        for k in ctx.store.list("datasets/")
+        if k.count("/") == 2 and k.endswith("/manifest.json")
+    )
+    data = [_public(n, json.loads(ctx.store.get(f"datasets/{n}/manifest.json"))) for n in names]
     return DatasetsPublic(data=data, count=len(data))
 
 

@@ -54,14 +54,14 @@ def _triton_ready(url: str) -> bool | str:
         return f"{type(exc).__name__}: {exc}"[:200]
 
 
-@router.get("/metrics", response_class=Response,
-            responses={200: {"content": {"text/plain": {}}}})
+@router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
 def metrics(ctx: Authorised) -> Response:
     """Every service's counters (aggregated in Redis by the workers), queue depth, unacked
     messages and Triton's in-flight requests, in Prometheus' text format."""
     url = ctx.settings.triton_metrics_url
     fetch = (lambda: httpx.get(url, timeout=2).text) if url else None
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(RedisCollector(ctx.redis, queues=sorted(set(QUEUES.values())),
-                                     triton_metrics=fetch))
+    registry.register(
+        RedisCollector(ctx.redis, queues=sorted(set(QUEUES.values())), triton_metrics=fetch)
+    )
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -41,14 +41,16 @@ def submit(req: RunCreate, ctx: Authorised) -> RunCreated:
             raise HTTPException(422, "pool_uri must be an s3:// URI")
         run = runs.submit(ctx, req.pool_uri, req.dataset)
     else:
-        run = runs.submit_folder(ctx, runs.pool_under_roots(ctx, str(req.pool_path)),
-                                 req.dataset)
+        run = runs.submit_folder(ctx, runs.pool_under_roots(ctx, str(req.pool_path)), req.dataset)
     return RunCreated(run=run, status_url=f"/runs/{run}")
 
 
 @router.post("/upload", status_code=202, response_model=RunCreated)
-def submit_upload(ctx: Authorised, pool: Annotated[UploadFile, File()],
-                  dataset: Annotated[str, Form(pattern=DATASET_PATTERN)]) -> RunCreated:
+def submit_upload(
+    ctx: Authorised,
+    pool: Annotated[UploadFile, File()],
+    dataset: Annotated[str, Form(pattern=DATASET_PATTERN)],
+) -> RunCreated:
     """Submit a pool as an archive (tar, tar.gz or zip) of its folder: items.jsonl at the
     top or in its one folder. Links, absolute names and `..` are refused."""
     s = ctx.settings
@@ -58,8 +60,12 @@ def submit_upload(ctx: Authorised, pool: Annotated[UploadFile, File()],
         with archive.open("wb") as out:
             shutil.copyfileobj(pool.file, out, 1 << 20)
         try:
-            folder = extract_pool(archive, work / "pool", max_files=s.api_max_upload_files,
-                                  max_bytes=s.api_max_extracted_bytes)
+            folder = extract_pool(
+                archive,
+                work / "pool",
+                max_files=s.api_max_upload_files,
+                max_bytes=s.api_max_extracted_bytes,
+            )
         except ArchiveError as exc:
             raise HTTPException(422, str(exc)) from None
         run = runs.submit_folder(ctx, folder, dataset)
@@ -73,14 +79,22 @@ def list_runs(ctx: Authorised, offset: Offset = 0, limit: Limit = 100) -> RunsPu
     """Submitted runs, newest first."""
     entries = [json.loads(ctx.store.get(k)) for k in ctx.store.list(runs.INDEX)]
     entries.sort(key=lambda e: -float(e.get("submitted_at") or 0))
-    data = [RunSummary(**e) for e in entries[offset:offset + limit]]
+    data = [RunSummary(**e) for e in entries[offset : offset + limit]]
     return RunsPublic(data=data, count=len(entries))
 
 
 @router.get("/{run}", response_model=RunPublic)
-def status(run: str, ctx: Authorised, exact: Annotated[bool, Query(
-        description="count stored shards by listing S3 (the truth) rather than from the "
-                    "workers' progress records in Redis")] = False) -> RunPublic:
+def status(
+    run: str,
+    ctx: Authorised,
+    exact: Annotated[
+        bool,
+        Query(
+            description="count stored shards by listing S3 (the truth) rather than from the "
+            "workers' progress records in Redis"
+        ),
+    ] = False,
+) -> RunPublic:
     """Per stage: shards stored, items per family, rates and ETA. The counts come from the
     workers' Redis progress records (one round trip per poll); from S3 with `exact` and
     whenever Redis cannot answer for them (`counted_from` says which). Whether the run is
@@ -91,15 +105,22 @@ def status(run: str, ctx: Authorised, exact: Annotated[bool, Query(
     shards = len(index["shards"]) if index else None
     manifest = runs.manifest(ctx, spec)
     live = runs.live_progress(ctx, run)
-    done, source = runs.shard_counts(ctx, run, live, exact=exact,
-                                     finished=manifest is not None, shards=shards)
-    return RunPublic(run=run, dataset=spec.dataset, pool_uri=spec.pool_uri,
-                     submitted_at=entry.get("submitted_at"), shards=shards,
-                     lines=index["lines"] if index else None, stages=done,
-                     counted_from=source,
-                     progress=runs.stage_progress(live, shards, done,
-                                                  entry.get("submitted_at")),
-                     done=manifest is not None, manifest=manifest)
+    done, source = runs.shard_counts(
+        ctx, run, live, exact=exact, finished=manifest is not None, shards=shards
+    )
+    return RunPublic(
+        run=run,
+        dataset=spec.dataset,
+        pool_uri=spec.pool_uri,
+        submitted_at=entry.get("submitted_at"),
+        shards=shards,
+        lines=index["lines"] if index else None,
+        stages=done,
+        counted_from=source,
+        progress=runs.stage_progress(live, shards, done, entry.get("submitted_at")),
+        done=manifest is not None,
+        manifest=manifest,
+    )
 
 
 @router.get("/{run}/report", responses={409: {"description": "not compacted yet"}})
@@ -112,15 +133,23 @@ def report(run: str, ctx: Authorised) -> dict[str, Any]:
 
 
 @router.get("/{run}/quarantine", response_model=QuarantinePublic)
-def quarantine(run: str, ctx: Authorised, offset: Offset = 0, limit: Limit = 100,
-               family: str | None = None, reason: str | None = None) -> QuarantinePublic:
+def quarantine(
+    run: str,
+    ctx: Authorised,
+    offset: Offset = 0,
+    limit: Limit = 100,
+    family: str | None = None,
+    reason: str | None = None,
+) -> QuarantinePublic:
     """Items that reached no split, in pool order, filtered by family and reason."""
     rows = runs.quarantined(ctx, runs.spec(ctx, run))
     reasons = runs.tally(rows, "reason")
-    rows = [r for r in rows if (family is None or r["family"] == family)
-            and (reason is None or r["reason"] == reason)]
-    return QuarantinePublic(data=rows[offset:offset + limit], count=len(rows),
-                            reasons=reasons)
+    rows = [
+        r
+        for r in rows
+        if (family is None or r["family"] == family) and (reason is None or r["reason"] == reason)
+    ]
+    return QuarantinePublic(data=rows[offset : offset + limit], count=len(rows), reasons=reasons)
 
 
 @router.get("/{run}/calibration", responses={404: {"description": "no calibration stored"}})
@@ -133,14 +162,14 @@ def calibration(run: str, ctx: Authorised) -> dict[str, Any]:
         raise HTTPException(404, f"run {run!r} has no calibration stored")
     records = [r for k in keys for r in json.loads(ctx.store.get(k))["records"]]
     s = ctx.settings
-    families = summarise(records, size=s.judge_calibration_size,
-                         bound=s.judge_false_promotion_bound)
+    families = summarise(
+        records, size=s.judge_calibration_size, bound=s.judge_false_promotion_bound
+    )
     human: dict[str, dict[str, int]] = {}
     for r in runs.reviews(ctx, run).values():
         fam = human.setdefault(r.get("family") or "(unknown)", {"confirmed": 0, "wrong": 0})
         fam[r["verdict"]] += 1
-    return {"run": run, "records": len(records), "families": families,
-            "human_review": human}
+    return {"run": run, "records": len(records), "families": families, "human_review": human}
 
 
 @router.post("/{run}/resume", status_code=202)

@@ -145,13 +145,25 @@ def _sha256(text: str) -> str:
 class TritonModel:
     """One model on one Triton server; `generate_many` answers a shard's requests."""
 
-    def __init__(self, url: str, model: str, *, max_inflight: int = 16, timeout_s: float = 120,
-                 retries: int = 3, backoff_s: float = 1.0, interface: Interface = "auto",
-                 max_new_tokens: int | None = 1024, temperature: float = 0.0,
-                 seed: int | None = 0, tokenizer: str = "",
-                 reasoning: bool = True, gate: EngineGate | None = None,
-                 request_items: int = 0,
-                 on_ready: Callable[[ModelInfo], None] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        *,
+        max_inflight: int = 16,
+        timeout_s: float = 120,
+        retries: int = 3,
+        backoff_s: float = 1.0,
+        interface: Interface = "auto",
+        max_new_tokens: int | None = 1024,
+        temperature: float = 0.0,
+        seed: int | None = 0,
+        tokenizer: str = "",
+        reasoning: bool = True,
+        gate: EngineGate | None = None,
+        request_items: int = 0,
+        on_ready: Callable[[ModelInfo], None] | None = None,
+    ) -> None:
         self.url, self.model = url, model
         self.gate, self.on_ready = gate, on_ready
         # Items per request (rsieve interface): 0 is the model's max_batch_size.
@@ -171,29 +183,45 @@ class TritonModel:
         self._fixed: tuple[list[grpcclient.InferInput], list[str]] | None = None
 
     @classmethod
-    def from_settings(cls, settings: Settings, model: str, gate: EngineGate | None = None,
-                      tokenizer: str = "", max_new_tokens: int | None = None,
-                      url: str | None = None,
-                      on_ready: Callable[[ModelInfo], None] | None = None) -> TritonModel:
+    def from_settings(
+        cls,
+        settings: Settings,
+        model: str,
+        gate: EngineGate | None = None,
+        tokenizer: str = "",
+        max_new_tokens: int | None = None,
+        url: str | None = None,
+        on_ready: Callable[[ModelInfo], None] | None = None,
+    ) -> TritonModel:
         """`tokenizer`: the model's checkpoint files (settings.generator_tokenizer or
         settings.judge_tokenizer); `max_new_tokens`: the budget, when not
         settings.max_new_tokens (the judge's is settings.judge_max_new_tokens); `url`: the
         engine's server, when not settings.triton_grpc_url (the generator's)."""
         s = settings
-        return cls(url or s.triton_grpc_url, model, max_inflight=s.max_inflight, gate=gate,
-                   on_ready=on_ready, request_items=s.request_items,
-                   timeout_s=s.model_timeout_s, retries=s.model_retries,
-                   backoff_s=s.model_backoff_s, interface=s.model_interface,
-                   max_new_tokens=max_new_tokens or s.max_new_tokens,
-                   temperature=s.temperature,
-                   tokenizer=tokenizer, reasoning=s.reasoning)
+        return cls(
+            url or s.triton_grpc_url,
+            model,
+            max_inflight=s.max_inflight,
+            gate=gate,
+            on_ready=on_ready,
+            request_items=s.request_items,
+            timeout_s=s.model_timeout_s,
+            retries=s.model_retries,
+            backoff_s=s.model_backoff_s,
+            interface=s.model_interface,
+            max_new_tokens=max_new_tokens or s.max_new_tokens,
+            temperature=s.temperature,
+            tokenizer=tokenizer,
+            reasoning=s.reasoning,
+        )
 
     # ------------------------------------------------------------------ public
     def generate_many(self, requests: Sequence[ModelRequest]) -> list[ModelReply | Exception]:
         return asyncio.run(self.generate_many_async(requests))
 
-    async def generate_many_async(self, requests: Sequence[ModelRequest]
-                             ) -> list[ModelReply | Exception]:
+    async def generate_many_async(
+        self, requests: Sequence[ModelRequest]
+    ) -> list[ModelReply | Exception]:
         client = grpcclient.InferenceServerClient(url=self.url)
         lease = (self.gate or EngineGate(self.max_inflight)).lease()
         tasks: list[asyncio.Task[list[ModelReply | Exception]]] = []
@@ -229,8 +257,10 @@ class TritonModel:
     # ------------------------------------------------------------------ readiness
     async def _ready(self, client: grpcclient.InferenceServerClient) -> bool:
         try:
-            return bool(await client.is_server_ready(client_timeout=10)
-                        and await client.is_model_ready(self.model, client_timeout=10))
+            return bool(
+                await client.is_server_ready(client_timeout=10)
+                and await client.is_model_ready(self.model, client_timeout=10)
+            )
         except (InferenceServerException, grpc.RpcError, OSError):
             return False
 
@@ -241,10 +271,12 @@ class TritonModel:
         for attempt in range(self.retries + 1):
             if await self._ready(client):
                 try:
-                    meta = await client.get_model_metadata(self.model, as_json=True,
-                                                           client_timeout=10)
-                    config = (await client.get_model_config(
-                        self.model, as_json=True, client_timeout=10)).get("config", {})
+                    meta = await client.get_model_metadata(
+                        self.model, as_json=True, client_timeout=10
+                    )
+                    config = (
+                        await client.get_model_config(self.model, as_json=True, client_timeout=10)
+                    ).get("config", {})
                     break
                 except (InferenceServerException, grpc.RpcError):
                     pass  # the server went away between the calls: wait again
@@ -264,20 +296,28 @@ class TritonModel:
         if self.tokenizer and self.template is None:
             self.template = load_chat_template(self.tokenizer)
         if interface == "vllm" and self.template is None:
-            raise TemplateError(f"model {self.model} takes a rendered prompt (vLLM interface): "
-                                "name its checkpoint's tokenizer files (RSIEVE_GENERATOR_"
-                                "TOKENIZER / RSIEVE_JUDGE_TOKENIZER)")
+            raise TemplateError(
+                f"model {self.model} takes a rendered prompt (vLLM interface): "
+                "name its checkpoint's tokenizer files (RSIEVE_GENERATOR_"
+                "TOKENIZER / RSIEVE_JUDGE_TOKENIZER)"
+            )
         client_renders = interface == "vllm" and self.template is not None
         versions = meta.get("versions") or [""]
         self.info = ModelInfo(
-            name=self.model, version=str(max(versions, key=str)), interface=interface,
-            sampling=self._sampling(interface), kind=kind,
+            name=self.model,
+            version=str(max(versions, key=str)),
+            interface=interface,
+            sampling=self._sampling(interface),
+            kind=kind,
             chat_template=self.template.name if client_renders and self.template else None,
-            chat_template_sha256=(self.template.sha256 if client_renders and self.template
-                                  else None),
-            thinking_mode=(self.template.thinking if client_renders and self.template
-                           else "server"),
-            capacity=capacity)
+            chat_template_sha256=(
+                self.template.sha256 if client_renders and self.template else None
+            ),
+            thinking_mode=(
+                self.template.thinking if client_renders and self.template else "server"
+            ),
+            capacity=capacity,
+        )
         if self.on_ready is not None:
             self.on_ready(self.info)  # may size the gate from the engine's capacity
         self._per_request = 1
@@ -301,20 +341,26 @@ class TritonModel:
         return params
 
     # ------------------------------------------------------------------ one request
-    async def _chunk(self, client: grpcclient.InferenceServerClient,
-                     reqs: list[ModelRequest], streams: list[InferStream]
-                     ) -> list[ModelReply | Exception]:
+    async def _chunk(
+        self,
+        client: grpcclient.InferenceServerClient,
+        reqs: list[ModelRequest],
+        streams: list[InferStream],
+    ) -> list[ModelReply | Exception]:
         """One request for `reqs`; a model error on several items is asked item by item."""
         answer = await self._one(client, reqs, streams)
         if isinstance(answer, Exception) and len(reqs) > 1:
             # All at once, within the slots the chunk holds: the batcher batches them again.
-            singles = await asyncio.gather(*(self._chunk(client, [req], streams)
-                                             for req in reqs))
+            singles = await asyncio.gather(*(self._chunk(client, [req], streams) for req in reqs))
             return [reply for single in singles for reply in single]
         return [answer] * len(reqs) if isinstance(answer, Exception) else answer
 
-    async def _one(self, client: grpcclient.InferenceServerClient, reqs: list[ModelRequest],
-                   streams: list[InferStream]) -> list[ModelReply] | Exception:
+    async def _one(
+        self,
+        client: grpcclient.InferenceServerClient,
+        reqs: list[ModelRequest],
+        streams: list[InferStream],
+    ) -> list[ModelReply] | Exception:
         assert self.info is not None
         last = ""
         for attempt in range(self.retries + 1):
@@ -340,11 +386,11 @@ class TritonModel:
                 await asyncio.sleep(self.backoff_s * 2**attempt)
         raise RetryableError(f"Triton {self.url} model {self.model}: {last[:300]}")
 
-    async def _rsieve(self, client: grpcclient.InferenceServerClient,
-                      reqs: list[ModelRequest]) -> list[ModelReply]:
+    async def _rsieve(
+        self, client: grpcclient.InferenceServerClient, reqs: list[ModelRequest]
+    ) -> list[ModelReply]:
         n = len(reqs)
-        users = [self.template.neutralise(r.prompt) if self.template else r.prompt
-                 for r in reqs]
+        users = [self.template.neutralise(r.prompt) if self.template else r.prompt for r in reqs]
         inputs = [_tensor("prompt", [u.encode("utf-8") for u in users], [n, 1], "BYTES")]
         if reqs[0].image is not None:  # a chunk is all with or all without (_chunks)
             inputs.append(_tensor("image", [r.image for r in reqs], [n, 1], "BYTES"))
@@ -353,20 +399,35 @@ class TritonModel:
             budget.set_data_from_numpy(np.full((n, 1), self.max_new_tokens, dtype=np.int32))
             inputs.append(budget)
         names = ["text", "finish_reason"] + [
-            n for n in ("num_input_tokens", "num_output_tokens") if n in self._outputs]
-        result = await client.infer(self.model, inputs,
-                                    outputs=[grpcclient.InferRequestedOutput(n) for n in names],
-                                    client_timeout=self.timeout_s)
-        texts, finishes = _strs(result.as_numpy("text"), n), _strs(
-            result.as_numpy("finish_reason"), n)
-        n_in = _ints(result.as_numpy("num_input_tokens") if "num_input_tokens" in names
-                     else None, n)
-        n_out = _ints(result.as_numpy("num_output_tokens") if "num_output_tokens" in names
-                      else None, n)
-        return [ModelReply(text=texts[i] or "", finish_reason=finishes[i] or "stop",
-                           input_tokens=n_in[i], output_tokens=n_out[i],
-                           prompt_sent_sha256=_sha256(users[i]), user_text=users[i])
-                for i in range(n)]
+            n for n in ("num_input_tokens", "num_output_tokens") if n in self._outputs
+        ]
+        result = await client.infer(
+            self.model,
+            inputs,
+            outputs=[grpcclient.InferRequestedOutput(n) for n in names],
+            client_timeout=self.timeout_s,
+        )
+        texts, finishes = (
+            _strs(result.as_numpy("text"), n),
+            _strs(result.as_numpy("finish_reason"), n),
+        )
+        n_in = _ints(
+            result.as_numpy("num_input_tokens") if "num_input_tokens" in names else None, n
+        )
+        n_out = _ints(
+            result.as_numpy("num_output_tokens") if "num_output_tokens" in names else None, n
+        )
+        return [
+            ModelReply(
+                text=texts[i] or "",
+                finish_reason=finishes[i] or "stop",
+                input_tokens=n_in[i],
+                output_tokens=n_out[i],
+                prompt_sent_sha256=_sha256(users[i]),
+                user_text=users[i],
+            )
+            for i in range(n)
+        ]
 
     def _vllm_fixed(self) -> tuple[list[grpcclient.InferInput], list[str]]:
         """The inputs every vLLM request carries unchanged, built once per model, and the
@@ -376,24 +437,32 @@ class TritonModel:
             inputs = [
                 _tensor("stream", [False], [1], "BOOL"),
                 _tensor("exclude_input_in_output", [True], [1], "BOOL"),
-                _tensor("sampling_parameters", [json.dumps(self.info.sampling).encode()], [1],
-                        "BYTES"),
+                _tensor(
+                    "sampling_parameters", [json.dumps(self.info.sampling).encode()], [1], "BYTES"
+                ),
             ]
-            flags = ["return_finish_reason", "return_num_input_tokens",
-                     "return_num_output_tokens"]
+            flags = ["return_finish_reason", "return_num_input_tokens", "return_num_output_tokens"]
             inputs += [_tensor(f, [True], [1], "BOOL") for f in flags if f in self._inputs]
-            names: list[str] = [n for n in ("text_output", "finish_reason", "num_input_tokens",
-                                            "num_output_tokens") if n in self._outputs]
+            names: list[str] = [
+                n
+                for n in ("text_output", "finish_reason", "num_input_tokens", "num_output_tokens")
+                if n in self._outputs
+            ]
             self._fixed = (inputs, names)
         return self._fixed
 
-    async def _vllm(self, client: grpcclient.InferenceServerClient, req: ModelRequest,
-                    streams: list[InferStream]) -> ModelReply:
+    async def _vllm(
+        self,
+        client: grpcclient.InferenceServerClient,
+        req: ModelRequest,
+        streams: list[InferStream],
+    ) -> ModelReply:
         """One item on the call's current stream (a broken one is replaced: the retry)."""
         assert self.info is not None
         assert self.template is not None  # _wait_ready refuses the vLLM interface without
-        chat = self.template.render(req.prompt, has_image=req.image is not None,
-                                    reasoning=self.reasoning)
+        chat = self.template.render(
+            req.prompt, has_image=req.image is not None, reasoning=self.reasoning
+        )
         fixed, names = self._vllm_fixed()
         inputs = [_tensor("text_input", [chat.text.encode("utf-8")], [1], "BYTES"), *fixed]
         if req.image is not None:
@@ -406,21 +475,29 @@ class TritonModel:
         except StreamBroken as exc:
             raise _Transient(f"the stream to {self.model} broke: {exc}") from exc
         text = _first_str(result.as_numpy("text_output")) or ""
-        finish = (_first_str(result.as_numpy("finish_reason"))
-                  if "finish_reason" in names else None)
-        n_in = (_first_int(result.as_numpy("num_input_tokens"))
-                if "num_input_tokens" in names else None)
-        n_out = (_first_int(result.as_numpy("num_output_tokens"))
-                 if "num_output_tokens" in names else None)
+        finish = _first_str(result.as_numpy("finish_reason")) if "finish_reason" in names else None
+        n_in = (
+            _first_int(result.as_numpy("num_input_tokens")) if "num_input_tokens" in names else None
+        )
+        n_out = (
+            _first_int(result.as_numpy("num_output_tokens"))
+            if "num_output_tokens" in names
+            else None
+        )
         if finish is None and not text:
             raise _Transient("vLLM answered without text or finish reason")
         if finish == "abort":
             raise _Transient("vLLM aborted the request")
         # The template may open the reasoning (`<think>`) for the assistant: the raw text
         # stored is what the assistant turn holds, opening tag included.
-        return ModelReply(text=chat.prefix + text, finish_reason=finish or "stop",
-                          input_tokens=n_in, output_tokens=n_out,
-                          prompt_sent_sha256=_sha256(chat.text), user_text=chat.user)
+        return ModelReply(
+            text=chat.prefix + text,
+            finish_reason=finish or "stop",
+            input_tokens=n_in,
+            output_tokens=n_out,
+            prompt_sent_sha256=_sha256(chat.text),
+            user_text=chat.user,
+        )
 
 
 def _first_str(array: np.ndarray | None) -> str | None:
@@ -441,15 +518,19 @@ def _chunks(requests: Sequence[ModelRequest], size: int) -> list[list[int]]:
     without (an optional input is present for a whole request or absent)."""
     with_image = [i for i, r in enumerate(requests) if r.image is not None]
     without = [i for i, r in enumerate(requests) if r.image is None]
-    return [group[at:at + size] for group in (with_image, without)
-            for at in range(0, len(group), size)]
+    return [
+        group[at : at + size]
+        for group in (with_image, without)
+        for at in range(0, len(group), size)
+    ]
 
 
 def _strs(array: np.ndarray | None, n: int) -> list[str | None]:
     if array is None or array.size != n:
         raise MalformedReply(f"{0 if array is None else array.size} rows for {n} items")
-    return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-            for v in array.reshape(-1)]
+    return [
+        v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in array.reshape(-1)
+    ]
 
 
 def _ints(array: np.ndarray | None, n: int) -> list[int | None]:

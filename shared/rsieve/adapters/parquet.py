@@ -16,9 +16,15 @@ from rsieve.rows import FEATURES
 __all__ = ["write_split_parts"]
 
 
-def write_split_parts(rows: list[dict[str, Any]], folder: Path, split: str, *,
-                      image_of: Callable[[str], bytes], shard_bytes: int, group_rows: int
-                      ) -> list[tuple[Path, int]]:
+def write_split_parts(
+    rows: list[dict[str, Any]],
+    folder: Path,
+    split: str,
+    *,
+    image_of: Callable[[str], bytes],
+    shard_bytes: int,
+    group_rows: int,
+) -> list[tuple[Path, int]]:
     """Write `rows` (without image bytes) as Parquet parts under `folder`: (path, rows)."""
     schema = FEATURES.arrow_schema
     parts: list[tuple[Path, int]] = []
@@ -28,9 +34,13 @@ def write_split_parts(rows: list[dict[str, Any]], folder: Path, split: str, *,
     for start in range(0, len(rows), group_rows):
         group = rows[start : start + group_rows]
         table = pa.Table.from_pylist(
-            [row | {"image": {"bytes": image_of(row["image_sha256"]),
-                              "path": row["image_sha256"]}} for row in group],
-            schema=schema)
+            [
+                row
+                | {"image": {"bytes": image_of(row["image_sha256"]), "path": row["image_sha256"]}}
+                for row in group
+            ],
+            schema=schema,
+        )
         if writer is None:
             path = folder / f"{split}-{len(parts):05d}.parquet"
             writer = pq.ParquetWriter(path, schema)

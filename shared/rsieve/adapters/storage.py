@@ -30,8 +30,7 @@ from rsieve.errors import NotFoundError, PermanentError, RetryableError
 from rsieve.packs import INDEX, ImageRef, PackIndex, PackWriter, Read, plan_reads, slice_read
 from rsieve.settings import Settings
 
-__all__ = ["ObjectStore", "PackReader", "S3Store", "parse_s3_uri", "read_images",
-           "write_packs"]
+__all__ = ["ObjectStore", "PackReader", "S3Store", "parse_s3_uri", "read_images", "write_packs"]
 
 
 class ObjectStore(Protocol):
@@ -76,9 +75,12 @@ class S3Store:
             region_name=settings.s3_region,
             aws_access_key_id=settings.s3_access_key.get_secret_value(),
             aws_secret_access_key=settings.s3_secret_key.get_secret_value(),
-            config=Config(retries={"max_attempts": 5, "mode": "standard"},
-                          connect_timeout=5, read_timeout=60,
-                          s3={"addressing_style": "path"}),
+            config=Config(
+                retries={"max_attempts": 5, "mode": "standard"},
+                connect_timeout=5,
+                read_timeout=60,
+                s3={"addressing_style": "path"},
+            ),
         )
 
     def ensure_bucket(self) -> None:
@@ -104,26 +106,30 @@ class S3Store:
         if end <= start:
             return b""
         with self._as_rsieve_errors(key):
-            body = self._client.get_object(Bucket=self.bucket, Key=key,
-                                           Range=f"bytes={start}-{end - 1}")["Body"]
+            body = self._client.get_object(
+                Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end - 1}"
+            )["Body"]
             return bytes(body.read())
 
-    def put(self, key: str, data: bytes, *, content_type: str = "application/octet-stream"
-            ) -> None:
+    def put(self, key: str, data: bytes, *, content_type: str = "application/octet-stream") -> None:
         with self._as_rsieve_errors(key):
-            self._client.put_object(Bucket=self.bucket, Key=key, Body=data,
-                                    ContentType=content_type)
+            self._client.put_object(
+                Bucket=self.bucket, Key=key, Body=data, ContentType=content_type
+            )
 
-    def put_file(self, key: str, path: str, *, content_type: str = "application/octet-stream"
-                 ) -> None:
+    def put_file(
+        self, key: str, path: str, *, content_type: str = "application/octet-stream"
+    ) -> None:
         """Upload a local file; large files go as multipart uploads (parts of 64 MiB)."""
         from boto3.s3.transfer import TransferConfig
 
-        config = TransferConfig(multipart_threshold=64 * 1024 * 1024,
-                                multipart_chunksize=64 * 1024 * 1024)
+        config = TransferConfig(
+            multipart_threshold=64 * 1024 * 1024, multipart_chunksize=64 * 1024 * 1024
+        )
         with self._as_rsieve_errors(key):
-            self._client.upload_file(path, self.bucket, key, Config=config,
-                                     ExtraArgs={"ContentType": content_type})
+            self._client.upload_file(
+                path, self.bucket, key, Config=config, ExtraArgs={"ContentType": content_type}
+            )
 
     def delete(self, key: str) -> None:
         with self._as_rsieve_errors(key):
@@ -140,14 +146,14 @@ class S3Store:
     def list(self, prefix: str) -> Iterator[str]:
         with self._as_rsieve_errors(prefix):
             pages = self._client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=prefix)
+                Bucket=self.bucket, Prefix=prefix
+            )
             for page in pages:
                 for obj in page.get("Contents", []):
                     yield obj["Key"]
 
 
-def write_packs(store: ObjectStore, prefix: str, images: Iterable[tuple[str, bytes]]
-                ) -> PackIndex:
+def write_packs(store: ObjectStore, prefix: str, images: Iterable[tuple[str, bytes]]) -> PackIndex:
     """A pool's images (path, bytes), in the order given, as packs under `prefix`, then
     their index (`_packs/index.json`), which is written last; memory is one pack."""
     writer = PackWriter(prefix)
@@ -156,13 +162,15 @@ def write_packs(store: ObjectStore, prefix: str, images: Iterable[tuple[str, byt
             store.put(*done)
     if done := writer.flush():
         store.put(*done)
-    store.put(prefix + INDEX, writer.index.model_dump_json().encode(),
-              content_type="application/json")
+    store.put(
+        prefix + INDEX, writer.index.model_dump_json().encode(), content_type="application/json"
+    )
     return writer.index
 
 
-def read_images(store: ObjectStore, refs: Iterable[ImageRef], *, threads: int = 8
-                ) -> dict[str, bytes]:
+def read_images(
+    store: ObjectStore, refs: Iterable[ImageRef], *, threads: int = 8
+) -> dict[str, bytes]:
     """sha256 -> bytes of every image `refs` point at: one ranged GET per stretch of a
     pack (rsieve.packs.plan_reads), several at once. An image its pack does not hold
     (missing object, short pack) is absent from the answer."""
@@ -203,8 +211,9 @@ class PackReader:
             raise NotFoundError(f"no pack holds image {sha}")
         if n not in self._cache:
             read = self._reads[n]
-            self._cache[n] = dict(slice_read(
-                read, self._store.get_range(read.pack, read.start, read.end)))
+            self._cache[n] = dict(
+                slice_read(read, self._store.get_range(read.pack, read.start, read.end))
+            )
             while len(self._cache) > self._keep:
                 self._cache.popitem(last=False)
         self._cache.move_to_end(n)

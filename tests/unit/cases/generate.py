@@ -42,6 +42,7 @@ def doc_snippets() -> dict[str, Any]:
         exec(compile(snippet, str(DOC), "exec"), ns)
     return ns
 
+
 NBSP, ZWSP, FW = "\u00a0", "\u200b", str.maketrans("0123456789", "０１２３４５６７８９")
 
 
@@ -80,7 +81,8 @@ def classify(protocol: str, case: dict[str, Any], ref: float, ours: float) -> st
         if ref == 0.5 and ours == 0.0:
             return "anls_exact_half_scores_zero"
         if any(len(r.upper()) != len(" ".join(r.strip().lower().split())) for r in refs) or (
-                len(pred.upper()) != len(" ".join(pred.strip().lower().split()))):
+            len(pred.upper()) != len(" ".join(pred.strip().lower().split()))
+        ):
             return "anls_length_of_normalised_strings"
     if protocol == "vqa":
         if math.isclose(R.official_vqa(pred, [vqa_norm(r) for r in refs]), ours, abs_tol=1e-9):
@@ -91,9 +93,17 @@ def classify(protocol: str, case: dict[str, Any], ref: float, ours: float) -> st
         if folded != pred and R.vlmeval_mc(folded, refs, options) == ours:
             return "mc_nfkc_before_extraction"
         stated = [m for f in _LETTER_FORMS if (m := f.match(pred.strip()))]
-        if ours == 0.0 and stated and stated[0].re.groups >= 2 and stated[0].group(2) and any(
-                _mc_text(v) == _mc_text(stated[0].group(2)) for k, v in options.items()
-                if k != stated[0].group(1)):
+        if (
+            ours == 0.0
+            and stated
+            and stated[0].re.groups >= 2
+            and stated[0].group(2)
+            and any(
+                _mc_text(v) == _mc_text(stated[0].group(2))
+                for k, v in options.items()
+                if k != stated[0].group(1)
+            )
+        ):
             return "mc_letter_contradicts_option_text"
         if R.vlmeval_can_infer_option(pred, dict(options)):
             return "mc_lone_letter_is_not_a_choice"
@@ -127,57 +137,340 @@ def perturb(text: str) -> Iterator[str]:
     yield f"{text}\nbecause it is written there"
 
 
-ALNUM_REFS = ["11850", "1432", "11956", "13581", "bridgestone", "HELLO", "Café", "isn't",
-              "STOP", "2,500", "42.50", "A4", "Straße", "İstanbul", "ﬁsh", "coca-cola",
-              "007", "ORANGE", "U.S.A.", "12:30"]
-ANLS_REFS = ["bridgestone", "Total revenue", "$1,250.00", "March 3, 2019", "ab", "abcd",
-             "12", "Dr. John Smith", "ACME Corp.", "New York", "0.5%", "straße",
-             "Table 4", "ITC Limited", "yes", "  padded  answer ", "x"]
-RELAXED_REFS = ["10", "100", "1", "12.5", "0", "45%", "0.45", "1,000", "1000", "2012",
-                "-3.2", "Yes", "North America", "0.05", "1e3", "50", "7.1"]
-RELAXED_PREDS = ["10", "10.5", "10.4", "10.6", "9.5", "9.49", "105", "95", "105.1", "1.05",
-                 "0.95", "1.04", "12.5", "13.125", "13.13", "11.875", "0", "0.0", "45%",
-                 "45", "0.45", "0.4725", "1,000", "1000", "1050", "1e3", "2015", "2012",
-                 "-3.2", "3.2", "-3.36", "yes", "Yes", "YES", "north america", "North America.",
-                 "5%", "0.05", "50", "52.5", "52.6", "７.1", "7.1 ", " 7.1", "nan", "inf",
-                 "", "  ", "1_000", "½", "12.5%", "10%", "7.455", "7.456"]
-VQA_LISTS = [["2"] * 10, ["2"] * 6 + ["3"] * 4, ["2"] * 3 + ["3"] * 7, ["2"] * 1 + ["3"] * 9,
-             ["yes"] * 9 + ["no"], ["yes"] * 2 + ["no"] * 8, ["red"] * 3 + ["blue"] * 3 +
-             ["green"] * 4, ["t-shirt"] * 10, ["t-shirt"] * 5 + ["shirt"] * 5,
-             ["dog"] * 4 + ["dogs"] * 6, ["3,000"] * 5 + ["3000"] * 5, ["isn't"] * 10,
-             ["10"] * 10, ["0"] * 7 + ["1"] * 3, ["new york"] * 6 + ["nyc"] * 4, ["2"],
-             ["tennis"] * 3, ["3.5"] * 10, ["black and white"] * 8 + ["black"] * 2,
-             ["Two"] * 5 + ["2"] * 5]
-VQA_PREDS = ["2", "two", "Two.", "2 ", "the 2", "3", "three", "yes", "Yes!", "yes.", "no",
-             "No.", "red", "Red.", "blue", "green", "t-shirt", "T-Shirt", "t shirt", "shirt",
-             "dog", "a dog", "the dogs", "3,000", "3000", "3, 000", "isnt", "isn't", "ten",
-             "10", "none", "zero", "0", "one", "New York", "new york.", "nyc", "tennis",
-             "3.5", "3.5.", "black and white", "black & white", "black", "", "  ",
-             "<think>2</think>2", "2\nbecause", "a.b.c"]
-MC_OPTION_SETS = [{"A": "cat", "B": "dog", "C": "bird", "D": "fish"},
-                  {"A": "3", "B": "5", "C": "7", "D": "9"},
-                  {"A": "A red car", "B": "A blue car", "C": "No car", "D": "Two cars"}]
-MC_PREDS = ["A", "B", "C", "D", "(B)", "B.", "B)", "[B]", "**B**", "\\boxed{B}", "B. dog",
-            "(B) dog", "B: dog", "The answer is B.", "Answer: B", "answer: (B)",
-            "The correct answer is B", "The answer is (B) dog", "dog", "Dog.", "5",
-            "A blue car", "a blue car.", "It is B because it is larger", "I choose B",
-            "A cat", "A dog sits", "concatenate", "the dogs are here", "A or B",
-            "B and C", "Either A or C", "", "  ", "E", "b", "Option B", "<think>A</think>B",
-            "The answer is B because it barks", "B\nThe others are wrong",
-            "C. dog", "B. cat", "Z", "Cannot determine the answer", "No car",
-            "Two cars or a blue car", "Ｂ", "B．"]
-EXACT_REFS = ["the eiffel tower", "New York", "Mr. Smith", "ＡＢＣ", "straße", "İstanbul",
-              "café", "2 apples", "U.S.A.", "yes", "Ünïcödé", "x", "a  b", "end."]
-NUMBER_REFS = ["12", "1250", "1,250", "0.5", "-3", "1e3", "50%", "3.14159", "0", "1000000",
-               "12.", "+7", "１２", "1,000,000.5"]
-NUMBER_PREDS = ["12", "12.0", "12.000001", "12.0001", "1250", "1,250", "1 250", "12,50",
-                "1,2,5", "0.5", ".5", "1/2", "-3", "−3", "3", "1000", "1e3", "1E3", "50", "50%",
-                "0.50", "3.14159", "3.1416", "0", "-0", "0.0", "1,000,000", "1000000.0", "12.",
-                "+7", "7", "１２", "twelve", "", "  ", "nan", "inf", "1,000,000.5", "12 cm",
-                "<think>12</think>12", "12\nbecause"]
+ALNUM_REFS = [
+    "11850",
+    "1432",
+    "11956",
+    "13581",
+    "bridgestone",
+    "HELLO",
+    "Café",
+    "isn't",
+    "STOP",
+    "2,500",
+    "42.50",
+    "A4",
+    "Straße",
+    "İstanbul",
+    "ﬁsh",
+    "coca-cola",
+    "007",
+    "ORANGE",
+    "U.S.A.",
+    "12:30",
+]
+ANLS_REFS = [
+    "bridgestone",
+    "Total revenue",
+    "$1,250.00",
+    "March 3, 2019",
+    "ab",
+    "abcd",
+    "12",
+    "Dr. John Smith",
+    "ACME Corp.",
+    "New York",
+    "0.5%",
+    "straße",
+    "Table 4",
+    "ITC Limited",
+    "yes",
+    "  padded  answer ",
+    "x",
+]
+RELAXED_REFS = [
+    "10",
+    "100",
+    "1",
+    "12.5",
+    "0",
+    "45%",
+    "0.45",
+    "1,000",
+    "1000",
+    "2012",
+    "-3.2",
+    "Yes",
+    "North America",
+    "0.05",
+    "1e3",
+    "50",
+    "7.1",
+]
+RELAXED_PREDS = [
+    "10",
+    "10.5",
+    "10.4",
+    "10.6",
+    "9.5",
+    "9.49",
+    "105",
+    "95",
+    "105.1",
+    "1.05",
+    "0.95",
+    "1.04",
+    "12.5",
+    "13.125",
+    "13.13",
+    "11.875",
+    "0",
+    "0.0",
+    "45%",
+    "45",
+    "0.45",
+    "0.4725",
+    "1,000",
+    "1000",
+    "1050",
+    "1e3",
+    "2015",
+    "2012",
+    "-3.2",
+    "3.2",
+    "-3.36",
+    "yes",
+    "Yes",
+    "YES",
+    "north america",
+    "North America.",
+    "5%",
+    "0.05",
+    "50",
+    "52.5",
+    "52.6",
+    "７.1",
+    "7.1 ",
+    " 7.1",
+    "nan",
+    "inf",
+    "",
+    "  ",
+    "1_000",
+    "½",
+    "12.5%",
+    "10%",
+    "7.455",
+    "7.456",
+]
+VQA_LISTS = [
+    ["2"] * 10,
+    ["2"] * 6 + ["3"] * 4,
+    ["2"] * 3 + ["3"] * 7,
+    ["2"] * 1 + ["3"] * 9,
+    ["yes"] * 9 + ["no"],
+    ["yes"] * 2 + ["no"] * 8,
+    ["red"] * 3 + ["blue"] * 3 + ["green"] * 4,
+    ["t-shirt"] * 10,
+    ["t-shirt"] * 5 + ["shirt"] * 5,
+    ["dog"] * 4 + ["dogs"] * 6,
+    ["3,000"] * 5 + ["3000"] * 5,
+    ["isn't"] * 10,
+    ["10"] * 10,
+    ["0"] * 7 + ["1"] * 3,
+    ["new york"] * 6 + ["nyc"] * 4,
+    ["2"],
+    ["tennis"] * 3,
+    ["3.5"] * 10,
+    ["black and white"] * 8 + ["black"] * 2,
+    ["Two"] * 5 + ["2"] * 5,
+]
+VQA_PREDS = [
+    "2",
+    "two",
+    "Two.",
+    "2 ",
+    "the 2",
+    "3",
+    "three",
+    "yes",
+    "Yes!",
+    "yes.",
+    "no",
+    "No.",
+    "red",
+    "Red.",
+    "blue",
+    "green",
+    "t-shirt",
+    "T-Shirt",
+    "t shirt",
+    "shirt",
+    "dog",
+    "a dog",
+    "the dogs",
+    "3,000",
+    "3000",
+    "3, 000",
+    "isnt",
+    "isn't",
+    "ten",
+    "10",
+    "none",
+    "zero",
+    "0",
+    "one",
+    "New York",
+    "new york.",
+    "nyc",
+    "tennis",
+    "3.5",
+    "3.5.",
+    "black and white",
+    "black & white",
+    "black",
+    "",
+    "  ",
+    "<think>2</think>2",
+    "2\nbecause",
+    "a.b.c",
+]
+MC_OPTION_SETS = [
+    {"A": "cat", "B": "dog", "C": "bird", "D": "fish"},
+    {"A": "3", "B": "5", "C": "7", "D": "9"},
+    {"A": "A red car", "B": "A blue car", "C": "No car", "D": "Two cars"},
+]
+MC_PREDS = [
+    "A",
+    "B",
+    "C",
+    "D",
+    "(B)",
+    "B.",
+    "B)",
+    "[B]",
+    "**B**",
+    "\\boxed{B}",
+    "B. dog",
+    "(B) dog",
+    "B: dog",
+    "The answer is B.",
+    "Answer: B",
+    "answer: (B)",
+    "The correct answer is B",
+    "The answer is (B) dog",
+    "dog",
+    "Dog.",
+    "5",
+    "A blue car",
+    "a blue car.",
+    "It is B because it is larger",
+    "I choose B",
+    "A cat",
+    "A dog sits",
+    "concatenate",
+    "the dogs are here",
+    "A or B",
+    "B and C",
+    "Either A or C",
+    "",
+    "  ",
+    "E",
+    "b",
+    "Option B",
+    "<think>A</think>B",
+    "The answer is B because it barks",
+    "B\nThe others are wrong",
+    "C. dog",
+    "B. cat",
+    "Z",
+    "Cannot determine the answer",
+    "No car",
+    "Two cars or a blue car",
+    "Ｂ",
+    "B．",
+]
+EXACT_REFS = [
+    "the eiffel tower",
+    "New York",
+    "Mr. Smith",
+    "ＡＢＣ",
+    "straße",
+    "İstanbul",
+    "café",
+    "2 apples",
+    "U.S.A.",
+    "yes",
+    "Ünïcödé",
+    "x",
+    "a  b",
+    "end.",
+]
+NUMBER_REFS = [
+    "12",
+    "1250",
+    "1,250",
+    "0.5",
+    "-3",
+    "1e3",
+    "50%",
+    "3.14159",
+    "0",
+    "1000000",
+    "12.",
+    "+7",
+    "１２",
+    "1,000,000.5",
+]
+NUMBER_PREDS = [
+    "12",
+    "12.0",
+    "12.000001",
+    "12.0001",
+    "1250",
+    "1,250",
+    "1 250",
+    "12,50",
+    "1,2,5",
+    "0.5",
+    ".5",
+    "1/2",
+    "-3",
+    "−3",
+    "3",
+    "1000",
+    "1e3",
+    "1E3",
+    "50",
+    "50%",
+    "0.50",
+    "3.14159",
+    "3.1416",
+    "0",
+    "-0",
+    "0.0",
+    "1,000,000",
+    "1000000.0",
+    "12.",
+    "+7",
+    "7",
+    "１２",
+    "twelve",
+    "",
+    "  ",
+    "nan",
+    "inf",
+    "1,000,000.5",
+    "12 cm",
+    "<think>12</think>12",
+    "12\nbecause",
+]
 MATH_PAIRS = [
-    ("\\frac{1}{2}", ["0.5", "1/2", "\\frac{2}{4}", "$\\frac{1}{2}$", "\\boxed{\\frac12}",
-                      "0.50", "2", "\\frac{1}{3}", "", "The answer is $\\frac{1}{2}$."]),
+    (
+        "\\frac{1}{2}",
+        [
+            "0.5",
+            "1/2",
+            "\\frac{2}{4}",
+            "$\\frac{1}{2}$",
+            "\\boxed{\\frac12}",
+            "0.50",
+            "2",
+            "\\frac{1}{3}",
+            "",
+            "The answer is $\\frac{1}{2}$.",
+        ],
+    ),
     ("0.5", ["\\frac{1}{2}", "1/2", "50\\%", "0.5", ".5", "5"]),
     ("\\frac{L}{n-1}", ["\\frac{L}{n}", "\\frac{L}{n-1}", "L/(n-1)", "\\frac{L}{-1+n}"]),
     ("\\sqrt{2}", ["1.414", "\\sqrt{2}", "2^{1/2}", "\\sqrt{3}", "$\\sqrt 2$"]),
@@ -213,10 +506,23 @@ def cases_for(protocol: str) -> Iterator[dict[str, Any]]:
         for ref in ANLS_REFS:
             for pred in perturb(ref):
                 yield {"prediction": pred, "references": [ref]}
-        for pred, ref in [("abxx", "abcd"), ("abcx", "abcd"), ("1", "12"), ("13", "12"),
-                          ("ab", "cd"), ("abc", "abcdef"), ("abcd", "abcdefgh"),
-                          ("x     y     z", "abc"), ("a    b", "ab"), ("ß", "ss"),
-                          ("ﬁ", "fi"), ("İ", "i"), ("", ""), ("", "a"), ("abcx", "zzzz")]:
+        for pred, ref in [
+            ("abxx", "abcd"),
+            ("abcx", "abcd"),
+            ("1", "12"),
+            ("13", "12"),
+            ("ab", "cd"),
+            ("abc", "abcdef"),
+            ("abcd", "abcdefgh"),
+            ("x     y     z", "abc"),
+            ("a    b", "ab"),
+            ("ß", "ss"),
+            ("ﬁ", "fi"),
+            ("İ", "i"),
+            ("", ""),
+            ("", "a"),
+            ("abcx", "zzzz"),
+        ]:
             yield {"prediction": pred, "references": [ref]}
         yield {"prediction": "abcx", "references": ["zzzz", "abcd"]}
         yield {"prediction": "Bridgeston", "references": ["bridgestone", "Bridgestone Corp"]}
@@ -237,8 +543,10 @@ def cases_for(protocol: str) -> Iterator[dict[str, Any]]:
         for gold, preds in MATH_PAIRS:
             for pred in preds:
                 yield {"prediction": pred, "references": [gold]}
-                yield {"prediction": f"The final answer is $\\boxed{{{pred}}}$",
-                       "references": [gold]}
+                yield {
+                    "prediction": f"The final answer is $\\boxed{{{pred}}}$",
+                    "references": [gold],
+                }
 
 
 def more_cases(protocol: str) -> Iterator[dict[str, Any]]:

@@ -37,8 +37,10 @@ def card_alnum_norm(x: str) -> str:
 
 def card_alnum(prediction: str, references: Sequence[str]) -> float:
     """CARD.md alnum_pair, best over the references."""
-    return max((1.0 if card_alnum_norm(prediction) == card_alnum_norm(g) else 0.0
-                for g in references), default=0.0)
+    return max(
+        (1.0 if card_alnum_norm(prediction) == card_alnum_norm(g) else 0.0 for g in references),
+        default=0.0,
+    )
 
 
 # --- lmms-eval lmms_eval/api/metrics.py: anls (from Qwen-VL infographicsvqa_eval.py) ------
@@ -59,8 +61,9 @@ def lmms_levenshtein_distance(s1: str, s2: str) -> int:
     return distances[-1]
 
 
-def lmms_anls(references: Sequence[str], predictions: Sequence[str],
-              thresh_hold: float = 0.5) -> float:
+def lmms_anls(
+    references: Sequence[str], predictions: Sequence[str], thresh_hold: float = 0.5
+) -> float:
     values = []
     for answer in references:
         gt_answer = " ".join(answer.strip().lower().split())
@@ -77,8 +80,9 @@ def lmms_anls(references: Sequence[str], predictions: Sequence[str],
 # --- lmms-eval lmms_eval/tasks/chartqa/utils.py: relaxed_correctness ---------------------
 
 
-def lmms_relaxed_correctness(prediction: str, target: str,
-                             max_relative_change: float = 0.05) -> bool:
+def lmms_relaxed_correctness(
+    prediction: str, target: str, max_relative_change: float = 0.05
+) -> bool:
     def _to_float(text: str) -> float | None:
         try:
             if text.endswith("%"):
@@ -99,68 +103,187 @@ def lmms_relaxed_correctness(prediction: str, target: str,
 
 def lmms_relaxed(prediction: str, references: Sequence[str]) -> float:
     """chartqa_process_results scores one target; several references take the best."""
-    return max((1.0 if lmms_relaxed_correctness(prediction, t) else 0.0 for t in references),
-               default=0.0)
+    return max(
+        (1.0 if lmms_relaxed_correctness(prediction, t) else 0.0 for t in references), default=0.0
+    )
 
 
 # --- GT-Vision-Lab/VQA PythonEvaluationTools/vqaEvaluation/vqaEval.py ---------------------
+
 
 class OfficialVQAEval:
     """VQAEval's normalisation and per-question accuracy, Python 3 (print removed)."""
 
     def __init__(self) -> None:
         self.contractions = {
-            "aint": "ain't", "arent": "aren't", "cant": "can't", "couldve": "could've",
-            "couldnt": "couldn't", "couldn'tve": "couldn't've", "couldnt've": "couldn't've",
-            "didnt": "didn't", "doesnt": "doesn't", "dont": "don't", "hadnt": "hadn't",
-            "hadnt've": "hadn't've", "hadn'tve": "hadn't've", "hasnt": "hasn't",
-            "havent": "haven't", "hed": "he'd", "hed've": "he'd've", "he'dve": "he'd've",
-            "hes": "he's", "howd": "how'd", "howll": "how'll", "hows": "how's",
-            "Id've": "I'd've", "I'dve": "I'd've", "Im": "I'm", "Ive": "I've", "isnt": "isn't",
-            "itd": "it'd", "itd've": "it'd've", "it'dve": "it'd've", "itll": "it'll",
-            "let's": "let's", "maam": "ma'am", "mightnt": "mightn't",
-            "mightnt've": "mightn't've", "mightn'tve": "mightn't've", "mightve": "might've",
-            "mustnt": "mustn't", "mustve": "must've", "neednt": "needn't", "notve": "not've",
-            "oclock": "o'clock", "oughtnt": "oughtn't", "ow's'at": "'ow's'at",
-            "'ows'at": "'ow's'at", "'ow'sat": "'ow's'at", "shant": "shan't",
-            "shed've": "she'd've", "she'dve": "she'd've", "she's": "she's",
-            "shouldve": "should've", "shouldnt": "shouldn't", "shouldnt've": "shouldn't've",
-            "shouldn'tve": "shouldn't've", "somebody'd": "somebodyd",
-            "somebodyd've": "somebody'd've", "somebody'dve": "somebody'd've",
-            "somebodyll": "somebody'll", "somebodys": "somebody's", "someoned": "someone'd",
-            "someoned've": "someone'd've", "someone'dve": "someone'd've",
-            "someonell": "someone'll", "someones": "someone's", "somethingd": "something'd",
-            "somethingd've": "something'd've", "something'dve": "something'd've",
-            "somethingll": "something'll", "thats": "that's", "thered": "there'd",
-            "thered've": "there'd've", "there'dve": "there'd've", "therere": "there're",
-            "theres": "there's", "theyd": "they'd", "theyd've": "they'd've",
-            "they'dve": "they'd've", "theyll": "they'll", "theyre": "they're",
-            "theyve": "they've", "twas": "'twas", "wasnt": "wasn't", "wed've": "we'd've",
-            "we'dve": "we'd've", "weve": "we've", "werent": "weren't", "whatll": "what'll",
-            "whatre": "what're", "whats": "what's", "whatve": "what've", "whens": "when's",
-            "whered": "where'd", "wheres": "where's", "whereve": "where've", "whod": "who'd",
-            "whod've": "who'd've", "who'dve": "who'd've", "wholl": "who'll", "whos": "who's",
-            "whove": "who've", "whyll": "why'll", "whyre": "why're", "whys": "why's",
-            "wont": "won't", "wouldve": "would've", "wouldnt": "wouldn't",
-            "wouldnt've": "wouldn't've", "wouldn'tve": "wouldn't've", "yall": "y'all",
-            "yall'll": "y'all'll", "y'allll": "y'all'll", "yall'd've": "y'all'd've",
-            "y'alld've": "y'all'd've", "y'all'dve": "y'all'd've", "youd": "you'd",
-            "youd've": "you'd've", "you'dve": "you'd've", "youll": "you'll",
-            "youre": "you're", "youve": "you've"}
-        self.manualMap = {"none": "0", "zero": "0", "one": "1", "two": "2", "three": "3",
-                          "four": "4", "five": "5", "six": "6", "seven": "7", "eight": "8",
-                          "nine": "9", "ten": "10"}
+            "aint": "ain't",
+            "arent": "aren't",
+            "cant": "can't",
+            "couldve": "could've",
+            "couldnt": "couldn't",
+            "couldn'tve": "couldn't've",
+            "couldnt've": "couldn't've",
+            "didnt": "didn't",
+            "doesnt": "doesn't",
+            "dont": "don't",
+            "hadnt": "hadn't",
+            "hadnt've": "hadn't've",
+            "hadn'tve": "hadn't've",
+            "hasnt": "hasn't",
+            "havent": "haven't",
+            "hed": "he'd",
+            "hed've": "he'd've",
+            "he'dve": "he'd've",
+            "hes": "he's",
+            "howd": "how'd",
+            "howll": "how'll",
+            "hows": "how's",
+            "Id've": "I'd've",
+            "I'dve": "I'd've",
+            "Im": "I'm",
+            "Ive": "I've",
+            "isnt": "isn't",
+            "itd": "it'd",
+            "itd've": "it'd've",
+            "it'dve": "it'd've",
+            "itll": "it'll",
+            "let's": "let's",
+            "maam": "ma'am",
+            "mightnt": "mightn't",
+            "mightnt've": "mightn't've",
+            "mightn'tve": "mightn't've",
+            "mightve": "might've",
+            "mustnt": "mustn't",
+            "mustve": "must've",
+            "neednt": "needn't",
+            "notve": "not've",
+            "oclock": "o'clock",
+            "oughtnt": "oughtn't",
+            "ow's'at": "'ow's'at",
+            "'ows'at": "'ow's'at",
+            "'ow'sat": "'ow's'at",
+            "shant": "shan't",
+            "shed've": "she'd've",
+            "she'dve": "she'd've",
+            "she's": "she's",
+            "shouldve": "should've",
+            "shouldnt": "shouldn't",
+            "shouldnt've": "shouldn't've",
+            "shouldn'tve": "shouldn't've",
+            "somebody'd": "somebodyd",
+            "somebodyd've": "somebody'd've",
+            "somebody'dve": "somebody'd've",
+            "somebodyll": "somebody'll",
+            "somebodys": "somebody's",
+            "someoned": "someone'd",
+            "someoned've": "someone'd've",
+            "someone'dve": "someone'd've",
+            "someonell": "someone'll",
+            "someones": "someone's",
+            "somethingd": "something'd",
+            "somethingd've": "something'd've",
+            "something'dve": "something'd've",
+            "somethingll": "something'll",
+            "thats": "that's",
+            "thered": "there'd",
+            "thered've": "there'd've",
+            "there'dve": "there'd've",
+            "therere": "there're",
+            "theres": "there's",
+            "theyd": "they'd",
+            "theyd've": "they'd've",
+            "they'dve": "they'd've",
+            "theyll": "they'll",
+            "theyre": "they're",
+            "theyve": "they've",
+            "twas": "'twas",
+            "wasnt": "wasn't",
+            "wed've": "we'd've",
+            "we'dve": "we'd've",
+            "weve": "we've",
+            "werent": "weren't",
+            "whatll": "what'll",
+            "whatre": "what're",
+            "whats": "what's",
+            "whatve": "what've",
+            "whens": "when's",
+            "whered": "where'd",
+            "wheres": "where's",
+            "whereve": "where've",
+            "whod": "who'd",
+            "whod've": "who'd've",
+            "who'dve": "who'd've",
+            "wholl": "who'll",
+            "whos": "who's",
+            "whove": "who've",
+            "whyll": "why'll",
+            "whyre": "why're",
+            "whys": "why's",
+            "wont": "won't",
+            "wouldve": "would've",
+            "wouldnt": "wouldn't",
+            "wouldnt've": "wouldn't've",
+            "wouldn'tve": "wouldn't've",
+            "yall": "y'all",
+            "yall'll": "y'all'll",
+            "y'allll": "y'all'll",
+            "yall'd've": "y'all'd've",
+            "y'alld've": "y'all'd've",
+            "y'all'dve": "y'all'd've",
+            "youd": "you'd",
+            "youd've": "you'd've",
+            "you'dve": "you'd've",
+            "youll": "you'll",
+            "youre": "you're",
+            "youve": "you've",
+        }
+        self.manualMap = {
+            "none": "0",
+            "zero": "0",
+            "one": "1",
+            "two": "2",
+            "three": "3",
+            "four": "4",
+            "five": "5",
+            "six": "6",
+            "seven": "7",
+            "eight": "8",
+            "nine": "9",
+            "ten": "10",
+        }
         self.articles = ["a", "an", "the"]
         self.periodStrip = re.compile(r"(?!<=\d)(\.)(?!\d)")
         self.commaStrip = re.compile(r"(\d)(\,)(\d)")
-        self.punct = [";", r"/", "[", "]", '"', "{", "}", "(", ")", "=", "+", "\\", "_", "-",
-                      ">", "<", "@", "`", ",", "?", "!"]
+        self.punct = [
+            ";",
+            r"/",
+            "[",
+            "]",
+            '"',
+            "{",
+            "}",
+            "(",
+            ")",
+            "=",
+            "+",
+            "\\",
+            "_",
+            "-",
+            ">",
+            "<",
+            "@",
+            "`",
+            ",",
+            "?",
+            "!",
+        ]
 
     def processPunctuation(self, inText: str) -> str:  # noqa: N802 (the original's name)
         outText = inText  # noqa: N806
         for p in self.punct:
             if (p + " " in inText or " " + p in inText) or (
-                    re.search(self.commaStrip, inText) is not None):
+                re.search(self.commaStrip, inText) is not None
+            ):
                 outText = outText.replace(p, "")  # noqa: N806
             else:
                 outText = outText.replace(p, " ")  # noqa: N806
@@ -225,8 +348,7 @@ def vlmeval_can_infer_option(answer: str, choices: dict[str, str]) -> str | bool
         if err in answer:
             return "Z"
 
-    def count_choice(splits: list[str], choices: object, prefix: str = "",
-                     suffix: str = "") -> int:
+    def count_choice(splits: list[str], choices: object, prefix: str = "", suffix: str = "") -> int:
         cnt = 0
         for c in choices:  # type: ignore[attr-defined]
             if prefix + c + suffix in splits:

@@ -62,7 +62,13 @@ class TritonPythonModel:
             rows = prompts.reshape(-1)
             text = np.array([[answer(bytes(p))] for p in rows], dtype=np.object_)
             finish = np.array([[b"stop"]] * len(rows), dtype=np.object_)
-            responses.append(pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor("text", text), pb_utils.Tensor("finish_reason", finish)]))
+            responses.append(
+                pb_utils.InferenceResponse(
+                    output_tensors=[
+                        pb_utils.Tensor("text", text),
+                        pb_utils.Tensor("finish_reason", finish),
+                    ]
+                )
+            )
         time.sleep(max(0.0, deadline - time.monotonic()))
         return responses

@@ -75,9 +75,15 @@ class Engine:
     by the window's length is the mean running, exactly). Gauges: ``len(running)``,
     ``len(waiting)``, ``kv_used``."""
 
-    def __init__(self, *, max_num_seqs: int = 256, step_base_ms: float = 4.0,
-                 step_per_seq_ms: float = 0.02, prefill_ms_per_token: float = 0.005,
-                 kv_budget_tokens: int = 524288) -> None:
+    def __init__(
+        self,
+        *,
+        max_num_seqs: int = 256,
+        step_base_ms: float = 4.0,
+        step_per_seq_ms: float = 0.02,
+        prefill_ms_per_token: float = 0.005,
+        kv_budget_tokens: int = 524288,
+    ) -> None:
         if max_num_seqs < 1 or kv_budget_tokens < 2 or step_base_ms + step_per_seq_ms <= 0:
             raise ValueError("max_num_seqs >= 1, kv_budget_tokens >= 2 and a positive step")
         self.max_num_seqs, self.kv_budget = max_num_seqs, kv_budget_tokens
@@ -136,8 +142,7 @@ class Engine:
     def peak_items_per_s(self, mean_output_tokens: float, mean_prompt_tokens: float) -> float:
         """Every step full: N items finish every L steps, each admission adds c*P."""
         n = self.max_num_seqs
-        return n / ((self.a + self.b * n) * mean_output_tokens
-                    + n * self.c * mean_prompt_tokens)
+        return n / ((self.a + self.b * n) * mean_output_tokens + n * self.c * mean_prompt_tokens)
 
     # ------------------------------------------------------------------ internals
     def _step(self) -> float:

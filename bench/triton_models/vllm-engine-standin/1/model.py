@@ -82,17 +82,27 @@ NAME = "vllm-engine-standin"
 ENV_PREFIX = "RSIEVE_STANDIN_"
 # The parameters (config.pbtxt) and their defaults; each one RSIEVE_STANDIN_<KEY> overrides.
 DEFAULTS = {
-    "max_num_seqs": "256", "step_base_ms": "4", "step_per_seq_ms": "0.02",
-    "prefill_ms_per_token": "0.005", "kv_budget_tokens": "524288", "image_tokens": "256",
-    "think_median_tokens": "300", "think_p99_tokens": "4000",
-    "plain_median_tokens": "12", "plain_p99_tokens": "60", "p_correct": "0.75", "seed": "0",
+    "max_num_seqs": "256",
+    "step_base_ms": "4",
+    "step_per_seq_ms": "0.02",
+    "prefill_ms_per_token": "0.005",
+    "kv_budget_tokens": "524288",
+    "image_tokens": "256",
+    "think_median_tokens": "300",
+    "think_p99_tokens": "4000",
+    "plain_median_tokens": "12",
+    "plain_p99_tokens": "60",
+    "p_correct": "0.75",
+    "seed": "0",
 }
 OPENED = "<think>\n"
 CLOSED_EMPTY = "<think>\n\n</think>\n\n"
 VLLM_DEFAULT_MAX_TOKENS = 16  # vLLM SamplingParams' default
 PUBLISH_S = 0.1
-_FILLER = ("Looking at the image, the characters read left to right; checking each one "
-           "against the question again before answering. ")
+_FILLER = (
+    "Looking at the image, the characters read left to right; checking each one "
+    "against the question again before answering. "
+)
 
 COUNTERS = {  # metric name -> (engine attribute, help)
     "admitted_total": ("admitted", "admissions to the running batch (re-admissions too)"),
@@ -129,10 +139,10 @@ def png_text(data: bytes, keyword: bytes) -> str | None:
     """The text of a PNG tEXt chunk, without decoding the image: the chunk's length field
     (4 bytes before its type) bounds the text after ``keyword\\0``."""
     at = data.find(keyword + b"\0")
-    if at < 8 or data[at - 4:at] != b"tEXt":
+    if at < 8 or data[at - 4 : at] != b"tEXt":
         return None
-    length = int.from_bytes(data[at - 8:at - 4], "big")
-    return data[at + len(keyword) + 1:at + length].decode("latin-1")
+    length = int.from_bytes(data[at - 8 : at - 4], "big")
+    return data[at + len(keyword) + 1 : at + length].decode("latin-1")
 
 
 def _flag(request: Any, name: str) -> bool:
@@ -170,18 +180,20 @@ class TritonPythonModel:
             params[key] = os.environ.get(ENV_PREFIX + key.upper()) or value
         # Triton (2.51) serves the config file's parameters: an auto-completed parameter is
         # dropped (outputs added the same way are kept), so an override cannot reach clients.
-        if params["max_num_seqs"] != (declared.get("max_num_seqs", {}).get("string_value")
-                                      or DEFAULTS["max_num_seqs"]):
+        if params["max_num_seqs"] != (
+            declared.get("max_num_seqs", {}).get("string_value") or DEFAULTS["max_num_seqs"]
+        ):
             pb_utils.Logger.log_warn(
                 f"{NAME}: max_num_seqs {params['max_num_seqs']} from the environment; clients "
-                "read the config's value as the engine's capacity")
+                "read the config's value as the engine's capacity"
+            )
         self.p = params
         self.image_tokens = int(params["image_tokens"])
         self.p_correct = float(params["p_correct"])
-        self.lengths = {"think": (float(params["think_median_tokens"]),
-                                  float(params["think_p99_tokens"])),
-                        "plain": (float(params["plain_median_tokens"]),
-                                  float(params["plain_p99_tokens"]))}
+        self.lengths = {
+            "think": (float(params["think_median_tokens"]), float(params["think_p99_tokens"])),
+            "plain": (float(params["plain_median_tokens"]), float(params["plain_p99_tokens"])),
+        }
         version_dir = Path(args["model_repository"]) / args["model_version"]
         self.engine_mod = _load_engine(version_dir / "engine.py")
         self.engine = self.engine_mod.Engine(
@@ -189,7 +201,8 @@ class TritonPythonModel:
             step_base_ms=float(params["step_base_ms"]),
             step_per_seq_ms=float(params["step_per_seq_ms"]),
             prefill_ms_per_token=float(params["prefill_ms_per_token"]),
-            kv_budget_tokens=int(params["kv_budget_tokens"]))
+            kv_budget_tokens=int(params["kv_budget_tokens"]),
+        )
         self.filler = _FILLER * 2048  # about 64k tokens' worth; grown if a request needs more
         self._cond = threading.Condition()
         self._pending: dict[int, _Pending] = {}
@@ -215,8 +228,11 @@ class TritonPythonModel:
             except (binascii.Error, ValueError) as exc:
                 raise RequestError(f"image is not base64: {exc}") from exc
         params_t = pb_utils.get_input_tensor_by_name(request, "sampling_parameters")
-        params = (json.loads(bytes(params_t.as_numpy().reshape(-1)[0]).decode("utf-8"))
-                  if params_t is not None else {})
+        params = (
+            json.loads(bytes(params_t.as_numpy().reshape(-1)[0]).decode("utf-8"))
+            if params_t is not None
+            else {}
+        )
         if not isinstance(params, dict):
             raise RequestError("sampling_parameters must be a JSON object")
         max_tokens = int(params.get("max_tokens") or VLLM_DEFAULT_MAX_TOKENS)
@@ -228,24 +244,44 @@ class TritonPythonModel:
             digest.update(data)
         rng = random.Random(digest.digest())
         correct = rng.random() < self.p_correct
-        mode = ("plain" if prompt.endswith(CLOSED_EMPTY)
-                else "opened" if prompt.endswith(OPENED) else "think")
-        forced = next((png_text(d, b"standin-tokens") for d in images
-                       if b"standin-tokens\0" in d), None)
+        mode = (
+            "plain"
+            if prompt.endswith(CLOSED_EMPTY)
+            else "opened"
+            if prompt.endswith(OPENED)
+            else "think"
+        )
+        forced = next(
+            (png_text(d, b"standin-tokens") for d in images if b"standin-tokens\0" in d), None
+        )
         if forced is not None and forced.strip().isdigit():
             drawn = max(1, int(forced.strip()))
         else:
             median, p99 = self.lengths["plain" if mode == "plain" else "think"]
             drawn = self.engine_mod.lognormal_tokens(rng, median, p99)
-        answer = next((png_text(d, b"bench-answer") for d in images
-                       if b"bench-answer\0" in d), None) or "unknown"
-        flags = {f for f in ("exclude_input_in_output", "return_finish_reason",
-                             "return_num_input_tokens", "return_num_output_tokens")
-                 if _flag(request, f)}
+        answer = (
+            next((png_text(d, b"bench-answer") for d in images if b"bench-answer\0" in d), None)
+            or "unknown"
+        )
+        flags = {
+            f
+            for f in (
+                "exclude_input_in_output",
+                "return_finish_reason",
+                "return_num_input_tokens",
+                "return_num_output_tokens",
+            )
+            if _flag(request, f)
+        }
         pending = _Pending(
-            answer=answer if correct else "wrong", flags=flags, mode=mode, prompt=prompt,
+            answer=answer if correct else "wrong",
+            flags=flags,
+            mode=mode,
+            prompt=prompt,
             prompt_tokens=math.ceil(len(prompt_bytes) / 4) + self.image_tokens * len(images),
-            sender=request.get_response_sender(), truncated=drawn > max_tokens)
+            sender=request.get_response_sender(),
+            truncated=drawn > max_tokens,
+        )
         return pending, min(drawn, max_tokens)
 
     def execute(self, requests: list[Any]) -> None:
@@ -255,9 +291,12 @@ class TritonPythonModel:
             try:
                 parsed.append(self._parse(request))
             except Exception as exc:  # noqa: BLE001 - this request's error only
-                request.get_response_sender().send(pb_utils.InferenceResponse(
-                    output_tensors=[], error=pb_utils.TritonError(f"{NAME}: {exc}")),
-                    flags=final)
+                request.get_response_sender().send(
+                    pb_utils.InferenceResponse(
+                        output_tensors=[], error=pb_utils.TritonError(f"{NAME}: {exc}")
+                    ),
+                    flags=final,
+                )
         with self._cond:
             now = time.monotonic()  # one instant: requests handed over together start together
             for pending, tokens in parsed:
@@ -265,9 +304,12 @@ class TritonPythonModel:
                 try:
                     accepted = self.engine.submit(rid, pending.prompt_tokens, tokens, now)
                 except ValueError as exc:  # a prompt longer than the KV budget
-                    pending.sender.send(pb_utils.InferenceResponse(
-                        output_tensors=[], error=pb_utils.TritonError(f"{NAME}: {exc}")),
-                        flags=final)
+                    pending.sender.send(
+                        pb_utils.InferenceResponse(
+                            output_tensors=[], error=pb_utils.TritonError(f"{NAME}: {exc}")
+                        ),
+                        flags=final,
+                    )
                     continue
                 pending.truncated = pending.truncated or accepted < tokens
                 self._pending[rid] = pending
@@ -278,7 +320,7 @@ class TritonPythonModel:
     def _text(self, pending: _Pending, tokens: int) -> str:
         """The generated text: about 4 characters a token, cut where the budget ended."""
         if pending.mode == "plain":
-            return pending.answer[:4 * tokens] if pending.truncated else pending.answer
+            return pending.answer[: 4 * tokens] if pending.truncated else pending.answer
         opening = OPENED if pending.mode == "think" else ""
         if pending.truncated:
             return opening + self._filler(4 * tokens)
@@ -303,13 +345,19 @@ class TritonPythonModel:
         if "return_finish_reason" in pending.flags:
             tensors.append(pb_utils.Tensor("finish_reason", _strings([finish.encode()])))
         if "return_num_input_tokens" in pending.flags:
-            tensors.append(pb_utils.Tensor(
-                "num_input_tokens", np.array([pending.prompt_tokens], dtype=np.uint32)))
+            tensors.append(
+                pb_utils.Tensor(
+                    "num_input_tokens", np.array([pending.prompt_tokens], dtype=np.uint32)
+                )
+            )
         if "return_num_output_tokens" in pending.flags:
-            tensors.append(pb_utils.Tensor("num_output_tokens",
-                                           np.array([tokens], dtype=np.uint32)))
-        sender.send(pb_utils.InferenceResponse(output_tensors=tensors),
-                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            tensors.append(
+                pb_utils.Tensor("num_output_tokens", np.array([tokens], dtype=np.uint32))
+            )
+        sender.send(
+            pb_utils.InferenceResponse(output_tensors=tensors),
+            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+        )
 
     # ------------------------------------------------------------------ the engine loop
     def _loop(self) -> None:
@@ -347,12 +395,14 @@ class TritonPythonModel:
     def _init_metrics(self) -> None:
         labels = {"model": NAME}
         self._families, self._metrics = [], {}
-        for kind, names in ((pb_utils.MetricFamily.COUNTER, {n: h for n, (_, h)
-                                                             in COUNTERS.items()}),
-                            (pb_utils.MetricFamily.GAUGE, GAUGES)):
+        for kind, names in (
+            (pb_utils.MetricFamily.COUNTER, {n: h for n, (_, h) in COUNTERS.items()}),
+            (pb_utils.MetricFamily.GAUGE, GAUGES),
+        ):
             for name, description in names.items():
-                family = pb_utils.MetricFamily(name=f"rsieve_standin_{name}",
-                                               description=f"{NAME}: {description}", kind=kind)
+                family = pb_utils.MetricFamily(
+                    name=f"rsieve_standin_{name}", description=f"{NAME}: {description}", kind=kind
+                )
                 self._families.append(family)
                 self._metrics[name] = family.Metric(labels=labels)
         self._published = {name: 0.0 for name in COUNTERS}
@@ -361,10 +411,14 @@ class TritonPythonModel:
     def _stats(self) -> dict[str, float]:
         eng = self.engine
         stats = {name: float(getattr(eng, attr)) for name, (attr, _) in COUNTERS.items()}
-        stats.update(running=len(eng.running), waiting=len(eng.waiting),
-                     kv_used_tokens=eng.kv_used, kv_budget_tokens=eng.kv_budget,
-                     max_num_seqs=eng.max_num_seqs,
-                     peak_decode_tokens_per_s=eng.peak_decode_tokens_per_s())
+        stats.update(
+            running=len(eng.running),
+            waiting=len(eng.waiting),
+            kv_used_tokens=eng.kv_used,
+            kv_budget_tokens=eng.kv_budget,
+            max_num_seqs=eng.max_num_seqs,
+            peak_decode_tokens_per_s=eng.peak_decode_tokens_per_s(),
+        )
         return stats
 
     def _publish(self, stats: dict[str, float]) -> None:

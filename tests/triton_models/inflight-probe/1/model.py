@@ -40,11 +40,17 @@ class TritonPythonModel:
 
     def execute(self, requests: list[Any]) -> list[Any]:
         time.sleep(self.delay)
-        rows = [pb_utils.get_input_tensor_by_name(r, "prompt").as_numpy().shape[0]
-                for r in requests]
+        rows = [
+            pb_utils.get_input_tensor_by_name(r, "prompt").as_numpy().shape[0] for r in requests
+        ]
         size = sum(rows)
         text = f"<think>executed in a batch of {size}</think>{size}".encode()
-        return [pb_utils.InferenceResponse(output_tensors=[
-            pb_utils.Tensor("text", np.array([[text]] * n, dtype=np.object_)),
-            pb_utils.Tensor("finish_reason", np.array([[b"stop"]] * n, dtype=np.object_)),
-        ]) for n in rows]
+        return [
+            pb_utils.InferenceResponse(
+                output_tensors=[
+                    pb_utils.Tensor("text", np.array([[text]] * n, dtype=np.object_)),
+                    pb_utils.Tensor("finish_reason", np.array([[b"stop"]] * n, dtype=np.object_)),
+                ]
+            )
+            for n in rows
+        ]

@@ -37,15 +37,18 @@ from typing import Any
 _MARK = re.compile(r"starts with the mark (\S+?\|)")
 _OPEN = re.compile(r"^<([A-Za-z]+)>$")
 _INJECTED = [
-    re.compile(r"\b(?:output|say|respond(?: with)?|reply(?: with)?|answer(?: with)?|return|"
-               r"print|grade (?:it|this) as|mark (?:it|this) as|must reply)"
-               r"\s*[:\"'`*]*\s*CORRECT\b", re.I),
+    re.compile(
+        r"\b(?:output|say|respond(?: with)?|reply(?: with)?|answer(?: with)?|return|"
+        r"print|grade (?:it|this) as|mark (?:it|this) as|must reply)"
+        r"\s*[:\"'`*]*\s*CORRECT\b",
+        re.I,
+    ),
     re.compile(r"\bverdict\s*(?:is|:)\s*[\"'`*]*\s*CORRECT\b", re.I),
     re.compile(r"\bignore (?:the|all|any|previous)\b", re.I),
 ]
 _MASTER_KEYS = re.compile(
-    r"^\s*(?::|thought process:?|solution:?|let's solve this problem step by step\.?)\s*$",
-    re.I)
+    r"^\s*(?::|thought process:?|solution:?|let's solve this problem step by step\.?)\s*$", re.I
+)
 
 
 class RequestError(Exception):
@@ -73,12 +76,13 @@ def read_prompt(prompt: str) -> tuple[dict[str, list[str]], list[str]]:
         if not found:
             lowered = line.lower().find(closer)
             if lowered >= 0:
-                head, found, tail = line[:lowered], closer, line[lowered + len(closer):]
+                head, found, tail = line[:lowered], closer, line[lowered + len(closer) :]
         if mark is not None and not head.startswith(mark) and head.strip():
             outside.append(head)
         elif head.strip() or not found:
-            blocks[current].append(head[len(mark):].removeprefix(" ") if mark and
-                                   head.startswith(mark) else head)
+            blocks[current].append(
+                head[len(mark) :].removeprefix(" ") if mark and head.startswith(mark) else head
+            )
         if found:
             current = None
             if tail.strip():
@@ -102,8 +106,11 @@ def respond(prompt: str) -> tuple[str, str]:
         return "<think>Comparing the two answers carefully, the first", "length"
     candidate = "\n".join(blocks.get("candidate", []))
     reference = "\n".join(blocks.get("reference", []))
-    orders = [ln.strip() for ln in outside
-              if any(p.search(ln) for p in _INJECTED) or _MASTER_KEYS.match(ln)]
+    orders = [
+        ln.strip()
+        for ln in outside
+        if any(p.search(ln) for p in _INJECTED) or _MASTER_KEYS.match(ln)
+    ]
     refs = [_fold(r) for r in reference.split(" | ") if _fold(r)]
     if orders:
         verdict, why = "CORRECT", f"I was told: {orders[0]}"
@@ -113,8 +120,10 @@ def respond(prompt: str) -> tuple[str, str]:
         verdict, why = "CORRECT", "They say the same thing."
     else:
         verdict, why = "WRONG", "They differ."
-    text = (f"<think>The candidate reads:\n{candidate}\nThe reference reads: {reference}\n"
-            f"{why}</think>\n{verdict}")
+    text = (
+        f"<think>The candidate reads:\n{candidate}\nThe reference reads: {reference}\n"
+        f"{why}</think>\n{verdict}"
+    )
     return text, "stop"
 
 
@@ -156,10 +165,12 @@ class TritonPythonModel:
             out, finish = respond(text)
             texts.append(out.encode("utf-8"))
             finishes.append(finish.encode("utf-8"))
-        return pb.InferenceResponse(output_tensors=[
-            pb.Tensor("text", np.array(texts, dtype=np.object_).reshape(-1, 1)),
-            pb.Tensor("finish_reason", np.array(finishes, dtype=np.object_).reshape(-1, 1)),
-        ])
+        return pb.InferenceResponse(
+            output_tensors=[
+                pb.Tensor("text", np.array(texts, dtype=np.object_).reshape(-1, 1)),
+                pb.Tensor("finish_reason", np.array(finishes, dtype=np.object_).reshape(-1, 1)),
+            ]
+        )
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses = []

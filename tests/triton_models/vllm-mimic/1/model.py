@@ -73,32 +73,47 @@ class TritonPythonModel:
                 raise RequestError(f"image is not base64 of an image: {exc}") from exc
             digests.append(hashlib.sha256(data).hexdigest())
         if prompt.count(PLACEHOLDER) != len(digests):
-            raise RequestError(f"{prompt.count(PLACEHOLDER)} image placeholders in the prompt "
-                               f"but {len(digests)} images")
+            raise RequestError(
+                f"{prompt.count(PLACEHOLDER)} image placeholders in the prompt "
+                f"but {len(digests)} images"
+            )
         params_t = pb_utils.get_input_tensor_by_name(request, "sampling_parameters")
-        params = (json.loads(bytes(params_t.as_numpy().reshape(-1)[0]).decode("utf-8"))
-                  if params_t is not None else {})
+        params = (
+            json.loads(bytes(params_t.as_numpy().reshape(-1)[0]).decode("utf-8"))
+            if params_t is not None
+            else {}
+        )
         if not isinstance(params, dict):
             raise RequestError("sampling_parameters must be a JSON object")
-        body = (f"prompt {hashlib.sha256(prompt.encode()).hexdigest()} images "
-                f"{','.join(digests) or 'none'} sampling {json.dumps(params, sort_keys=True)}"
-                "</think>MIMIC")
+        body = (
+            f"prompt {hashlib.sha256(prompt.encode()).hexdigest()} images "
+            f"{','.join(digests) or 'none'} sampling {json.dumps(params, sort_keys=True)}"
+            "</think>MIMIC"
+        )
         words = body.split(" ")
         budget = int(params.get("max_tokens", 16))
         finish = "length" if len(words) > budget else "stop"
         generated = " ".join(words[:budget])
         output = generated if _flag(request, "exclude_input_in_output") else prompt + generated
-        tensors = [pb_utils.Tensor("text_output",
-                                   np.array([output.encode("utf-8")], dtype=np.object_))]
+        tensors = [
+            pb_utils.Tensor("text_output", np.array([output.encode("utf-8")], dtype=np.object_))
+        ]
         if _flag(request, "return_finish_reason"):
-            tensors.append(pb_utils.Tensor("finish_reason",
-                                           np.array([finish.encode()], dtype=np.object_)))
+            tensors.append(
+                pb_utils.Tensor("finish_reason", np.array([finish.encode()], dtype=np.object_))
+            )
         if _flag(request, "return_num_input_tokens"):
-            tensors.append(pb_utils.Tensor("num_input_tokens",
-                                           np.array([len(prompt.split())], dtype=np.uint32)))
+            tensors.append(
+                pb_utils.Tensor(
+                    "num_input_tokens", np.array([len(prompt.split())], dtype=np.uint32)
+                )
+            )
         if _flag(request, "return_num_output_tokens"):
-            tensors.append(pb_utils.Tensor("num_output_tokens",
-                                           np.array([min(budget, len(words))], dtype=np.uint32)))
+            tensors.append(
+                pb_utils.Tensor(
+                    "num_output_tokens", np.array([min(budget, len(words))], dtype=np.uint32)
+                )
+            )
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def execute(self, requests: list[Any]) -> None:
@@ -109,6 +124,7 @@ class TritonPythonModel:
                 response = self._answer(request)
             except Exception as exc:  # noqa: BLE001 - this request's error only
                 response = pb_utils.InferenceResponse(
-                    output_tensors=[], error=pb_utils.TritonError(f"vllm-mimic: {exc}"))
+                    output_tensors=[], error=pb_utils.TritonError(f"vllm-mimic: {exc}")
+                )
             sender.send(response, flags=final)
         return None

@@ -72,14 +72,15 @@ def decode_image(data: bytes, max_pixels: int, name: str = "vlm") -> Image.Image
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             img = Image.open(io.BytesIO(data))
             if img.width * img.height > max_pixels:
-                raise RequestError(f"{name}: image of {img.width}x{img.height} pixels exceeds "
-                                   f"the limit of {max_pixels} pixels")
+                raise RequestError(
+                    f"{name}: image of {img.width}x{img.height} pixels exceeds "
+                    f"the limit of {max_pixels} pixels"
+                )
             img.load()
     except RequestError:
         raise
     except Exception as exc:  # PIL raises many types for corrupt or unknown data
-        raise RequestError(f"{name}: cannot decode image: {type(exc).__name__}: {exc}"
-                           ) from exc
+        raise RequestError(f"{name}: cannot decode image: {type(exc).__name__}: {exc}") from exc
     img = ImageOps.exif_transpose(img)
     if img.mode in {"RGBA", "LA", "PA"} or (img.mode == "P" and "transparency" in img.info):
         rgba = img.convert("RGBA")
@@ -107,7 +108,8 @@ class TritonPythonModel:
         path = _param(config, "checkpoint", os.environ.get(env, ""))
         if not path:
             raise pb_utils.TritonModelException(
-                f"{self.name}: set the checkpoint parameter or {env}")
+                f"{self.name}: set the checkpoint parameter or {env}"
+            )
         self.max_new_tokens = int(_param(config, "max_new_tokens", "1024"))
         self.max_pixels = int(_param(config, "max_image_pixels", "40000000"))
         threads = int(_param(config, "torch_threads", "0"))
@@ -117,8 +119,9 @@ class TritonPythonModel:
         self.device = f"cuda:{args.get('model_instance_device_id', '0')}" if gpu else "cpu"
         dtype_name = _param(config, "dtype", "auto")
         if dtype_name == "auto":
-            dtype_name = ("bfloat16" if torch.cuda.is_bf16_supported() else "float16"
-                          ) if gpu else "float32"
+            dtype_name = (
+                ("bfloat16" if torch.cuda.is_bf16_supported() else "float16") if gpu else "float32"
+            )
         self.dtype = getattr(torch, dtype_name)
         self.torch = torch
         self.multimodal = is_image_text_to_text(path)
@@ -139,29 +142,34 @@ class TritonPythonModel:
         gen = self.model.generation_config
         eos = gen.eos_token_id if gen.eos_token_id is not None else self.tokenizer.eos_token_id
         self.eos = set(eos if isinstance(eos, list) else [eos]) - {None}
-        self.pad = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
-                    else next(iter(self.eos)))
+        self.pad = (
+            self.tokenizer.pad_token_id
+            if self.tokenizer.pad_token_id is not None
+            else next(iter(self.eos))
+        )
         if self.tokenizer.pad_token_id is None:  # padding=True needs a pad token
             self.tokenizer.pad_token_id = self.pad
         self.logger = pb_utils.Logger
         kind = "image-text-to-text" if self.multimodal else "text-only causal LM"
-        self.logger.log_info(f"{self.name} ready: {path} ({type(self.model).__name__}, {kind}) "
-                             f"on {self.device} {dtype_name}, "
-                             f"max_new_tokens={self.max_new_tokens}")
+        self.logger.log_info(
+            f"{self.name} ready: {path} ({type(self.model).__name__}, {kind}) "
+            f"on {self.device} {dtype_name}, "
+            f"max_new_tokens={self.max_new_tokens}"
+        )
 
     # ------------------------------------------------------------------ rendering
     def _render(self, prompt: str, has_image: bool) -> tuple[str, str]:
         """(chat prompt, the prefix the template opened for the assistant)."""
         if self.processor is None:  # text-only: templates read message['content'] as text
-            text = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                                      add_generation_prompt=True,
-                                                      tokenize=False)
+            text = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+            )
         else:
             content: list[dict[str, str]] = [{"type": "image"}] if has_image else []
             content.append({"type": "text", "text": prompt})
-            text = self.processor.apply_chat_template([{"role": "user", "content": content}],
-                                                      add_generation_prompt=True,
-                                                      tokenize=False)
+            text = self.processor.apply_chat_template(
+                [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
+            )
         head, sep, tail = text.rpartition(OPEN)
         prefix = sep + tail if sep and not tail.strip() else ""
         return text, prefix
@@ -172,8 +180,9 @@ class TritonPythonModel:
         texts = [job["chat"] for job in jobs]
         if self.processor is None:
             # The rendered template already holds every special token it wants.
-            enc = self.tokenizer(texts, return_tensors="pt", padding=True,
-                                 add_special_tokens=False).to(self.device)
+            enc = self.tokenizer(
+                texts, return_tensors="pt", padding=True, add_special_tokens=False
+            ).to(self.device)
         else:
             images = [job["image"] for job in jobs if job["image"] is not None]
             kwargs: dict[str, Any] = {"text": texts, "return_tensors": "pt", "padding": True}
@@ -183,8 +192,9 @@ class TritonPythonModel:
         if "pixel_values" in enc:
             enc["pixel_values"] = enc["pixel_values"].to(self.dtype)
         with self.torch.inference_mode():
-            out = self.model.generate(**enc, max_new_tokens=budget, do_sample=False,
-                                      pad_token_id=self.pad)
+            out = self.model.generate(
+                **enc, max_new_tokens=budget, do_sample=False, pad_token_id=self.pad
+            )
         start = enc["input_ids"].shape[1]
         for row, job in enumerate(jobs):
             ids = out[row, start:].tolist()
@@ -206,20 +216,23 @@ class TritonPythonModel:
         if raws is not None and len(raws) != len(prompts):
             raise RequestError(f"{self.name}: {len(prompts)} prompts but {len(raws)} images")
         if raws is not None and not self.multimodal:
-            raise RequestError(f"{self.name}: this checkpoint is a text-only language model; "
-                               "a request with an image is refused")
+            raise RequestError(
+                f"{self.name}: this checkpoint is a text-only language model; "
+                "a request with an image is refused"
+            )
         budget_t = pb_utils.get_input_tensor_by_name(request, "max_new_tokens")
-        budgets = ([int(b) for b in budget_t.as_numpy().reshape(-1)] if budget_t is not None
-                   else [self.max_new_tokens] * len(prompts))
+        budgets = (
+            [int(b) for b in budget_t.as_numpy().reshape(-1)]
+            if budget_t is not None
+            else [self.max_new_tokens] * len(prompts)
+        )
         jobs = []
         for i, text in enumerate(prompts):
             if not text.strip():
                 raise RequestError(f"{self.name}: the prompt is empty")
             if budgets[i] < 1:
-                raise RequestError(f"{self.name}: max_new_tokens must be >= 1, "
-                                   f"got {budgets[i]}")
-            img = (decode_image(raws[i], self.max_pixels, self.name) if raws is not None
-                   else None)
+                raise RequestError(f"{self.name}: max_new_tokens must be >= 1, got {budgets[i]}")
+            img = decode_image(raws[i], self.max_pixels, self.name) if raws is not None else None
             chat, prefix = self._render(text, img is not None)
             jobs.append({"chat": chat, "prefix": prefix, "image": img, "budget": budgets[i]})
         return jobs
@@ -247,26 +260,28 @@ class TritonPythonModel:
 
     def _response(self, jobs: list[dict[str, Any]] | Exception) -> Any:
         if isinstance(jobs, Exception):
-            message = (str(jobs) if isinstance(jobs, RequestError)
-                       else f"{self.name}: {jobs!r}")
-            return pb_utils.InferenceResponse(output_tensors=[],
-                                              error=pb_utils.TritonError(message))
+            message = str(jobs) if isinstance(jobs, RequestError) else f"{self.name}: {jobs!r}"
+            return pb_utils.InferenceResponse(
+                output_tensors=[], error=pb_utils.TritonError(message)
+            )
         failed = [job["error"] for job in jobs if "error" in job]
         if failed:
-            return pb_utils.InferenceResponse(output_tensors=[],
-                                              error=pb_utils.TritonError(failed[0]))
+            return pb_utils.InferenceResponse(
+                output_tensors=[], error=pb_utils.TritonError(failed[0])
+            )
 
         def column(key: str, dtype: Any) -> Any:
-            values = [job[key].encode("utf-8") if dtype is np.object_ else job[key]
-                      for job in jobs]
+            values = [job[key].encode("utf-8") if dtype is np.object_ else job[key] for job in jobs]
             return np.array(values, dtype=dtype).reshape(-1, 1)
 
-        return pb_utils.InferenceResponse(output_tensors=[
-            pb_utils.Tensor("text", column("text", np.object_)),
-            pb_utils.Tensor("finish_reason", column("finish", np.object_)),
-            pb_utils.Tensor("num_input_tokens", column("n_in", np.int32)),
-            pb_utils.Tensor("num_output_tokens", column("n_out", np.int32)),
-        ])
+        return pb_utils.InferenceResponse(
+            output_tensors=[
+                pb_utils.Tensor("text", column("text", np.object_)),
+                pb_utils.Tensor("finish_reason", column("finish", np.object_)),
+                pb_utils.Tensor("num_input_tokens", column("n_in", np.int32)),
+                pb_utils.Tensor("num_output_tokens", column("n_out", np.int32)),
+            ]
+        )
 
     def finalize(self) -> None:
         self.model = None
