@@ -35,9 +35,10 @@ bench: $(STAMP) ## performance suite (about 9 min): prints tables, writes bench/
 test-unit: $(STAMP) ## the core's tests only (seconds, no services)
 	$(PY) -m pytest -q tests/unit
 
-lint: $(STAMP) ## ruff and mypy on the core
+lint: $(STAMP) ## ruff (rules, banned imports, format) and mypy (pydantic plugin) on the core and the services
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy shared/rsieve --ignore-missing-imports
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy shared/rsieve services
 
 stack-up: $(STAMP) ## start the local stack (kept running for the next `make run`)
 	$(VENV)/bin/rsieve stack up

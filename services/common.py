@@ -151,7 +151,7 @@ class Context:
 BROKER_DOWN = (redis.ConnectionError, redis.TimeoutError, OperationalError)
 
 
-class StageTask(Task):  # type: ignore[misc]
+class StageTask(Task):
     """Base of every stage task: late acks (from the app), transient failures retried with
     backoff, every other failure logged with its run and shard.
 

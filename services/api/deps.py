@@ -17,7 +17,7 @@ def context(request: Request) -> Context:
     state = request.app.state
     if getattr(state, "ctx", None) is None:
         state.ctx = bootstrap()
-    return state.ctx  # type: ignore[no-any-return]
+    return state.ctx
 
 
 Ctx = Annotated[Context, Depends(context)]

@@ -13,7 +13,7 @@ import re
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import HTTPException
 
@@ -150,7 +150,7 @@ def shard_counts(
     exact: bool,
     finished: bool = False,
     shards: int | None = None,
-) -> tuple[dict[str, int], str]:
+) -> tuple[dict[str, int], Literal["redis", "s3"]]:
     """Shards each stage has stored, and where that was counted: the progress records
     (written right after each output is stored), or by listing S3 when asked (`exact`),
     when Redis is away, when it has no record of the run (a new run lists empty prefixes;
@@ -265,7 +265,8 @@ def review_items(ctx: Context, run: str) -> list[dict[str, Any]]:
     shards = sorted(ctx.stored_shards(run, "judge"))
     key = (run, len(shards))
     if key not in _CACHE:
-        items, images = [], {}
+        items: list[dict[str, Any]] = []
+        images: dict[str, ImageRef] = {}
         for shard in shards:
             out: ShardOutput = ctx.load(run, "judge", shard)
             items += [r for o in out.outcomes if (r := _review_item(o)) is not None]

@@ -30,7 +30,7 @@ from services.common import Context, StageTask
 from services.generator.feeder import Feeder
 
 
-class _Intake(bootsteps.StartStopStep):  # type: ignore[misc]
+class _Intake(bootsteps.StartStopStep):
     """Hands the consumer's prefetch (QoS) to the feeder, which takes a shard only when
     its engine share runs short of work (feeder.py)."""
 

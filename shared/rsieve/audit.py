@@ -42,6 +42,7 @@ class AuditResult:
 
 def _stage_counts(out: ShardOutput) -> tuple[list[str | None], list[str | None], list[str]]:
     """(families in, families passed on, quarantine reasons) of one stage output."""
+    passed: list[str | None]
     if out.stage == "clean":
         passed = [i.family for i in out.items]
     elif out.stage == "generate":
@@ -50,7 +51,7 @@ def _stage_counts(out: ShardOutput) -> tuple[list[str | None], list[str | None],
         passed = [o.generation.item.family for o in out.verified]
     else:
         passed = [o.generation.item.family for o in out.outcomes]
-    quarantined = [q.family for q in out.quarantined]
+    quarantined: list[str | None] = [q.family for q in out.quarantined]
     return passed + quarantined, passed, [q.reason for q in out.quarantined]
 
 
@@ -90,29 +91,29 @@ def audit_run(index: dict[str, Any], outputs: dict[str, dict[str, ShardOutput]])
             ]
             expected, previous = len(passed), passed
     ids: Counter[str] = Counter()
-    lines: Counter[int] = Counter()
+    by_line: Counter[int] = Counter()
     for stage in STAGES:
         for out in outputs.get(stage, {}).values():
             for q in out.quarantined:
-                lines[q.line] += 1
+                by_line[q.line] += 1
                 if q.id is not None and q.reason != "duplicate_id":
                     ids[q.id] += 1
     for out in outputs.get("judge", {}).values():
         for o in out.outcomes:
             ids[o.generation.item.id] += 1
-            lines[o.generation.item.line] += 1
+            by_line[o.generation.item.line] += 1
             if o.place == "rejected" and o.reason not in REJECT_REASONS:
                 problems.append(
                     f"item {o.generation.item.id}: undocumented reject reason {o.reason!r}"
                 )
     problems += [f"id {i!r} placed {n} times" for i, n in sorted(ids.items()) if n > 1]
-    problems += [f"pool line {ln} placed {n} times" for ln, n in sorted(lines.items()) if n > 1]
+    problems += [f"pool line {ln} placed {n} times" for ln, n in sorted(by_line.items()) if n > 1]
     if missing:
         problems.append(
             "stage outputs missing: "
             + ", ".join(f"{stage} {len(shards)} shard(s)" for stage, shards in missing.items())
         )
-    placed = sum(lines.values())
+    placed = sum(by_line.values())
     if not missing and placed != index["lines"]:
         problems.append(f"{placed} items placed, {index['lines']} entered")
     fams = {f: dict(s) for f, s in sorted(families.items())}

@@ -77,12 +77,15 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+ProbeKind = Literal[
+    "agreement", "other_reference", "digit_changed", "option_swapped", "truncated", "master_key"
+]
+
+
 class Probe(_Model):
     """One calibration question for the judge: a candidate whose right verdict is known."""
 
-    kind: Literal[
-        "agreement", "other_reference", "digit_changed", "option_swapped", "truncated", "master_key"
-    ]
+    kind: ProbeKind
     expected: Literal["CORRECT", "WRONG"]
     item_id: str
     family: str
@@ -159,11 +162,13 @@ def _rejects(outcome: Outcome, candidate: str) -> bool:
     return not verify(item.protocol, candidate, item.references, **options).accepted
 
 
-def _probe(outcome: Outcome, kind: str, candidate: str, *, source: str | None = None) -> Probe:
+def _probe(
+    outcome: Outcome, kind: ProbeKind, candidate: str, *, source: str | None = None
+) -> Probe:
     item = outcome.generation.item
     return Probe(
         kind=kind,
-        expected="CORRECT" if kind == "agreement" else "WRONG",  # type: ignore[arg-type]
+        expected="CORRECT" if kind == "agreement" else "WRONG",
         item_id=item.id,
         family=item.family,
         protocol=item.protocol,
@@ -213,7 +218,7 @@ def known_wrong(outcome: Outcome, peers: Sequence[Outcome] = ()) -> list[Probe]:
     item = outcome.generation.item
     reference = item.references[0]
     rank = sample_rank(item.id)
-    built: list[tuple[str, str | None, str | None]] = []
+    built: list[tuple[ProbeKind, str | None, str | None]] = []
     others = [p for p in peers if p.generation.item.id != item.id]
     if others:
         # The next peer in rank order whose reference this item's protocol rejects.
@@ -274,7 +279,7 @@ def calibration_record(
         prompt=prompt,
         raw_output=raw_output or "",
         finish_reason=finish_reason if raw_output is not None else None,
-        verdict=parsed.verdict,  # type: ignore[arg-type]
+        verdict=parsed.verdict,
         cause=parsed.cause,
         failed=parsed.failed,
     )

@@ -101,7 +101,7 @@ def apply_verdict(
     record = Verdict(
         verdict=verdict,
         cause=cause,
-        model=model,  # type: ignore[arg-type]
+        model=model,
         model_kind=model_kind,
         prompt_sha256=hashlib.sha256(prompt.encode()).hexdigest(),
         template_sha256=TEMPLATE_SHA256,

@@ -27,7 +27,7 @@ app.add_typer(stack_app, name="stack")
 console = Console(stderr=True)
 
 
-def _stack():  # type: ignore[no-untyped-def]
+def _stack():
     from rsieve.local.stack import Stack, StackConfig
 
     state = Path(os.environ.get("RSIEVE_STACK_DIR", "var/stack")).resolve()
@@ -37,7 +37,7 @@ def _stack():  # type: ignore[no-untyped-def]
     return Stack(StackConfig(state_dir=state))
 
 
-def _settings():  # type: ignore[no-untyped-def]
+def _settings():
     """Settings for the local stack when one was started here, else from RSIEVE_* env."""
     from rsieve.settings import Settings
 
@@ -48,7 +48,7 @@ def _settings():  # type: ignore[no-untyped-def]
     return Settings()
 
 
-def _context():  # type: ignore[no-untyped-def]
+def _context():
     from services.common import bootstrap
 
     return bootstrap(_settings())
@@ -265,7 +265,7 @@ def run(
                 for s in ("clean", "generate", "verify", "judge")
             }
 
-            def show(status: dict) -> None:  # type: ignore[type-arg]
+            def show(status: dict) -> None:
                 for stage, bar in bars.items():
                     progress.update(bar, total=status["shards"], completed=status["stages"][stage])
 

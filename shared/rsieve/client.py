@@ -67,7 +67,7 @@ def upload_pool(store: S3Store, folder: Path, *, family: str | None = None) -> s
 
 def _in_line_order(items: bytes, names: list[str]) -> list[str]:
     """`names` in the order items.jsonl first names them (the rest after, sorted)."""
-    wanted, order = set(names), {}
+    wanted, order = set(names), dict[str, int]()
     for raw in items.splitlines():
         try:
             image = json.loads(raw).get("image")

@@ -26,7 +26,9 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from typing import cast
 
+from rsieve.schemas import VerdictName
 from rsieve.think import CLOSE
 
 __all__ = [
@@ -120,7 +122,7 @@ def build_judge_prompt(question: str, references: list[str], candidate: str) -> 
 class ParsedVerdict:
     """A verdict (`VERDICTS`) and, for FAILED, its cause (`FAILURE_CAUSES`, the first word)."""
 
-    verdict: str
+    verdict: VerdictName
     cause: str | None
 
     @property
@@ -144,7 +146,7 @@ def parse_verdict(raw: str, finish_reason: str = "stop") -> ParsedVerdict:
     match = _WORD.match(lines[-1])
     if not match:
         return ParsedVerdict("FAILED", "judge_unparsable")
-    return ParsedVerdict(match.group(1), None)
+    return ParsedVerdict(cast(VerdictName, match.group(1)), None)  # the pattern's words
 
 
 _FAILURE_MESSAGE_CHARS = 200

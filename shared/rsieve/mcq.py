@@ -110,7 +110,7 @@ def _map_answer(
         return None, "the reference names no option, or several"
     if len(letters) != 1:
         return None, f"the references name different options: {sorted(letters)}"  # type: ignore[type-var]
-    return letters.pop(), ""  # type: ignore[return-value]
+    return letters.pop(), ""
 
 
 def _sequential(letters: list[str]) -> bool:

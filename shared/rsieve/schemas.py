@@ -183,12 +183,15 @@ class Decision(_Model):
     threshold: float
 
 
+VerdictName = Literal["CORRECT", "WRONG", "UNSURE", "FAILED"]
+
+
 class Verdict(_Model):
     """The judge's verdict on a verifier-rejected answer, with what produced it."""
 
     # FAILED: no verdict (the call failed, or the output was empty, unparsable or cut off);
     # `cause` says which (rsieve.judge.FAILURE_CAUSES). Only CORRECT promotes.
-    verdict: Literal["CORRECT", "WRONG", "UNSURE", "FAILED"]
+    verdict: VerdictName
     cause: str | None = None
     model: str
     # What the judge model is, as its Triton config declares it (MODEL_KINDS).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from fastapi import APIRouter, HTTPException
 
@@ -14,7 +15,7 @@ from services.api.models import DATASET_PATTERN, DatasetPublic, DatasetsPublic
 router = APIRouter(prefix="/datasets", tags=["datasets"])
 
 
-def _public(name: str, manifest: dict) -> DatasetPublic:  # type: ignore[type-arg]
+def _public(name: str, manifest: dict[str, Any]) -> DatasetPublic:
     return DatasetPublic(
         dataset=name,
         run=manifest["run"],

@@ -17,6 +17,7 @@ from services.api.archive import ArchiveError, extract_pool
 from services.api.deps import Authorised
 from services.api.models import (
     DATASET_PATTERN,
+    QuarantinedPublic,
     QuarantinePublic,
     RunCreate,
     RunCreated,
@@ -149,7 +150,8 @@ def quarantine(
         for r in rows
         if (family is None or r["family"] == family) and (reason is None or r["reason"] == reason)
     ]
-    return QuarantinePublic(data=rows[offset : offset + limit], count=len(rows), reasons=reasons)
+    page = [QuarantinedPublic.model_validate(r) for r in rows[offset : offset + limit]]
+    return QuarantinePublic(data=page, count=len(rows), reasons=reasons)
 
 
 @router.get("/{run}/calibration", responses={404: {"description": "no calibration stored"}})

@@ -353,7 +353,9 @@ class TritonModel:
             # All at once, within the slots the chunk holds: the batcher batches them again.
             singles = await asyncio.gather(*(self._chunk(client, [req], streams) for req in reqs))
             return [reply for single in singles for reply in single]
-        return [answer] * len(reqs) if isinstance(answer, Exception) else answer
+        if isinstance(answer, Exception):
+            return [answer] * len(reqs)
+        return [*answer]
 
     async def _one(
         self,

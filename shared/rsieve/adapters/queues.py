@@ -46,7 +46,7 @@ QUEUES: dict[str, str] = {
 }
 
 
-class _Channel(kombu_redis.Channel):  # type: ignore[misc]
+class _Channel(kombu_redis.Channel):
     def close(self) -> None:
         # kombu reads an outstanding BRPOP reply first, so that a message popped for this
         # channel is delivered rather than lost. On a dead connection there is no reply to
@@ -69,7 +69,7 @@ class _Channel(kombu_redis.Channel):  # type: ignore[misc]
         return params
 
 
-class RedisTransport(kombu_redis.Transport):  # type: ignore[misc]
+class RedisTransport(kombu_redis.Transport):
     """kombu's Redis transport whose channels survive a broker restart (module docstring)."""
 
     Channel = _Channel
