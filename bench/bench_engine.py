@@ -45,8 +45,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 import httpx  # noqa: E402
 from bench_pipeline import make_pool, service_pids, start_stack, submit, tree_cpu_s  # noqa: E402
 
-from rsieve.local import processes as proc  # noqa: E402
-from rsieve.local.stack import Stack  # noqa: E402
+from rsieve_cli.local import processes as proc  # noqa: E402
+from rsieve_cli.local.stack import Stack  # noqa: E402
 
 ENGINE = "vllm-engine-standin"
 ENGINE_DIR = ROOT / "bench" / "triton_models" / ENGINE
@@ -153,7 +153,7 @@ def shard_times(settings: Any, run: str, t0_wall: float) -> list[float]:
 def one_run(
     stack: Stack, pool: Path, items: int, dataset: str, ports: list[int], pids: dict[str, int]
 ) -> dict[str, Any]:
-    from rsieve.client import wait_for_run
+    from rsieve_cli.client import wait_for_run
 
     time.sleep(2)
     cpu0 = tree_cpu_s(list(pids.values()))

@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel  # noqa: E402
 from rsieve.calibration import canary_flips  # noqa: E402
 from rsieve.judge import parse_verdict  # noqa: E402
-from rsieve.local import processes  # noqa: E402
-from rsieve.local.checkpoints import smollm2_checkpoint  # noqa: E402
+from rsieve_cli.local import processes  # noqa: E402
+from rsieve_cli.local.checkpoints import smollm2_checkpoint  # noqa: E402
 from tests.unit.test_judge_canaries import CONFIGS, load_canaries  # noqa: E402
 
 MODEL = "judge-smollm2"

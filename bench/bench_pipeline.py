@@ -3,7 +3,7 @@ scale-out of a CPU stage, the protocol and compaction figures, and time to first
 
     .venv/bin/python bench/bench_pipeline.py [--items 3000] [--quick] [--no-ttfr]
 
-Starts the real local stack (rsieve.local.stack: Redis, SeaweedFS, Triton, one worker per
+Starts the real local stack (rsieve_cli.local.stack: Redis, SeaweedFS, Triton, one worker per
 service, the API) on free ports in a temporary folder, with `fixed-latency-vlm`
 (bench/triton_models: 0.25 s per batch of up to 16, so 64 items/s ideal) as the generator
 and `judge-abstain` as the judge. Prints a table and writes bench/results.json.
@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 from PIL import Image, ImageDraw, PngImagePlugin  # noqa: E402
 
-from rsieve.local.stack import SERVICES, Stack, StackConfig  # noqa: E402
+from rsieve_cli.local.stack import SERVICES, Stack, StackConfig  # noqa: E402
 
 MODEL = "fixed-latency-vlm"
 BATCH, BATCH_S = 16, 0.25
@@ -251,9 +251,9 @@ def start_stack(root: Path, models: dict[str, Path], settings_env: dict[str, str
 
 def submit(stack: Stack, pool: Path, dataset: str) -> tuple[str, Any]:
     from rsieve.adapters.storage import S3Store
-    from rsieve.client import submit as submit_run
-    from rsieve.client import upload_pool
     from rsieve.settings import Settings
+    from rsieve_cli.client import submit as submit_run
+    from rsieve_cli.client import upload_pool
 
     settings = Settings.from_env_map(stack.config.env())
     store = S3Store(settings)
@@ -262,7 +262,7 @@ def submit(stack: Stack, pool: Path, dataset: str) -> tuple[str, Any]:
 
 
 def wait_done(settings: Any, run: str, timeout: float) -> dict[str, Any]:
-    from rsieve.client import wait_for_run
+    from rsieve_cli.client import wait_for_run
 
     return wait_for_run(settings.api_url, run, timeout=timeout, poll_s=2.0)
 

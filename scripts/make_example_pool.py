@@ -1,6 +1,6 @@
 """Generate the synthetic example pool in ``examples/pool/``.
 
-The pool follows the pool contract in DESIGN.md: a folder with ``items.jsonl`` and the PNG
+The pool follows rsieve's pool contract: a folder with ``items.jsonl`` and the PNG
 images it names, one JSON object per line with ``id``, ``family``, ``image`` (relative to the
 pool folder), ``question``, ``answer``, ``source`` (generator and sha256 of the PNG bytes) and
 optionally ``protocol``.

@@ -20,12 +20,12 @@ from celery import Celery, Task
 from celery.exceptions import Reject
 from kombu.exceptions import OperationalError
 
+from rsieve.adapters.metrics import JsonFormatter, RedisMetrics, log_context
 from rsieve.adapters.model import TritonModel
 from rsieve.adapters.queues import enqueue, make_celery
 from rsieve.adapters.storage import S3Store, read_images
 from rsieve.audit import STAGES, plan_reconcile
 from rsieve.errors import NotFoundError, RetryableError
-from rsieve.metrics import JsonFormatter, RedisMetrics, log_context
 from rsieve.schemas import Item, Quarantined, RunSpec, ShardOutput, ShardQuarantine
 from rsieve.settings import Settings, get_settings
 
@@ -78,6 +78,13 @@ class Context:
             with contextlib.suppress(NotFoundError):
                 found[sha] = self.store.get(f"images/{sha}")
         return found
+
+    def load_json(self, key: str) -> dict[str, Any] | None:
+        """A stored JSON object, None when the key is absent."""
+        try:
+            return dict(json.loads(self.store.get(key)))
+        except NotFoundError:
+            return None
 
     def spec(self, run: str) -> RunSpec:
         return RunSpec.model_validate_json(self.store.get(f"runs/{run}/run.json"))
@@ -182,7 +189,7 @@ class StageTask(Task):
         self._started[task_id] = time.monotonic()
         log.info("start %s run=%s shard=%s", self.name, kwargs.get("run"), kwargs.get("shard"))
 
-    # Metrics (rsieve.metrics): latency, retries and failures go to Redis, never fail a task.
+    # Metrics (rsieve.adapters.metrics): latency, retries, failures to Redis; never fail a task.
     def after_return(
         self, status: str, retval: Any, task_id: str, args: Any, kwargs: Any, einfo: Any
     ) -> None:

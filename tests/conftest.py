@@ -8,9 +8,15 @@ from collections.abc import Callable, Iterable, Iterator
 
 import pytest
 
-from rsieve.local.checkpoints import smollm2_checkpoint
-from rsieve.local.stack import JUDGE_CHECKPOINT_ENV, REPO_ROOT, SMOLLM2_MODEL, Stack, StackConfig
 from rsieve.settings import Settings
+from rsieve_cli.local.checkpoints import smollm2_checkpoint
+from rsieve_cli.local.stack import (
+    JUDGE_CHECKPOINT_ENV,
+    REPO_ROOT,
+    SMOLLM2_MODEL,
+    Stack,
+    StackConfig,
+)
 
 TRITON_MODELS = {
     "rapidocr": REPO_ROOT / "deploy" / "triton" / "cpu" / "rapidocr",

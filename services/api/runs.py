@@ -17,15 +17,15 @@ from typing import Any, Literal
 
 from fastapi import HTTPException
 
+from rsieve.adapters.metrics import progress
 from rsieve.adapters.storage import parse_s3_uri
 from rsieve.audit import STAGES
-from rsieve.client import run_file_key, run_manifest, upload_pool
 from rsieve.errors import NotFoundError, PermanentError
-from rsieve.metrics import progress
 from rsieve.packs import ImageRef
 from rsieve.schemas import Outcome, RunSpec, ShardOutput
 from rsieve.submission import run_id
 from rsieve.verify import protocol_versions
+from rsieve_cli.client import run_file_key, run_manifest, upload_pool
 from services.api.models import StageProgress
 from services.common import Context
 
@@ -134,7 +134,7 @@ def run_file(ctx: Context, s: RunSpec, name: str) -> bytes:
 
 
 def live_progress(ctx: Context, run: str) -> dict[str, dict[str, Any]] | None:
-    """The workers' progress records per stage (rsieve.metrics.progress), None when Redis
+    """The workers' progress records per stage (rsieve.adapters.metrics.progress), None when Redis
     does not answer."""
     try:
         return progress(ctx.redis, run, STAGES)

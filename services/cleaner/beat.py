@@ -10,7 +10,7 @@ import logging
 import sys
 from typing import Any
 
-from rsieve.metrics import JsonFormatter
+from rsieve.adapters.metrics import JsonFormatter
 from rsieve.settings import Settings
 from services.common import bootstrap
 

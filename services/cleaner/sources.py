@@ -1,21 +1,25 @@
-"""The provenance resolvers' I/O (rsieve.provenance.SourceResolver): local paths under
-the configured `provenance_roots`, s3:// URIs read with the stack's storage credentials.
-An infrastructure failure (S3 unreachable) raises and the shard is retried: never a
-verdict."""
+"""The cleaner's reading of a pool beyond its items: the provenance resolvers' I/O
+(rsieve.provenance.SourceResolver: local paths under the configured `provenance_roots`,
+s3:// URIs read with the stack's storage credentials), and the pool's pack index (a pool
+written without packs is packed once here). An infrastructure failure (S3 unreachable)
+raises and the shard is retried: never a verdict."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from rsieve.adapters.storage import S3Store, parse_s3_uri
+from rsieve.adapters.storage import S3Store, parse_s3_uri, write_packs
 from rsieve.errors import NotFoundError, PermanentError
+from rsieve.packs import INDEX, PackIndex
 from rsieve.provenance import Resolution, SourceRef
 from rsieve.settings import Settings
+from services.common import Context
 
-__all__ = ["StackResolver"]
+__all__ = ["StackResolver", "pack_index", "resolver"]
 
 
 class StackResolver:
@@ -68,3 +72,40 @@ class StackResolver:
         except PermanentError as exc:  # no such bucket, access denied
             return Resolution("unresolvable", why=str(exc)[:120])
         return Resolution("found", sha256=hashlib.sha256(data).hexdigest())
+
+
+def resolver(ctx: Context) -> StackResolver:
+    """Provenance resolvers for one task (locations cached for its duration)."""
+    stores: dict[str, S3Store] = {ctx.store.bucket: ctx.store}
+
+    def store_for(bucket: str) -> S3Store:
+        if bucket not in stores:
+            stores[bucket] = S3Store(ctx.settings, bucket=bucket)
+        return stores[bucket]
+
+    return StackResolver(ctx.settings, store_for)
+
+
+def pack_index(ctx: Context, prefix: str, paths: list[str]) -> PackIndex:
+    """The pool's pack index; a pool written without packs (by another tool than
+    upload_pool) is packed here first, reading each of its images (`paths`, in line order)
+    once."""
+    try:
+        return PackIndex.model_validate_json(ctx.store.get(prefix + INDEX))
+    except NotFoundError:
+        pass
+
+    def fetch(path: str) -> tuple[str, bytes | None]:
+        try:
+            return path, ctx.store.get(prefix + path)
+        except NotFoundError:
+            return path, None
+
+    def fetched(step: int = 64) -> Iterator[tuple[str, bytes]]:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            for at in range(0, len(paths), step):  # bounded memory: `step` images in hand
+                for path, data in pool.map(fetch, paths[at : at + step]):
+                    if data is not None:
+                        yield path, data
+
+    return write_packs(ctx.store, prefix, fetched())

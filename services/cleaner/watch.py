@@ -16,12 +16,12 @@ from typing import Any
 
 from rsieve.adapters.storage import S3Store
 from rsieve.cleaning import pool_image_path
-from rsieve.client import upload_pool
 from rsieve.errors import PermanentError
 from rsieve.schemas import RunSpec
 from rsieve.submission import run_id
 from rsieve.verify import protocol_versions
 from rsieve.watch import COMPLETE, TAKEN, pool_folders, readiness, watch_prefix
+from rsieve_cli.client import upload_pool
 from services.common import Context
 
 log = logging.getLogger("rsieve")

@@ -8,10 +8,10 @@ inspected with a pixel limit before any decode.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import posixpath
-import re
 import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -23,26 +23,31 @@ from pydantic import ValidationError
 
 from rsieve.families import protocol_for
 from rsieve.mcq import normalise_mcq
+from rsieve.packs import ImageRef
 from rsieve.prompts import build_question
+from rsieve.provenance import verify_source
 from rsieve.purity import EMBEDDING_MODEL, PURITY_VERSION, Embedder, PurityQuestion, measure_purity
 from rsieve.schemas import Item, PoolItem, Quarantined
-from rsieve.shards import PoolLine
+from rsieve.shards import PoolLine, ShardInput, shard_label
 from rsieve.verify import PROTOCOLS
 
 __all__ = [
     "POLICY_VERSION",
     "PoolAssessment",
+    "Provenance",
     "assess_pool",
-    "check_provenance",
     "clean_item",
+    "clean_line",
     "inspect_image",
+    "line_image_path",
     "parse_line",
+    "poisoned_line",
     "pool_image_path",
     "render_cleaning",
+    "shard_inputs",
 ]
 
 POLICY_VERSION = "clean/2"
-_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
 
 def _quarantine(
@@ -130,27 +135,6 @@ def inspect_image(data: bytes, *, max_pixels: int, max_bytes: int) -> tuple[str,
     return None
 
 
-def check_provenance(source: Any, image_sha256: str, policy: str) -> tuple[bool, str]:
-    """(admitted, check) where check names what was verified.
-
-    A recorded sha256 must equal the attached image's; a source that records where the item
-    came from without a hash is admitted as `recorded`; no source at all is admitted only
-    under the lenient policy."""
-    if isinstance(source, str) and _SHA256.fullmatch(source.strip()):
-        recorded: Any = source.strip()  # a bare content hash is a source too
-    else:
-        recorded = source.get("sha256") if isinstance(source, dict) else None
-    if recorded is not None:
-        if not isinstance(recorded, str) or not _SHA256.fullmatch(recorded):
-            return False, f"recorded sha256 is not a sha256: {str(recorded)[:70]!r}"
-        if recorded.lower() == image_sha256:
-            return True, "sha256_match"
-        return False, f"sha256 mismatch: recorded {recorded[:16]}.., image {image_sha256[:16]}.."
-    if source:
-        return True, "recorded"
-    return (policy == "lenient"), "no_source"
-
-
 def clean_item(
     item: PoolItem,
     *,
@@ -204,6 +188,104 @@ def clean_item(
     )
 
 
+def line_image_path(pool_line: PoolLine) -> str | None:
+    """The pool path of the image a line names, if it names one inside the pool."""
+    try:
+        image = json.loads(pool_line.raw).get("image")
+    except (ValueError, AttributeError):
+        return None
+    return pool_image_path(image) if isinstance(image, str) else None
+
+
+def poisoned_line(pool_line: PoolLine) -> Quarantined:
+    """The quarantine of a line that killed its worker at every delivery (ItemGuard)."""
+    try:
+        obj = json.loads(pool_line.raw)
+    except ValueError:
+        obj = {}
+    obj = obj if isinstance(obj, dict) else {}
+    item_id, family = obj.get("id"), obj.get("family")
+    return Quarantined(
+        id=item_id if isinstance(item_id, str) else None,
+        line=pool_line.line,
+        family=family if isinstance(family, str) else None,
+        stage="clean",
+        reason="max_deliveries",
+        detail="the worker died on this line each time",
+    )
+
+
+Provenance = Callable[[Any, str], tuple[bool, str]]  # (source, image sha256) -> (admitted, check)
+
+
+def clean_line(
+    pool_line: PoolLine,
+    images: Mapping[str, bytes],
+    *,
+    pool_uri: str,
+    text_max_chars: int,
+    max_pixels: int,
+    max_bytes: int,
+    policy: str,
+    purity_threshold: float,
+    provenance: Provenance,
+) -> Item | Quarantined:
+    """One pool line through the clean stage's checks, in order; the first that fails is
+    the line's quarantine reason (docs/cleaning.md): UTF-8, the item's fields, a duplicate
+    id, the image inside the pool and uploaded, readable and within bounds, its bytes
+    matching the pack index, provenance, a protocol, then the whole-pool verdicts taken at
+    ingest (duplicate_item, off_task). `images`: the shard's image bytes by sha256."""
+    line = pool_line.line
+    if not pool_line.utf8:
+        return Quarantined(id=None, line=line, family=None, stage="clean", reason="invalid_utf8")
+    parsed = parse_line(pool_line.raw.encode(), line, text_max_chars=text_max_chars)
+    if isinstance(parsed, Quarantined):
+        return parsed
+
+    def quarantine(reason: str, detail: str = "") -> Quarantined:
+        return Quarantined(
+            id=parsed.id,
+            line=line,
+            family=parsed.family,
+            stage="clean",
+            reason=reason,
+            detail=detail,
+        )
+
+    if pool_line.duplicate_of is not None:
+        return quarantine("duplicate_id", f"first on line {pool_line.duplicate_of}")
+    path = pool_image_path(parsed.image)
+    if path is None:
+        return quarantine("image_outside_pool", parsed.image)
+    if pool_line.verdict and pool_line.verdict[0] == "image_symlink":
+        return quarantine(*pool_line.verdict)
+    ref = pool_line.image
+    if ref is None or ref.sha256 not in images:
+        return quarantine("missing_image", path)
+    data = images[ref.sha256]
+    if problem := inspect_image(data, max_pixels=max_pixels, max_bytes=max_bytes):
+        return quarantine(*problem)
+    sha = hashlib.sha256(data).hexdigest()
+    if sha != ref.sha256:
+        return quarantine("image_digest_mismatch", f"{path}: index {ref.sha256}, bytes {sha}")
+    admitted, check = provenance(parsed.source, sha)
+    if not admitted:
+        return quarantine("provenance", check)
+    item = clean_item(
+        parsed,
+        line=line,
+        image_sha256=sha,
+        provenance_check=check,
+        policy=policy,
+        pool_uri=pool_uri,
+        purity=pool_line.purity,
+        policy_extra={"purity": PURITY_VERSION, "purity_threshold": purity_threshold},
+    )
+    if isinstance(item, Item) and pool_line.verdict:  # duplicate_item, off_task
+        return quarantine(*pool_line.verdict)
+    return item.model_copy(update={"image_at": ref}) if isinstance(item, Item) else item
+
+
 @dataclass(frozen=True)
 class PoolAssessment:
     """Decisions that need the whole pool, taken once at ingest: `verdicts` maps a pool
@@ -235,7 +317,9 @@ def assess_pool(
     a protocol), so a verdict never hides a more specific reason. Of the lines with the same
     image sha256 and the same question, the first keeps the item. `provenance(source,
     image_sha256) -> (admitted, check)` is the clean stage's check (resolvers included);
-    by default `check_provenance` under `provenance_policy`."""
+    by default `rsieve.provenance.verify_source` under `provenance_policy` with no resolver
+    (a local or s3 location is then unresolved: refused under strict, admitted under
+    lenient), the one provenance decision."""
     verdicts: dict[int, tuple[str, str]] = {}
     first_of: dict[tuple[str, str], int] = {}
     by_family: dict[str, list[PurityQuestion]] = defaultdict(list)
@@ -261,7 +345,7 @@ def assess_pool(
         admitted = (
             provenance(item.source, sha)
             if provenance is not None
-            else check_provenance(item.source, sha, provenance_policy)
+            else verify_source(item.source, sha, provenance_policy, None)
         )
         if not admitted[0]:
             continue
@@ -316,6 +400,33 @@ def assess_pool(
         "families": dict(sorted(families.items())),
     }
     return PoolAssessment(verdicts=dict(sorted(verdicts.items())), rules=rules, report=report)
+
+
+def shard_inputs(
+    run: str,
+    shards: Sequence[Sequence[PoolLine]],
+    assessment: PoolAssessment,
+    images: Mapping[str, ImageRef],
+) -> list[ShardInput]:
+    """The clean stage's inputs: every line with its whole-pool verdict, its purity rule
+    and where its image lies in the pool's packs (`images`: pool path -> ref)."""
+    return [
+        ShardInput(
+            run=run,
+            shard=shard_label(n),
+            lines=[
+                pl.model_copy(
+                    update={
+                        "verdict": assessment.verdicts.get(pl.line),
+                        "purity": assessment.rules.get(pl.line),
+                        "image": images.get(line_image_path(pl) or ""),
+                    }
+                )
+                for pl in lines
+            ],
+        )
+        for n, lines in enumerate(shards)
+    ]
 
 
 def render_cleaning(report: Mapping[str, Any]) -> list[str]:

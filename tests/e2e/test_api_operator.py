@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from rsieve.adapters.storage import S3Store
-from rsieve.client import upload_pool
-from rsieve.local.stack import Stack
+from rsieve_cli.client import upload_pool
+from rsieve_cli.local.stack import Stack
 from tests.conftest import stack_settings
 from tests.e2e.scenario import Scenario, build
 
@@ -280,7 +280,7 @@ def _fuzz(schema: Any, failures: list[str]) -> int:
 def test_grafana_dashboard_queries_metrics_the_api_exposes(finished: dict[str, Any]) -> None:
     import re
 
-    from rsieve.local.stack import REPO_ROOT
+    from rsieve_cli.local.stack import REPO_ROOT
 
     dashboard = json.loads((REPO_ROOT / "deploy" / "grafana" / "rsieve.json").read_text())
     names = {

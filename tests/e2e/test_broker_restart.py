@@ -14,9 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rsieve.adapters.queues import enqueue, make_celery
-from rsieve.local import processes as proc
-from rsieve.local.stack import REPO_ROOT
 from rsieve.settings import Settings
+from rsieve_cli.local import processes as proc
+from rsieve_cli.local.stack import REPO_ROOT
 
 
 def _wait(what: str, check: Callable[[], object], timeout: float) -> None:

@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 from rsieve.adapters.storage import S3Store
-from rsieve.client import export_dataset, pool_files, submit, upload_pool, wait_for_run
+from rsieve_cli.client import export_dataset, pool_files, submit, upload_pool, wait_for_run
 from tests.conftest import stack_settings
 
 

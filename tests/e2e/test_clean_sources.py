@@ -20,7 +20,7 @@ import redis
 from PIL import Image
 
 from rsieve.adapters.storage import S3Store
-from rsieve.client import submit, upload_pool, wait_for_run
+from rsieve_cli.client import submit, upload_pool, wait_for_run
 from tests.conftest import stack_settings
 
 QUESTION = "What word is shown? Answer with the text only. ({n})"

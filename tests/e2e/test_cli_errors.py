@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rsieve.local.processes import free_port
-from rsieve.local.stack import REPO_ROOT
+from rsieve_cli.local.processes import free_port
+from rsieve_cli.local.stack import REPO_ROOT
 
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -25,7 +25,7 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         "RSIEVE_REDIS_URL": f"redis://127.0.0.1:{port}/0",
     }
     return subprocess.run(
-        [sys.executable, "-m", "rsieve.cli", *args],
+        [sys.executable, "-m", "rsieve_cli.app", *args],
         env=env,
         text=True,
         capture_output=True,

@@ -13,7 +13,7 @@ from typing import Any
 import datasets
 import pytest
 
-from rsieve.local.stack import REPO_ROOT, Stack
+from rsieve_cli.local.stack import REPO_ROOT, Stack
 
 POOL = REPO_ROOT / "examples" / "pool"
 
@@ -26,7 +26,7 @@ def stack(start_stack: Any) -> Stack:
 def _cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "RSIEVE_STACK_DIR": str(stack.dir), "COLUMNS": "120"}
     return subprocess.run(
-        [sys.executable, "-m", "rsieve.cli", *args],
+        [sys.executable, "-m", "rsieve_cli.app", *args],
         env=env,
         text=True,
         capture_output=True,

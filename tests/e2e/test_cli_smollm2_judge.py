@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from rsieve.local.stack import REPO_ROOT, SMOLLM2_CALIBRATION_SIZE, Stack
+from rsieve_cli.local.stack import REPO_ROOT, SMOLLM2_CALIBRATION_SIZE, Stack
 
 POOL = REPO_ROOT / "examples" / "pool"
 
@@ -30,7 +30,7 @@ def test_the_example_pool_is_judged_by_smollm2(stack: Stack, tmp_path: Path) -> 
         [
             sys.executable,
             "-m",
-            "rsieve.cli",
+            "rsieve_cli.app",
             "run",
             str(POOL),
             "--out",

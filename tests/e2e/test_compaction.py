@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from rsieve.adapters.storage import S3Store
-from rsieve.client import export_dataset, submit, upload_pool, wait_for_run
-from rsieve.local.stack import Stack
+from rsieve_cli.client import export_dataset, submit, upload_pool, wait_for_run
+from rsieve_cli.local.stack import Stack
 from services.common import bootstrap
 from services.compactor.tasks import register as register_compactor
 from tests.conftest import stack_settings

@@ -15,8 +15,8 @@ import pytest
 
 from rsieve.adapters.storage import S3Store
 from rsieve.audit import audit_run
-from rsieve.client import export_dataset, submit, upload_pool, wait_for_run
-from rsieve.local.stack import SERVICES, Stack
+from rsieve_cli.client import export_dataset, submit, upload_pool, wait_for_run
+from rsieve_cli.local.stack import SERVICES, Stack
 from services.common import bootstrap
 from tests.conftest import stack_settings
 from tests.e2e.pools import word_pool

@@ -18,9 +18,9 @@ import pytest
 from PIL import Image, ImageDraw
 
 from rsieve.adapters.storage import S3Store, read_images
-from rsieve.client import export_dataset, submit, upload_pool, wait_for_run
-from rsieve.local.stack import Stack
 from rsieve.schemas import ShardOutput
+from rsieve_cli.client import export_dataset, submit, upload_pool, wait_for_run
+from rsieve_cli.local.stack import Stack
 from tests.conftest import stack_settings
 
 QUESTION = "What word is shown in the image? Answer with the text only."

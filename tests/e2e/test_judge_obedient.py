@@ -21,9 +21,9 @@ from rsieve.adapters.model import ModelRequest, TritonModel
 from rsieve.adapters.storage import S3Store
 from rsieve.calibration import CalibrationShard, calibration_key, summarise
 from rsieve.cascade import judge_prompt, needs_judge
-from rsieve.client import export_dataset, submit, upload_pool, wait_for_run
-from rsieve.local.stack import REPO_ROOT, Stack
 from rsieve.schemas import ShardOutput
+from rsieve_cli.client import export_dataset, submit, upload_pool, wait_for_run
+from rsieve_cli.local.stack import REPO_ROOT, Stack
 from tests.conftest import TRITON_MODELS, stack_settings
 from tests.e2e.scenario import Scenario
 from tests.unit.test_judge_canaries import CONFIGS, flips_of

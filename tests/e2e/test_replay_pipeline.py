@@ -13,8 +13,8 @@ import datasets
 import pytest
 
 from rsieve.adapters.storage import S3Store
-from rsieve.client import export_dataset, submit, upload_pool, wait_for_run
-from rsieve.local.stack import Stack
+from rsieve_cli.client import export_dataset, submit, upload_pool, wait_for_run
+from rsieve_cli.local.stack import Stack
 from tests.conftest import stack_settings
 from tests.e2e.scenario import Scenario, build
 

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from rsieve.adapters.storage import S3Store
-from rsieve.client import submit, upload_pool, wait_for_run
-from rsieve.local.stack import Stack
+from rsieve_cli.client import submit, upload_pool, wait_for_run
+from rsieve_cli.local.stack import Stack
 from tests.conftest import stack_settings
 from tests.e2e.scenario import Scenario, build
 

@@ -16,8 +16,8 @@ from rsieve.adapters.tokenizer import load_chat_template
 from rsieve.calibration import canaries
 from rsieve.chat import ChatTemplate
 from rsieve.judge import build_judge_prompt
-from rsieve.local.checkpoints import smollm2_checkpoint, smollm2_gguf
 from rsieve.think import parse_output
+from rsieve_cli.local.checkpoints import smollm2_checkpoint, smollm2_gguf
 
 pytestmark = pytest.mark.integration
 

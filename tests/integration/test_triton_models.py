@@ -3,7 +3,7 @@
 A module-scoped tritonserver serves ``deploy/triton/cpu/{rapidocr,judge-abstain}`` (plus a
 copy of rapidocr with detection on) and the test-only ``tests/triton_models/replay``; the
 tests talk to it over tritonclient gRPC exactly as the services do. The Redis and S3 tests
-start their own processes with the same launchers (``rsieve.local.processes``).
+start their own processes with the same launchers (``rsieve_cli.local.processes``).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from botocore.config import Config
 from PIL import Image, ImageDraw, ImageFont
 from tritonclient.utils import InferenceServerException
 
-from rsieve.local import processes
-from rsieve.local.replay import replay_key
+from rsieve_cli.local import processes
+from rsieve_cli.local.replay import replay_key
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from rsieve.ingest import PoolFiles, pool_format, read_pool
+from rsieve.adapters.pools import PoolFiles, pool_format, read_pool
 
 
 def _png(color: str) -> bytes:

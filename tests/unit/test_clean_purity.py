@@ -89,7 +89,7 @@ def test_multiple_choice_with_options_is_on_task() -> None:
 
 
 def test_real_embedding_model_separates_general_vqa() -> None:
-    from rsieve.purity import load_embedder
+    from rsieve.adapters.embedder import load_embedder
 
     paraphrases = [
         "Copy the lettering of this crop.",

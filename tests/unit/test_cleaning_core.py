@@ -14,7 +14,6 @@ from PIL import Image, ImageFile
 
 from rsieve.cleaning import (
     POLICY_VERSION,
-    check_provenance,
     clean_item,
     inspect_image,
     parse_line,
@@ -22,6 +21,7 @@ from rsieve.cleaning import (
 )
 from rsieve.families import INSTRUCTIONS
 from rsieve.prompts import build_question
+from rsieve.provenance import verify_source
 from rsieve.schemas import Item, PoolItem, Quarantined
 
 LIMIT = 200
@@ -322,7 +322,7 @@ def test_byte_limit_checked_before_opening() -> None:
     assert problem is not None and problem[0] == "image_too_large"
 
 
-# --- check_provenance ------------------------------------------------------------------
+# --- provenance: one decision (rsieve.provenance.verify_source) -----------------------
 
 IMAGE_SHA = hashlib.sha256(b"image bytes").hexdigest()
 OTHER_SHA = hashlib.sha256(b"other bytes").hexdigest()
@@ -330,14 +330,12 @@ OTHER_SHA = hashlib.sha256(b"other bytes").hexdigest()
 
 @pytest.mark.parametrize("policy", ["strict", "lenient"])
 def test_provenance_sha_match(policy: str) -> None:
-    assert check_provenance({"sha256": IMAGE_SHA, "path": "x.png"}, IMAGE_SHA, policy) == (
-        True,
-        "sha256_match",
-    )
+    source = {"sha256": IMAGE_SHA, "dataset": "x/y"}
+    assert verify_source(source, IMAGE_SHA, policy, None) == (True, "sha256_match")
 
 
 def test_provenance_sha_match_ignores_case() -> None:
-    assert check_provenance({"sha256": IMAGE_SHA.upper()}, IMAGE_SHA, "strict") == (
+    assert verify_source({"sha256": IMAGE_SHA.upper()}, IMAGE_SHA, "strict", None) == (
         True,
         "sha256_match",
     )
@@ -345,25 +343,30 @@ def test_provenance_sha_match_ignores_case() -> None:
 
 @pytest.mark.parametrize("policy", ["strict", "lenient"])
 def test_provenance_sha_mismatch_is_refused(policy: str) -> None:
-    admitted, check = check_provenance({"sha256": OTHER_SHA}, IMAGE_SHA, policy)
+    admitted, check = verify_source({"sha256": OTHER_SHA}, IMAGE_SHA, policy, None)
     assert admitted is False
     assert check.startswith("sha256 mismatch")
     assert OTHER_SHA[:16] in check and IMAGE_SHA[:16] in check
 
 
-@pytest.mark.parametrize(
-    "source",
-    [{"path": "coco/val2014/1.jpg"}, {"dataset": "x/y", "row": 3}, "s3://bucket/a.png"],
-)
+@pytest.mark.parametrize("source", [{"dataset": "x/y", "row": 3}, "https://example.org/a.png"])
 @pytest.mark.parametrize("policy", ["strict", "lenient"])
 def test_provenance_source_without_hash_is_recorded(source: Any, policy: str) -> None:
-    assert check_provenance(source, IMAGE_SHA, policy) == (True, "recorded")
+    assert verify_source(source, IMAGE_SHA, policy, None) == (True, "recorded")
+
+
+@pytest.mark.parametrize("source", [{"path": "coco/val2014/1.jpg"}, "s3://bucket/a.png"])
+def test_provenance_location_nobody_resolved_strict_vs_lenient(source: Any) -> None:
+    """A location the stage could not read proves nothing: strict refuses it."""
+    admitted, check = verify_source(source, IMAGE_SHA, "strict", None)
+    assert admitted is False and "unresolvable under strict policy" in check
+    assert verify_source(source, IMAGE_SHA, "lenient", None) == (True, "unresolved")
 
 
 @pytest.mark.parametrize("source", [None, {}, ""])
 def test_provenance_no_source_strict_vs_lenient(source: Any) -> None:
-    assert check_provenance(source, IMAGE_SHA, "strict") == (False, "no_source")
-    assert check_provenance(source, IMAGE_SHA, "lenient") == (True, "no_source")
+    assert verify_source(source, IMAGE_SHA, "strict", None) == (False, "no_source")
+    assert verify_source(source, IMAGE_SHA, "lenient", None) == (True, "no_source")
 
 
 # --- clean_item ------------------------------------------------------------------------

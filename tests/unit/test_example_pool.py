@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 POOL = REPO / "examples" / "pool"
 SCRIPT = REPO / "scripts" / "make_example_pool.py"
 FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
+# Every font the generator names (fonts-dejavu-core has the plain faces, -extra the rest).
+FONTS = sorted(set(re.findall(r'"(DejaVu[\w-]+\.ttf)"', SCRIPT.read_text(encoding="utf-8"))))
 GENERATOR = "scripts/make_example_pool.py"
 FAMILIES = {"SynthWords", "SynthAmounts", "SynthChoice"}
 
@@ -77,12 +78,16 @@ def test_every_file_is_referenced() -> None:
     assert {p.name for p in POOL.iterdir()} == names
 
 
-@pytest.mark.skipif(not FONT_DIR.is_dir(), reason="DejaVu fonts not installed")
 def test_regenerates_byte_identical(tmp_path: Path) -> None:
+    # The generator draws with the DejaVu fonts; `make test` installs them (Debian's
+    # fonts-dejavu-core and fonts-dejavu-extra) when they are missing.
+    missing = [f for f in FONTS if not (FONT_DIR / f).is_file()]
+    assert not missing, f"DejaVu fonts missing from {FONT_DIR}: {missing}; run `make test`"
     out = tmp_path / "pool"
-    subprocess.run(
-        [sys.executable, str(SCRIPT), "--out", str(out)], check=True, capture_output=True, text=True
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out)], capture_output=True, text=True
     )
+    assert done.returncode == 0, done.stderr[-2000:]
     committed = sorted(p.name for p in POOL.iterdir())
     regenerated = sorted(p.name for p in out.iterdir())
     assert regenerated == committed

@@ -11,9 +11,9 @@ from celery.exceptions import Reject
 from kombu.exceptions import OperationalError
 
 from rsieve.errors import RetryableError
-from rsieve.local.processes import free_port
 from rsieve.schemas import ShardOutput
 from rsieve.settings import Settings
+from rsieve_cli.local.processes import free_port
 from services.common import BROKER_DOWN, bootstrap
 from services.generator.tasks import register
 

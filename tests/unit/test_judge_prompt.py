@@ -3,16 +3,14 @@ marked whatever the candidate holds, forged tags defanged; and the verdict read.
 
 from __future__ import annotations
 
-import hashlib
-
 from hypothesis import given
 from hypothesis import strategies as st
 
 from rsieve.judge import (
     FAILURE_CAUSES,
     JUDGE_WORDS,
-    TEMPLATE,
     TEMPLATE_SHA256,
+    TEMPLATE_VERSION,
     VERDICTS,
     build_judge_prompt,
     datamark,
@@ -34,7 +32,22 @@ def test_prompt_is_reproducible_and_mark_depends_on_content() -> None:
     assert judge_mark("Q?", ["4", "2"], "") != judge_mark("Q?", ["42"], "")
     mark = judge_mark("Q?", ["42"], "41")
     assert len(mark) == 12 and f"starts with the mark {mark}|" in a
-    assert TEMPLATE_SHA256 == hashlib.sha256(TEMPLATE.encode()).hexdigest()
+
+
+def test_mark_and_template_are_pinned() -> None:
+    # docs/judge.md: the mark is the first 12 hex digits of sha256("judge/2" \0 question
+    # \0 references... \0 \0 candidate); these digests were computed by hand, once.
+    assert judge_mark("Q?", ["42"], "41") == "1ae79d7af98b"
+    assert judge_mark("Q?", ["4", "2"], "") == "066954ad51f7"
+    prompt = build_judge_prompt("Q?", ["42", "forty-two"], "41")
+    assert _block(prompt, "question") == ["1d217cf7a89a| Q?"]
+    assert _block(prompt, "reference") == ["1d217cf7a89a| 42 | forty-two"]
+    # Records carry template_sha256: the template's text belongs to its version, so a change
+    # to TEMPLATE needs a new TEMPLATE_VERSION (and new pins here).
+    assert (TEMPLATE_VERSION, TEMPLATE_SHA256) == (
+        "judge/2",
+        "831b8604117750d5f444233e029c1b54db65b555cf9145cc83b0cc756998a45d",
+    )
 
 
 def test_multiline_candidate_every_line_marked() -> None:

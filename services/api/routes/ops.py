@@ -10,8 +10,8 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from rsieve.adapters.metrics import RedisCollector
 from rsieve.adapters.queues import QUEUES
-from rsieve.metrics import RedisCollector
 from services.api.deps import Authorised, Ctx
 
 router = APIRouter(tags=["operations"])

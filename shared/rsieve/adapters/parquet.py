@@ -4,16 +4,22 @@ at a time, so the compactor never holds more than a group's image bytes."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rsieve.compaction import shard_name
 from rsieve.rows import FEATURES
+from rsieve.settings import Settings
 
-__all__ = ["write_split_parts"]
+if TYPE_CHECKING:
+    from rsieve.adapters.storage import ObjectStore
+
+__all__ = ["upload_splits", "write_split_parts"]
 
 
 def write_split_parts(
@@ -55,3 +61,40 @@ def write_split_parts(
         writer.close()
         parts.append((path, count))
     return parts
+
+
+def upload_splits(
+    store: ObjectStore,
+    prefix: str,
+    run: str,
+    splits: dict[str, list[dict[str, Any]]],
+    image_of: Callable[[str], bytes],
+    settings: Settings,
+) -> list[dict[str, Any]]:
+    """Each split's rows into Parquet files of bounded size (settings.parquet_shard_bytes,
+    row groups of settings.parquet_row_group_rows), uploaded under their final names
+    (`shard_name`) once the count is known: the manifest's shard entries."""
+    shards: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="rsieve-compact-") as tmp:
+        for split, rows in splits.items():
+            parts = write_split_parts(
+                rows,
+                Path(tmp),
+                split,
+                image_of=image_of,
+                shard_bytes=settings.parquet_shard_bytes,
+                group_rows=settings.parquet_row_group_rows,
+            )
+            for i, (path, n) in enumerate(parts):
+                name = shard_name(split, run, i, len(parts))
+                store.put_file(prefix + name, str(path))
+                shards.append(
+                    {
+                        "path": name,
+                        "split": split,
+                        "rows": n,
+                        "run": run,
+                        "bytes": path.stat().st_size,
+                    }
+                )
+    return shards

@@ -23,7 +23,7 @@ from tests.unit.cases import references as R
 HERE = Path(__file__).parent
 
 SOURCES = {
-    "alnum": "CARD.md alnum_norm/alnum_pair",
+    "alnum": "the card's alnum_norm/alnum_pair (docs/verifiers.md alnum)",
     "anls": "lmms-eval lmms_eval/api/metrics.py anls (Qwen-VL infographicsvqa_eval.py)",
     "relaxed": "lmms-eval lmms_eval/tasks/chartqa/utils.py relaxed_correctness",
     "vqa": "GT-Vision-Lab/VQA PythonEvaluationTools/vqaEvaluation/vqaEval.py",

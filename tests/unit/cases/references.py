@@ -11,11 +11,11 @@ import copy
 import re
 from collections.abc import Sequence
 
-# --- the card (CARD.md): levenshtein and alnum -------------------------------------------
+# --- the card (its snippets, quoted in docs/verifiers.md): levenshtein and alnum ---------
 
 
 def card_levenshtein(a: str, b: str) -> int:
-    """CARD.md's levenshtein, as written there."""
+    """The card's levenshtein, as written there (docs/verifiers.md quotes it)."""
     if a == b:
         return 0
     if not a:
@@ -36,7 +36,7 @@ def card_alnum_norm(x: str) -> str:
 
 
 def card_alnum(prediction: str, references: Sequence[str]) -> float:
-    """CARD.md alnum_pair, best over the references."""
+    """The card's alnum_pair (docs/verifiers.md, `alnum`), best over the references."""
     return max(
         (1.0 if card_alnum_norm(prediction) == card_alnum_norm(g) else 0.0 for g in references),
         default=0.0,

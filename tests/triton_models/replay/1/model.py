@@ -4,7 +4,7 @@ Reads a JSON object mapping key -> ``{"text": str, "finish_reason": str}`` from 
 named by the model-config parameter ``replay_file`` or, when that is empty, the environment
 variable ``RSIEVE_REPLAY_FILE``. The key of a request row is
 ``sha256(prompt utf-8 bytes + b"\\0" + image bytes).hexdigest()`` (image bytes empty when
-the optional ``image`` input is absent); ``rsieve.local.replay.replay_key`` computes it.
+the optional ``image`` input is absent); ``rsieve_cli.local.replay.replay_key`` computes it.
 The file is re-read when it changes. An unknown key is an error for that request only.
 """
 
@@ -13,31 +13,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import site
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import rsieve_triton_preamble  # noqa: F401  (first: puts the venv on sys.path)
 
-def _add_site_packages() -> None:
-    """Put the site-packages named in ``RSIEVE_TRITON_SITE_PACKAGES`` first on ``sys.path``.
-
-    The Triton Python-backend stub embeds the system libpython in isolated mode (it ignores
-    ``PYTHONPATH``), so ``rsieve.local.processes.start_triton`` names the venv's
-    site-packages in this variable instead. Unset (a production Triton image): a no-op.
-    """
-    paths = os.environ.get("RSIEVE_TRITON_SITE_PACKAGES", "").split(os.pathsep)
-    for path in reversed([p for p in paths if p]):
-        if path not in sys.path:
-            sys.path.insert(0, path)
-            site.addsitedir(path)  # also runs the .pth files there
-
-
-_add_site_packages()
-
-import numpy as np  # noqa: E402
-import triton_python_backend_utils as pb_utils  # noqa: E402
+# isort: split
+import numpy as np
+import triton_python_backend_utils as pb_utils
 
 
 def replay_key(prompt: bytes, image: bytes) -> str:

@@ -19,27 +19,14 @@ import binascii
 import hashlib
 import io
 import json
-import os
-import site
-import sys
 from typing import Any
 
+import rsieve_triton_preamble  # noqa: F401  (first: puts the venv on sys.path)
 
-def _add_site_packages() -> None:
-    """Put the site-packages named in ``RSIEVE_TRITON_SITE_PACKAGES`` first on ``sys.path``
-    (the Python-backend stub ignores ``PYTHONPATH``). Unset: a no-op."""
-    paths = os.environ.get("RSIEVE_TRITON_SITE_PACKAGES", "").split(os.pathsep)
-    for path in reversed([p for p in paths if p]):
-        if path not in sys.path:
-            sys.path.insert(0, path)
-            site.addsitedir(path)
-
-
-_add_site_packages()
-
-import numpy as np  # noqa: E402
-import triton_python_backend_utils as pb_utils  # noqa: E402
-from PIL import Image  # noqa: E402
+# isort: split
+import numpy as np
+import triton_python_backend_utils as pb_utils
+from PIL import Image
 
 PLACEHOLDER = "<|image_pad|>"
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import httpx
 
+from rsieve.adapters.pools import read_pool
 from rsieve.adapters.storage import S3Store, write_packs
 from rsieve.cascade import verify_generation
 from rsieve.cleaning import pool_image_path
 from rsieve.errors import PermanentError
-from rsieve.ingest import read_pool
 
 __all__ = [
     "export_dataset",

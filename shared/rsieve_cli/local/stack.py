@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 
-from rsieve.local import processes as proc
-from rsieve.local.checkpoints import MODELS_DIR, SMOLLM2_NAME, smollm2_checkpoint
+from rsieve_cli.local import processes as proc
+from rsieve_cli.local.checkpoints import MODELS_DIR, SMOLLM2_NAME, smollm2_checkpoint
 
 __all__ = ["JUDGE_CHECKPOINT_ENV", "REPO_ROOT", "SERVICES", "SMOLLM2_MODEL", "Stack", "StackConfig"]
 

@@ -6,7 +6,8 @@ Used by the local stack and by the integration-test fixtures. Every launcher is 
 caller names. Everything listens on 127.0.0.1 only, and every port is chosen explicitly so
 that two stacks (a run and the tests) can live side by side on one machine.
 
-Facts these launchers rely on are in ``ENVIRONMENT.md``; the ones found while writing them:
+Every fact these launchers rely on was found by running the real binaries on Debian 12 and
+is stated where it is used; the least obvious ones:
 
 * ``weed mini`` opens master, volume, filer, S3 (each HTTP + gRPC), a metrics port and an
   admin server (HTTP + gRPC) even with ``-admin.ui=false``. Its built-in plugin worker

@@ -1,0 +1,1 @@
+../../../rsieve_triton_preamble.py

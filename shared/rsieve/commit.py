@@ -1,0 +1,139 @@
+"""What one compaction commits, composed from a run's stored outputs (no I/O): the outcomes
+after the calibration hold-back, the ones the dataset does not hold yet, the run report,
+and the files of the commit (the run report, the quarantine listing, the card).
+
+The compactor (services/compactor) reads the outputs, writes the Parquet splits and the
+example images, and stores what `commit_files` returns, the manifest last."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from rsieve.calibration import (
+    CalibrationRecord,
+    hold_back,
+    promotions_listing,
+    render_calibration_markdown,
+    summarise,
+)
+from rsieve.card import render_card
+from rsieve.cleaning import render_cleaning
+from rsieve.compaction import dedupe, qa_key
+from rsieve.report import run_report
+from rsieve.rows import split_name
+from rsieve.schemas import Outcome, Quarantined, RunSpec
+
+__all__ = ["CompactionPlan", "added_keys", "commit_files", "plan_compaction", "split_families"]
+
+Examples = dict[str, list[tuple[dict[str, Any], str]]]  # split -> (first qa, image path)
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    outcomes: list[Outcome]  # every judged outcome, after the calibration hold-back
+    added: list[Outcome]  # those the dataset does not hold yet
+    quarantined: list[Quarantined]
+    report: dict[str, Any]
+    calibration: dict[str, Any]
+    cleaning: dict[str, Any] | None
+    bound: float
+
+
+def plan_compaction(
+    *,
+    run: str,
+    index: dict[str, Any],
+    outcomes: list[Outcome],
+    quarantined: list[Quarantined],
+    calibration_records: list[CalibrationRecord],
+    existing_keys: set[str],
+    cleaning: dict[str, Any] | None,
+    calibration_size: int,
+    bound: float,
+) -> CompactionPlan:
+    summary = summarise(calibration_records, size=calibration_size, bound=bound)
+    outcomes = hold_back(outcomes, summary, bound)
+    report = run_report(
+        run=run,
+        lines=index["lines"],
+        outcomes=outcomes,
+        quarantined=quarantined,
+        blank_lines=index["blank_lines"],
+    )
+    report["calibration"] = summary
+    report["judge_promotions"] = promotions_listing(outcomes)
+    added, skipped = dedupe(outcomes, existing_keys)
+    report["already_in_dataset"] = skipped
+    if cleaning is not None:
+        report["cleaning"] = cleaning
+    return CompactionPlan(outcomes, added, quarantined, report, summary, cleaning, bound)
+
+
+def added_keys(added: Iterable[Outcome]) -> bytes:
+    """The qa keys a run adds (keys/<run>.json): what later runs deduplicate against."""
+    keys = sorted(qa_key(o.generation.item.image_sha256, o.generation.item.question) for o in added)
+    return json.dumps(keys).encode()
+
+
+def split_families(manifest: dict[str, Any], families: set[str]) -> dict[str, str]:
+    """Each split of the manifest -> its family (families of earlier runs by name)."""
+    known = {split_name(f, k): f for f in families for k in ("RS_think", "RS_nothink", "rejected")}
+    return {
+        s: known.get(s, s.rsplit("_RS_", 1)[0].removesuffix("_rejected"))
+        for s in manifest["splits"]
+    }
+
+
+def human_review(reviews: Iterable[dict[str, Any]]) -> tuple[dict[str, dict[str, int]], str]:
+    """People's calls on judge promotions (the review page) for every run in the dataset,
+    counted at compaction time (a review made later counts at the next compaction): the
+    counts per family and their markdown."""
+    counts: dict[str, dict[str, int]] = {}
+    for review in reviews:
+        fam = counts.setdefault(review.get("family") or "(unknown)", {"confirmed": 0, "wrong": 0})
+        if review.get("verdict") in fam:
+            fam[review["verdict"]] += 1
+    if not counts:
+        return counts, "\n\nNo judge promotion has been reviewed by a person yet."
+    rows = [f"| {f} | {c['confirmed']} | {c['wrong']} |" for f, c in sorted(counts.items())]
+    return counts, (
+        "\n\n### Reviewed by a person\n\n| family | confirmed | wrong |\n|---|---|---|\n"
+        + "\n".join(rows)
+    )
+
+
+def commit_files(
+    plan: CompactionPlan,
+    *,
+    spec: RunSpec,
+    manifest: dict[str, Any],
+    examples: Examples,
+    reviews: Iterable[dict[str, Any]],
+) -> dict[str, bytes]:
+    """The commit's files by name: run_report.json, quarantine.jsonl, README.md (the card)."""
+    report = plan.report
+    counts, review_md = human_review(reviews)
+    report["human_review"] = counts
+    card = render_card(
+        dataset=spec.dataset,
+        spec=spec.model_dump()
+        | {"protocols_used": sorted({o.generation.item.protocol for o in plan.outcomes})},
+        report=report,
+        manifest=manifest,
+        split_families=split_families(manifest, {o.generation.item.family for o in plan.outcomes}),
+        examples=examples,
+        cleaning_md="\n".join(render_cleaning(plan.cleaning)) if plan.cleaning else "",
+        calibration_md=render_calibration_markdown(plan.calibration, bound=plan.bound) + review_md,
+    )
+    quarantine = "".join(
+        json.dumps(q.model_dump(), ensure_ascii=False) + "\n"
+        for q in sorted(plan.quarantined, key=lambda q: q.line)
+    )
+    return {
+        "run_report.json": json.dumps(report, indent=1).encode(),
+        "quarantine.jsonl": quarantine.encode(),
+        "README.md": card.encode(),
+    }

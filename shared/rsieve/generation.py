@@ -1,0 +1,149 @@
+"""The generation outcome of a shard, from what the model answered (no I/O): which items
+reach the model (a usable image), and for each reply a `Generation` record (raw output,
+its parse, what answered) or a quarantine. The generator (services/generator) prepares the
+images, asks the model and stores the result; `rsieve.adapters.model` speaks to Triton.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rsieve.images import ImageError, PreparedImage
+from rsieve.schemas import Generation, Item, Quarantined
+from rsieve.think import parse_output
+
+__all__ = [
+    "ModelInfo",
+    "ModelReply",
+    "ModelRequest",
+    "image_quarantine",
+    "poisoned_item",
+    "record_generations",
+    "ready_items",
+]
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    prompt: str
+    image: bytes | None = None
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    text: str
+    finish_reason: str
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    latency_s: float | None = None
+    # sha256 of the exact prompt string on the wire (the rendered chat prompt for vLLM).
+    prompt_sent_sha256: str | None = None
+    # The user's text as sent: the prompt, with special tokens neutralised.
+    user_text: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What answered: recorded with every generation."""
+
+    name: str
+    version: str
+    interface: str
+    sampling: dict[str, Any] = field(default_factory=dict)
+    # The checkpoint whose template the client rendered (vLLM interface), its sha256, and
+    # its thinking mode; "server" when the model server renders (rsieve interface).
+    chat_template: str | None = None
+    chat_template_sha256: str | None = None
+    thinking_mode: str | None = None
+    # The model's `rsieve_kind` config parameter (rsieve.schemas.MODEL_KINDS), if declared.
+    kind: str | None = None
+    # Sequences the engine runs at once: its `max_num_seqs` config parameter, if declared.
+    capacity: int | None = None
+
+
+def _quarantine(item: Item, reason: str, detail: str = "") -> Quarantined:
+    return Quarantined(
+        id=item.id,
+        line=item.line,
+        family=item.family,
+        stage="generate",
+        reason=reason,
+        detail=detail[:500],
+    )
+
+
+def image_quarantine(item: Item, error: ImageError | None) -> Quarantined:
+    """An item whose image cannot be sent: missing from the packs (None), over the
+    limits, or unreadable."""
+    if error is None:
+        return _quarantine(item, "missing_image", "the image is missing from the pool's packs")
+    return _quarantine(item, error.reason, str(error))
+
+
+def poisoned_item(item: Item) -> Quarantined:
+    return _quarantine(item, "max_deliveries", "the worker died on this item each time")
+
+
+def ready_items(
+    items: Sequence[Item], images: Mapping[str, PreparedImage | ImageError | None]
+) -> tuple[list[tuple[Item, PreparedImage]], list[Quarantined]]:
+    """(items the model can be asked, with the image to send; the quarantined rest).
+    `images`: sha256 -> the prepared image, why it cannot be, or None when missing."""
+    ready: list[tuple[Item, PreparedImage]] = []
+    quarantined: list[Quarantined] = []
+    for item in items:
+        image = images.get(item.image_sha256)
+        if isinstance(image, PreparedImage):
+            ready.append((item, image))
+        else:
+            quarantined.append(image_quarantine(item, image))
+    return ready, quarantined
+
+
+def record_generations(
+    ready: Sequence[tuple[Item, PreparedImage]],
+    replies: Sequence[ModelReply | Quarantined | Exception],
+    info: ModelInfo,
+) -> tuple[list[Generation], list[Quarantined]]:
+    """Each reply as its `Generation` (the raw output and its parse, with what answered);
+    a model error as `model_error`; an item ItemGuard isolated as it was quarantined."""
+    generations: list[Generation] = []
+    quarantined: list[Quarantined] = []
+    for (item, image), reply in zip(ready, replies, strict=True):
+        if isinstance(reply, Quarantined):
+            quarantined.append(reply)
+            continue
+        if isinstance(reply, Exception):
+            quarantined.append(_quarantine(item, "model_error", str(reply)))
+            continue
+        parsed = parse_output(reply.text, reply.finish_reason)
+        if reply.user_text is not None and reply.user_text != item.question:
+            # Special tokens were neutralised: the stored question is what was sent.
+            item = item.model_copy(update={"question": reply.user_text})
+        generations.append(
+            Generation(
+                item=item,
+                model=info.name,
+                raw_output=reply.text,
+                finish_reason=reply.finish_reason,
+                reasoning=parsed.reasoning,
+                answer=parsed.answer,
+                failure=parsed.failure,
+                image_sent_sha256=image.sha256,
+                model_version=info.version,
+                interface=info.interface,
+                model_kind=info.kind,
+                sampling=info.sampling,
+                chat_template=info.chat_template,
+                chat_template_sha256=info.chat_template_sha256,
+                thinking_mode=info.thinking_mode,
+                prompt_sent_sha256=reply.prompt_sent_sha256,
+                input_tokens=reply.input_tokens,
+                output_tokens=reply.output_tokens,
+                latency_s=reply.latency_s,
+                image_sent=image.meta(),
+            )
+        )
+    return generations, quarantined
