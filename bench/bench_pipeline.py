@@ -250,10 +250,10 @@ def start_stack(root: Path, models: dict[str, Path], settings_env: dict[str, str
 
 
 def submit(stack: Stack, pool: Path, dataset: str) -> tuple[str, Any]:
+    from rsieve.adapters.pools import upload_pool
     from rsieve.adapters.storage import S3Store
     from rsieve.settings import Settings
     from rsieve_cli.client import submit as submit_run
-    from rsieve_cli.client import upload_pool
 
     settings = Settings.from_env_map(stack.config.env())
     store = S3Store(settings)

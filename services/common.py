@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 import redis
 from celery import Celery, Task
@@ -21,9 +21,9 @@ from celery.exceptions import Reject
 from kombu.exceptions import OperationalError
 
 from rsieve.adapters.metrics import JsonFormatter, RedisMetrics, log_context
-from rsieve.adapters.model import TritonModel
+from rsieve.adapters.model import Model, TritonModel
 from rsieve.adapters.queues import enqueue, make_celery
-from rsieve.adapters.storage import S3Store, read_images
+from rsieve.adapters.storage import ObjectStore, S3Store, read_images
 from rsieve.audit import STAGES, plan_reconcile
 from rsieve.errors import NotFoundError, RetryableError
 from rsieve.schemas import Item, Quarantined, RunSpec, ShardOutput, ShardQuarantine
@@ -32,22 +32,30 @@ from rsieve.settings import Settings, get_settings
 log = logging.getLogger("rsieve")
 
 
+Send = Callable[[str, dict[str, Any]], None]  # (task name, its kwargs): enqueue it
+
+
 @dataclass
 class Context:
-    """The adapters a service uses, built once per process (never at import)."""
+    """The adapters a service uses, built once per process on first use (never at import).
+    `bootstrap` wires the real ones, or the fakes it is given (unit tests)."""
 
     settings: Settings
     app: Celery
+    send: Send
+    given_store: ObjectStore | None = None
+    given_redis: redis.Redis | None = None
+    judge_model_of: Callable[[str], Model] | None = None
     _pid: int = field(default_factory=os.getpid)
 
     @cached_property
-    def store(self) -> S3Store:
+    def store(self) -> ObjectStore:
         # boto3 clients are not fork-safe: each worker child builds its own on first use.
-        return S3Store(self.settings)
+        return self.given_store or S3Store(self.settings)
 
     @cached_property
     def redis(self) -> redis.Redis:
-        return redis.Redis.from_url(
+        return self.given_redis or redis.Redis.from_url(
             self.settings.redis_url, socket_timeout=30, health_check_interval=30
         )
 
@@ -55,11 +63,21 @@ class Context:
     def metrics(self) -> RedisMetrics:
         return RedisMetrics(self.redis)
 
+    def task(self, name: str) -> Callable[[Callable[..., None]], Any]:
+        """A stage task of this service's app, on the base class every stage shares
+        (StageTask); not shared with other apps (each bootstrap is its own)."""
+        return cast(
+            Callable[[Callable[..., None]], Any],
+            self.app.task(name=name, base=StageTask, shared=False),
+        )
+
     def guard(self, task: str, run: str, shard: str) -> ItemGuard:
         return ItemGuard(self, task, run, shard)
 
-    def judge_model(self, name: str) -> TritonModel:
+    def judge_model(self, name: str) -> Model:
         """The judge's model, on the judge's engine (one engine per role)."""
+        if self.judge_model_of is not None:
+            return self.judge_model_of(name)
         s = self.settings
         return TritonModel.from_settings(
             s,
@@ -112,7 +130,7 @@ class Context:
         return self.store.exists(self.output_key(run, stage, shard))
 
     def next(self, task: str, **kwargs: Any) -> None:
-        enqueue(self.app, task, **kwargs)
+        self.send(task, kwargs)
 
     def shard_index(self, run: str) -> dict[str, Any] | None:
         try:
@@ -249,9 +267,28 @@ def _observe_shard(ctx: Context, out: ShardOutput) -> None:
         )
 
 
-def bootstrap(settings: Settings | None = None) -> Context:
+def bootstrap(
+    settings: Settings | None = None,
+    *,
+    app: Celery | None = None,
+    store: ObjectStore | None = None,
+    redis_client: redis.Redis | None = None,
+    send: Send | None = None,
+    judge_model: Callable[[str], Model] | None = None,
+) -> Context:
+    """The one wiring of a service: real adapters by default (S3, Redis, the Celery app on
+    Redis, Triton), or the fakes given, typed by what the services use (`ObjectStore`, a
+    Redis client such as fakeredis's, `send` for the next task, `Model` for the judge)."""
     settings = settings or get_settings()
-    return Context(settings=settings, app=make_celery(settings))
+    app = app or make_celery(settings)
+    return Context(
+        settings=settings,
+        app=app,
+        send=send or (lambda task, kwargs: enqueue(app, task, **kwargs)),
+        given_store=store,
+        given_redis=redis_client,
+        judge_model_of=judge_model,
+    )
 
 
 def run_worker(

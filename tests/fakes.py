@@ -41,6 +41,9 @@ class MemoryStore:
     def list(self, prefix: str) -> Iterator[str]:
         return iter(sorted(k for k in self.objects if k.startswith(prefix)))
 
+    def sizes(self, prefix: str) -> dict[str, int]:
+        return {k: len(self.objects[k]) for k in self.list(prefix)}
+
 
 class Sent:
     """What a stage enqueued, as (task name, kwargs)."""

@@ -17,7 +17,9 @@ from typing import Any, Literal
 
 from fastapi import HTTPException
 
+from rsieve.adapters.exports import run_file_key, run_manifest
 from rsieve.adapters.metrics import progress
+from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import parse_s3_uri
 from rsieve.audit import STAGES
 from rsieve.errors import NotFoundError, PermanentError
@@ -25,7 +27,6 @@ from rsieve.packs import ImageRef
 from rsieve.schemas import Outcome, RunSpec, ShardOutput
 from rsieve.submission import run_id
 from rsieve.verify import protocol_versions
-from rsieve_cli.client import run_file_key, run_manifest, upload_pool
 from services.api.models import StageProgress
 from services.common import Context
 

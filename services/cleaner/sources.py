@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from rsieve.adapters.storage import S3Store, parse_s3_uri, write_packs
+from rsieve.adapters.storage import ObjectStore, S3Store, parse_s3_uri, write_packs
 from rsieve.errors import NotFoundError, PermanentError
 from rsieve.packs import INDEX, PackIndex
 from rsieve.provenance import Resolution, SourceRef
@@ -25,7 +25,7 @@ __all__ = ["StackResolver", "pack_index", "resolver"]
 class StackResolver:
     """Resolves `local` and `s3` source references; results are cached per location."""
 
-    def __init__(self, settings: Settings, store_for: Callable[[str], S3Store]) -> None:
+    def __init__(self, settings: Settings, store_for: Callable[[str], ObjectStore]) -> None:
         self._roots = [Path(r).resolve() for r in settings.provenance_roots]
         self._max_bytes = settings.image_max_bytes
         self._store_for = store_for
@@ -76,9 +76,9 @@ class StackResolver:
 
 def resolver(ctx: Context) -> StackResolver:
     """Provenance resolvers for one task (locations cached for its duration)."""
-    stores: dict[str, S3Store] = {ctx.store.bucket: ctx.store}
+    stores: dict[str, ObjectStore] = {ctx.store.bucket: ctx.store}
 
-    def store_for(bucket: str) -> S3Store:
+    def store_for(bucket: str) -> ObjectStore:
         if bucket not in stores:
             stores[bucket] = S3Store(ctx.settings, bucket=bucket)
         return stores[bucket]

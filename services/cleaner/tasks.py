@@ -22,13 +22,13 @@ from rsieve.schemas import Item, Quarantined, ShardOutput
 from rsieve.shards import ShardInput, split_pool
 from services.cleaner.sources import pack_index, resolver
 from services.cleaner.watch import register_watch
-from services.common import Context, StageTask
+from services.common import Context
 
 REFUSED = "_refused.json"  # written by the client's upload: image path -> why not uploaded
 
 
 def register(ctx: Context) -> None:
-    @ctx.app.task(name="rsieve.ingest", base=StageTask)
+    @ctx.task("rsieve.ingest")
     def ingest(run: str) -> None:
         spec, store, s = ctx.spec(run), ctx.store, ctx.settings
         if not store.exists(f"runs/{run}/shards.json"):
@@ -69,7 +69,7 @@ def register(ctx: Context) -> None:
         for name, count in index["shards"].items():
             ctx.next("rsieve.clean", run=run, shard=name, lines=count)
 
-    @ctx.app.task(name="rsieve.clean", base=StageTask)
+    @ctx.task("rsieve.clean")
     def clean(run: str, shard: str, lines: int) -> None:
         if not ctx.done(run, "clean", shard):
             s, spec = ctx.settings, ctx.spec(run)

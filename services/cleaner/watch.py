@@ -14,14 +14,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rsieve.adapters.storage import S3Store
+from rsieve.adapters.pools import upload_pool
 from rsieve.cleaning import pool_image_path
 from rsieve.errors import PermanentError
 from rsieve.schemas import RunSpec
 from rsieve.submission import run_id
 from rsieve.verify import protocol_versions
 from rsieve.watch import COMPLETE, TAKEN, pool_folders, readiness, watch_prefix
-from rsieve_cli.client import upload_pool
 from services.common import Context
 
 log = logging.getLogger("rsieve")
@@ -32,7 +31,7 @@ TAKES = KEY + "takes"  # hash folder -> times taken (1, always; tests read it)
 
 
 def register_watch(ctx: Context) -> None:
-    @ctx.app.task(name="rsieve.watch", ignore_result=True)
+    @ctx.app.task(name="rsieve.watch", ignore_result=True, shared=False)
     def watch() -> list[str]:
         return look(ctx)
 
@@ -43,7 +42,7 @@ def look(ctx: Context) -> list[str]:
     if not prefix:
         return []
     runs = []
-    for folder, files in pool_folders(_sizes(ctx.store, prefix), prefix).items():
+    for folder, files in pool_folders(ctx.store.sizes(prefix), prefix).items():
         if files.get(TAKEN) is not None or ctx.redis.exists(f"{KEY}taken:{folder}"):
             continue
         size_key, now = f"{KEY}size:{folder}", time.time()
@@ -78,18 +77,6 @@ def look(ctx: Context) -> list[str]:
             runs.append(marker["run"])
     ctx.redis.incr(LOOKS)
     return runs
-
-
-def _sizes(store: S3Store, prefix: str) -> dict[str, int]:
-    """Key -> size under the prefix (one listing; S3Store.list gives keys only)."""
-    sizes: dict[str, int] = {}
-    pages = store._client.get_paginator("list_objects_v2").paginate(
-        Bucket=store.bucket, Prefix=prefix
-    )
-    for page in pages:
-        for obj in page.get("Contents", []):
-            sizes[obj["Key"]] = int(obj["Size"])
-    return sizes
 
 
 def _take(ctx: Context, folder: str) -> dict[str, Any]:

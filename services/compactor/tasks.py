@@ -23,11 +23,11 @@ from rsieve.compaction import next_manifest
 from rsieve.errors import NotFoundError
 from rsieve.rows import assemble_rows
 from rsieve.schemas import Outcome, Quarantined
-from services.common import Context, StageTask
+from services.common import Context
 
 
 def register(ctx: Context) -> None:
-    @ctx.app.task(name="rsieve.compact", base=StageTask)
+    @ctx.task("rsieve.compact")
     def compact(run: str) -> None:
         s, spec = ctx.settings, ctx.spec(run)
         prefix = f"datasets/{spec.dataset}/"

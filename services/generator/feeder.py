@@ -41,6 +41,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 import redis
+from celery import bootsteps
 
 from rsieve.adapters.gate import EngineGate
 from rsieve.adapters.model import ModelInfo
@@ -173,3 +174,13 @@ class Feeder:
             with contextlib.suppress(redis.RedisError):
                 self.registry.zrem(self._key, self.member)
         self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+class Intake(bootsteps.StartStopStep):
+    """Hands the consumer's prefetch (QoS) to the worker's feeder, which takes a shard only
+    when its engine share runs short of work (module docstring)."""
+
+    requires = {"celery.worker.consumer.tasks:Tasks"}
+
+    def start(self, c: Any) -> None:
+        c.app.rsieve_feeder.attach(c.qos)

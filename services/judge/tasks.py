@@ -18,13 +18,13 @@ from rsieve.calibration import (
 )
 from rsieve.cascade import apply_verdict, judge_prompt, needs_judge
 from rsieve.schemas import ShardOutput
-from services.common import Context, StageTask
+from services.common import Context
 
 
 def register(ctx: Context) -> None:
     preload_chat_template(ctx.settings.judge_tokenizer)
 
-    @ctx.app.task(name="rsieve.judge", base=StageTask)
+    @ctx.task("rsieve.judge")
     def judge(run: str, shard: str, lines: int) -> None:
         if not ctx.done(run, "judge", shard):
             s, model = ctx.settings, ctx.settings.judge_model

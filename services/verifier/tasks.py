@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from rsieve.cascade import verify_generation
 from rsieve.schemas import Generation, Outcome, Quarantined, ShardOutput
-from services.common import Context, StageTask
+from services.common import Context
 
 
 def register(ctx: Context) -> None:
-    @ctx.app.task(name="rsieve.verify", base=StageTask)
+    @ctx.task("rsieve.verify")
     def verify(run: str, shard: str, lines: int) -> None:
         if not ctx.done(run, "verify", shard):
             generations = ctx.load(run, "generate", shard).generations

@@ -4,12 +4,15 @@ rejected. Pure functions from stored records to outcomes."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
+from typing import Any
 
 from rsieve.judge import FAILURE_CAUSES, TEMPLATE_SHA256, build_judge_prompt, read_verdict
 from rsieve.schemas import Generation, Outcome, Verdict
 from rsieve.verify import verify
 
 __all__ = [
+    "recheck_outcomes",
     "REASON_OF",
     "apply_verdict",
     "judge_prompt",
@@ -113,3 +116,48 @@ def apply_verdict(
             update={"verdict": record, "place": "accepted", "reason": None, "promoted_by": "judge"}
         )
     return outcome.model_copy(update={"verdict": record, "reason": REASON_OF[verdict]})
+
+
+def _decision_view(o: Any) -> dict[str, Any]:
+    d = o.decision
+    return {
+        "place": o.place,
+        "reason": o.reason,
+        **(
+            {
+                "protocol": d.protocol,
+                "version": d.version,
+                "accepted": d.accepted,
+                "score": d.score,
+                "variant": d.variant,
+                "threshold": d.threshold,
+            }
+            if d is not None
+            else {"decision": None}
+        ),
+    }
+
+
+def recheck_outcomes(outcomes: Iterable[Any]) -> tuple[int, list[dict[str, Any]]]:
+    """Recompute each stored verifier outcome from its stored generation with today's
+    rsieve.verify; return how many were checked and those that differ (stored vs now)."""
+    checked, diffs = 0, []
+    for stored in outcomes:
+        checked += 1
+        try:
+            now = _decision_view(verify_generation(stored.generation))
+        except Exception as exc:  # noqa: BLE001 - a protocol gone or failing is a difference
+            now = {"error": f"{type(exc).__name__}: {exc}"}
+        before = _decision_view(stored)
+        if now != before:
+            item = stored.generation.item
+            diffs.append(
+                {
+                    "id": item.id,
+                    "line": item.line,
+                    "family": item.family,
+                    "stored": before,
+                    "recomputed": now,
+                }
+            )
+    return checked, diffs

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from rsieve.images import ImageError, PreparedImage
 from rsieve.schemas import Generation, Item, Quarantined
 from rsieve.think import parse_output
 
 __all__ = [
+    "Model",
     "ModelInfo",
     "ModelReply",
     "ModelRequest",
@@ -63,6 +64,15 @@ class ModelInfo:
     capacity: int | None = None
 
 
+class Model(Protocol):
+    """What a stage asks of a model: rsieve.adapters.model.TritonModel, or a fake given to
+    `services.common.bootstrap`. `info` is what answered, known once it was asked."""
+
+    info: ModelInfo | None
+
+    def generate_many(self, requests: Sequence[ModelRequest]) -> list[ModelReply | Exception]: ...
+
+
 def _quarantine(item: Item, reason: str, detail: str = "") -> Quarantined:
     return Quarantined(
         id=item.id,
@@ -105,10 +115,11 @@ def ready_items(
 def record_generations(
     ready: Sequence[tuple[Item, PreparedImage]],
     replies: Sequence[ModelReply | Quarantined | Exception],
-    info: ModelInfo,
+    info: ModelInfo | None,
 ) -> tuple[list[Generation], list[Quarantined]]:
-    """Each reply as its `Generation` (the raw output and its parse, with what answered);
-    a model error as `model_error`; an item ItemGuard isolated as it was quarantined."""
+    """Each reply as its `Generation` (the raw output and its parse, with what answered:
+    `info`, None only when the model was never asked); a model error as `model_error`; an
+    item ItemGuard isolated as it was quarantined."""
     generations: list[Generation] = []
     quarantined: list[Quarantined] = []
     for (item, image), reply in zip(ready, replies, strict=True):
@@ -118,6 +129,8 @@ def record_generations(
         if isinstance(reply, Exception):
             quarantined.append(_quarantine(item, "model_error", str(reply)))
             continue
+        if info is None:
+            raise ValueError("a model reply without the model's info")
         parsed = parse_output(reply.text, reply.finish_reason)
         if reply.user_text is not None and reply.user_text != item.question:
             # Special tokens were neutralised: the stored question is what was sent.

@@ -237,9 +237,11 @@ def run(
     timeout: Annotated[float, typer.Option(help="seconds to wait for the run")] = 7200,
 ) -> None:
     """Process a pool end to end on the local stack and export its dataset."""
+    from rsieve.adapters.exports import export_dataset
+    from rsieve.adapters.pools import upload_pool
     from rsieve.adapters.storage import S3Store
     from rsieve.settings import Settings
-    from rsieve_cli.client import export_dataset, submit, upload_pool, wait_for_run
+    from rsieve_cli.client import submit, wait_for_run
 
     try:
         stack = _stack()
@@ -300,8 +302,8 @@ def submit_pool(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Upload POOL and submit it to the running stack; prints the run id (no waiting)."""
+    from rsieve.adapters.pools import upload_pool
     from rsieve.adapters.storage import S3Store
-    from rsieve_cli.client import upload_pool
 
     if not pool.is_dir():
         raise Failure(f"{pool} is not a folder", "give the pool folder (items.jsonl + images)")
@@ -413,7 +415,7 @@ def status(
 
 
 def _published(ctx: Any, run_id: str) -> Any:
-    from rsieve_cli.client import run_manifest
+    from rsieve.adapters.exports import run_manifest
 
     spec = _spec_or_fail(ctx, run_id)
     if run_manifest(ctx.store, spec.dataset, run_id) is None:
@@ -431,7 +433,7 @@ def export_run(
     to: Annotated[Path, typer.Option("--to", help="folder; the dataset goes to TO/<dataset>")],
 ) -> None:
     """Copy RUN's published dataset (Parquet, card, run_report.json, quarantine.jsonl)."""
-    from rsieve_cli.client import export_dataset
+    from rsieve.adapters.exports import export_dataset
 
     ctx = _context()
     spec = _published(ctx, run_id)
@@ -445,7 +447,7 @@ def card(run_id: Annotated[str, typer.Argument(metavar="RUN", help="run id")]) -
     """Print RUN's dataset card (README.md: rules, constants, counts, calibration)."""
     ctx = _context()
     spec = _published(ctx, run_id)
-    from rsieve_cli.client import run_file_key
+    from rsieve.adapters.exports import run_file_key
 
     key = run_file_key(ctx.store, spec.dataset, run_id, "README.md")
     sys.stdout.write(ctx.store.get(key).decode())
@@ -459,7 +461,7 @@ def recheck(
 ) -> None:
     """Recompute every verifier decision of RUN from its stored outputs with rsieve.verify;
     exit 1 if any differs from what was stored."""
-    from rsieve_cli.client import recheck_outcomes
+    from rsieve.cascade import recheck_outcomes
 
     ctx = _context()
     _spec_or_fail(ctx, run_id)

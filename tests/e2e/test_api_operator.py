@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
+from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import S3Store
-from rsieve_cli.client import upload_pool
 from rsieve_cli.local.stack import Stack
 from tests.conftest import stack_settings
 from tests.e2e.scenario import Scenario, build

@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from rsieve.adapters.exports import export_dataset
+from rsieve.adapters.pools import pool_files, upload_pool
 from rsieve.adapters.storage import S3Store
-from rsieve_cli.client import export_dataset, pool_files, submit, upload_pool, wait_for_run
+from rsieve_cli.client import submit, wait_for_run
 from tests.conftest import stack_settings
 
 

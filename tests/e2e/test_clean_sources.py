@@ -19,8 +19,9 @@ import pytest
 import redis
 from PIL import Image
 
+from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import S3Store
-from rsieve_cli.client import submit, upload_pool, wait_for_run
+from rsieve_cli.client import submit, wait_for_run
 from tests.conftest import stack_settings
 
 QUESTION = "What word is shown? Answer with the text only. ({n})"

@@ -14,8 +14,10 @@ import datasets
 import pytest
 import yaml
 
+from rsieve.adapters.exports import export_dataset
+from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import S3Store
-from rsieve_cli.client import export_dataset, submit, upload_pool, wait_for_run
+from rsieve_cli.client import submit, wait_for_run
 from rsieve_cli.local.stack import Stack
 from services.common import bootstrap
 from services.compactor.tasks import register as register_compactor

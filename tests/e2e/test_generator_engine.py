@@ -25,8 +25,9 @@ import httpx
 import pytest
 from PIL import Image, ImageDraw, PngImagePlugin
 
+from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import S3Store
-from rsieve_cli.client import submit, upload_pool, wait_for_run
+from rsieve_cli.client import submit, wait_for_run
 from rsieve_cli.local.stack import Stack
 from tests.conftest import TRITON_MODELS, stack_settings
 from tests.templates import build_tokenizer

@@ -17,9 +17,11 @@ import datasets
 import pytest
 from PIL import Image, ImageDraw
 
+from rsieve.adapters.exports import export_dataset
+from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import S3Store, read_images
 from rsieve.schemas import ShardOutput
-from rsieve_cli.client import export_dataset, submit, upload_pool, wait_for_run
+from rsieve_cli.client import submit, wait_for_run
 from rsieve_cli.local.stack import Stack
 from tests.conftest import stack_settings
 

@@ -17,12 +17,14 @@ from typing import Any
 import datasets
 import pytest
 
+from rsieve.adapters.exports import export_dataset
 from rsieve.adapters.model import ModelRequest, TritonModel
+from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import S3Store
 from rsieve.calibration import CalibrationShard, calibration_key, summarise
 from rsieve.cascade import judge_prompt, needs_judge
 from rsieve.schemas import ShardOutput
-from rsieve_cli.client import export_dataset, submit, upload_pool, wait_for_run
+from rsieve_cli.client import submit, wait_for_run
 from rsieve_cli.local.stack import REPO_ROOT, Stack
 from tests.conftest import TRITON_MODELS, stack_settings
 from tests.e2e.scenario import Scenario

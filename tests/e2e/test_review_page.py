@@ -13,8 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
+from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import S3Store
-from rsieve_cli.client import submit, upload_pool, wait_for_run
+from rsieve_cli.client import submit, wait_for_run
 from rsieve_cli.local.stack import Stack
 from tests.conftest import stack_settings
 from tests.e2e.scenario import Scenario, build

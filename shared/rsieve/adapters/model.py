@@ -51,7 +51,7 @@ import base64
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Literal
 
 import grpc
@@ -64,51 +64,14 @@ from rsieve.adapters.streams import InferStream, StreamBroken
 from rsieve.adapters.tokenizer import load_chat_template
 from rsieve.chat import ChatTemplate, TemplateError
 from rsieve.errors import RetryableError
+from rsieve.generation import Model, ModelInfo, ModelReply, ModelRequest
 from rsieve.settings import Settings
 
-__all__ = ["Interface", "ModelInfo", "ModelReply", "ModelRequest", "TritonModel"]
+__all__ = ["Interface", "Model", "ModelInfo", "ModelReply", "ModelRequest", "TritonModel"]
 
 Interface = Literal["auto", "rsieve", "vllm"]
 
 _TRANSIENT = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "CANCELLED")
-
-
-@dataclass(frozen=True)
-class ModelRequest:
-    prompt: str
-    image: bytes | None = None
-
-
-@dataclass(frozen=True)
-class ModelReply:
-    text: str
-    finish_reason: str
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    latency_s: float | None = None
-    # sha256 of the exact prompt string on the wire (the rendered chat prompt for vLLM).
-    prompt_sent_sha256: str | None = None
-    # The user's text as sent: the prompt, with special tokens neutralised.
-    user_text: str | None = None
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What answered: recorded with every generation."""
-
-    name: str
-    version: str
-    interface: str
-    sampling: dict[str, Any] = field(default_factory=dict)
-    # The checkpoint whose template the client rendered (vLLM interface), its sha256, and
-    # its thinking mode; "server" when the model server renders (rsieve interface).
-    chat_template: str | None = None
-    chat_template_sha256: str | None = None
-    thinking_mode: str | None = None
-    # The model's `rsieve_kind` config parameter (rsieve.schemas.MODEL_KINDS), if declared.
-    kind: str | None = None
-    # Sequences the engine runs at once: its `max_num_seqs` config parameter, if declared.
-    capacity: int | None = None
 
 
 class _Transient(Exception):

@@ -25,10 +25,11 @@ from typing import Any
 
 from PIL import Image
 
+from rsieve.adapters.storage import ObjectStore, write_packs
 from rsieve.cleaning import pool_image_path
 from rsieve.errors import PermanentError
 
-__all__ = ["PoolFiles", "pool_format", "read_pool"]
+__all__ = ["PoolFiles", "pool_files", "pool_format", "read_pool", "upload_pool"]
 
 _CONTRACT_FIELDS = ("id", "family", "image", "question", "answer", "source", "options", "protocol")
 
@@ -218,3 +219,52 @@ def _infinitymm(folder: Path, family: str | None) -> PoolFiles:
             records.append(item)
     pool.items = _jsonl(records)
     return pool
+
+
+def pool_files(folder: Path) -> list[str]:
+    """items.jsonl and every file its lines name that lies inside the folder (a symbolic
+    link leaving the folder is not one)."""
+    if not (folder / "items.jsonl").is_file():
+        raise PermanentError(f"{folder} is not a pool: it has no items.jsonl")
+    return ["items.jsonl", *sorted(read_pool(folder).files)]
+
+
+def upload_pool(store: ObjectStore, folder: Path, *, family: str | None = None) -> str:
+    """Upload once under pools/<digest>/ (digest over every file's name and bytes), in the
+    pool contract whatever the folder's format (ingest.read_pool: items.jsonl folder,
+    Parquet / HF dataset folder, InfinityMM records). The images go in packs with their
+    index (`_packs/`, rsieve.packs), a few objects instead of one per image. Image files
+    the upload refused (symbolic links leaving the folder) are listed in `_refused.json`
+    for the cleaner. `_complete` is written last and holds the digest."""
+    pool = read_pool(folder, family=family)
+    names = sorted(pool.files)
+    digest = hashlib.sha256()
+    extra: dict[str, bytes] = {"items.jsonl": pool.items}
+    if pool.refused:
+        extra["_refused.json"] = json.dumps(pool.refused, sort_keys=True).encode()
+    # The digest's order (items.jsonl, the images, _refused.json) keeps earlier pools' ids.
+    for name in ["items.jsonl", *names, *(["_refused.json"] if pool.refused else [])]:
+        data = extra[name] if name in extra else pool.read(name)
+        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    pool_sha = digest.hexdigest()
+    prefix = f"pools/{pool_sha}/"
+    if not store.exists(prefix + "_complete"):
+        # In line order, so a shard's images lie together.
+        write_packs(store, prefix, ((n, pool.read(n)) for n in _in_line_order(pool.items, names)))
+        for name, data in extra.items():
+            store.put(prefix + name, data)
+        store.put(prefix + "_complete", pool_sha.encode())
+    return f"s3://{store.bucket}/{prefix}"
+
+
+def _in_line_order(items: bytes, names: list[str]) -> list[str]:
+    """`names` in the order items.jsonl first names them (the rest after, sorted)."""
+    wanted, order = set(names), dict[str, int]()
+    for raw in items.splitlines():
+        try:
+            image = json.loads(raw).get("image")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(image, str) and (path := pool_image_path(image)) in wanted:
+            order.setdefault(path, len(order))
+    return sorted(names, key=lambda n: (order.get(n, len(order)), n))

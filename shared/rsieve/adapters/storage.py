@@ -34,6 +34,8 @@ __all__ = ["ObjectStore", "PackReader", "S3Store", "parse_s3_uri", "read_images"
 
 
 class ObjectStore(Protocol):
+    bucket: str
+
     def get(self, key: str) -> bytes: ...
     def get_range(self, key: str, start: int, end: int) -> bytes: ...
     def put(self, key: str, data: bytes, *, content_type: str = ...) -> None: ...
@@ -41,6 +43,7 @@ class ObjectStore(Protocol):
     def delete(self, key: str) -> None: ...
     def exists(self, key: str) -> bool: ...
     def list(self, prefix: str) -> Iterator[str]: ...
+    def sizes(self, prefix: str) -> dict[str, int]: ...
 
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:
@@ -151,6 +154,14 @@ class S3Store:
             for page in pages:
                 for obj in page.get("Contents", []):
                     yield obj["Key"]
+
+    def sizes(self, prefix: str) -> dict[str, int]:
+        """Key -> size in bytes of every object under `prefix` (one listing)."""
+        with self._as_rsieve_errors(prefix):
+            pages = self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix
+            )
+            return {o["Key"]: int(o["Size"]) for page in pages for o in page.get("Contents", [])}
 
 
 def write_packs(store: ObjectStore, prefix: str, images: Iterable[tuple[str, bytes]]) -> PackIndex:

@@ -1,0 +1,184 @@
+"""The services' logic, wired by `bootstrap` with fakes (tests/fakes.py: an in-memory object
+store, a recorder of enqueued tasks; fakeredis; a judge model that answers from a table):
+the example pool through ingest, clean, verify, judge and compaction in one process, the
+generator's replies made by `record_generations` (the real generator needs Triton:
+tests/e2e). Every stage's task is the registered Celery task, called directly."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import fakeredis
+import pyarrow.parquet as pq
+import pytest
+
+from rsieve.adapters.pools import upload_pool
+from rsieve.audit import audit_run
+from rsieve.generation import ModelInfo, ModelReply, ModelRequest, ready_items, record_generations
+from rsieve.images import prepare_image
+from rsieve.schemas import ShardOutput
+from rsieve.settings import Settings
+from services.api.runs import submit
+from services.cleaner.tasks import register as clean_tasks
+from services.common import Context, bootstrap
+from services.compactor.tasks import register as compact_tasks
+from services.judge.tasks import register as judge_tasks
+from services.verifier.tasks import register as verify_tasks
+from tests.fakes import MemoryStore, Sent
+
+ROOT = Path(__file__).resolve().parents[2]
+JUDGE = ModelInfo(name="table-judge", version="1", interface="rsieve", kind="test")
+
+
+class TableJudge:
+    """Answers CORRECT to every judge prompt that holds `accept`, WRONG otherwise."""
+
+    def __init__(self, accept: str) -> None:
+        self.accept, self.info, self.asked = accept, None, 0
+
+    def generate_many(self, requests: Sequence[ModelRequest]) -> list[ModelReply | Exception]:
+        self.info = JUDGE
+        self.asked += len(requests)
+        return [
+            ModelReply(text="CORRECT" if self.accept in r.prompt else "WRONG", finish_reason="stop")
+            for r in requests
+        ]
+
+
+@pytest.fixture
+def ctx() -> tuple[Context, MemoryStore, Sent, TableJudge]:
+    store, sent, table = MemoryStore(), Sent(), TableJudge(accept="COFFEE")
+    settings = Settings(purity_embedding=False, judge_calibration_rate=0.0)
+    context = bootstrap(
+        settings,
+        store=store,
+        redis_client=fakeredis.FakeRedis(),
+        send=sent,
+        judge_model=lambda name: table,
+    )
+    for register in (clean_tasks, verify_tasks, judge_tasks, compact_tasks):
+        register(context)
+    return context, store, sent, table
+
+
+def run_task(context: Context, name: str, **kwargs: Any) -> None:
+    context.app.tasks[name](**kwargs)
+
+
+def fake_generate(context: Context, run: str, shard: str, lines: int) -> None:
+    """What the generator stores, from replies made here: the first reference for every
+    even line, "nothing" for the odd ones."""
+    items = context.load(run, "clean", shard).items
+    images = context.images(items)
+    prepared = {sha: prepare_image(images[sha], max_side=2048, max_pixels=10**8) for sha in images}
+    ready, quarantined = ready_items(items, prepared)
+    replies: list[ModelReply | Exception] = [
+        ModelReply(
+            text=f"<think>reading</think>{i.references[0] if i.line % 2 == 0 else 'nothing'}",
+            finish_reason="stop",
+        )
+        for i, _ in ready
+    ]
+    info = ModelInfo(name="fake-vlm", version="1", interface="rsieve")
+    generations, failed = record_generations(ready, replies, info)
+    context.save(
+        ShardOutput(
+            run=run,
+            shard=shard,
+            stage="generate",
+            lines=lines,
+            generations=generations,
+            quarantined=quarantined + failed,
+        )
+    )
+
+
+def test_the_example_pool_through_every_stage_but_the_model(
+    ctx: tuple[Context, MemoryStore, Sent, TableJudge],
+) -> None:
+    context, store, sent, table = ctx
+    uri = upload_pool(store, ROOT / "examples" / "pool")
+    run = submit(context, uri, "fakes")
+    assert sent.tasks == [("rsieve.ingest", {"run": run})]
+
+    run_task(context, "rsieve.ingest", run=run)
+    index = json.loads(store.get(f"runs/{run}/shards.json"))
+    assert index["lines"] == 36 and sum(index["shards"].values()) == 36
+    shards = [kw for task, kw in sent.tasks if task == "rsieve.clean"]
+    assert [kw["shard"] for kw in shards] == sorted(index["shards"])
+
+    for kw in shards:
+        run_task(context, "rsieve.clean", **kw)
+        fake_generate(context, **kw)
+        run_task(context, "rsieve.verify", **kw)
+        run_task(context, "rsieve.judge", **kw)
+    assert ("rsieve.compact", {"run": run}) in sent.tasks
+    outputs = {
+        stage: {kw["shard"]: context.load(run, stage, kw["shard"]) for kw in shards}
+        for stage in ("clean", "generate", "verify", "judge")
+    }
+    clean = [i for out in outputs["clean"].values() for i in out.items]
+    assert clean and all(i.image_at is not None for i in clean)  # where each image lies
+    verified = [o for out in outputs["verify"].values() for o in out.verified]
+    rejected = [o for o in verified if o.place == "rejected"]
+    assert rejected and table.asked >= len(rejected)  # every rejection went to the judge
+    judged = [o for out in outputs["judge"].values() for o in out.outcomes]
+    promoted = [o for o in judged if o.verdict is not None and o.verdict.verdict == "CORRECT"]
+    assert all("COFFEE" in o.generation.item.references for o in promoted)
+
+    run_task(context, "rsieve.compact", run=run)
+    manifest = json.loads(store.get("datasets/fakes/manifest.json"))
+    assert manifest["runs"] == [run] and manifest["adds_up"] is True
+    rows: dict[str, int] = {}
+    for entry in manifest["shards"]:
+        data = io.BytesIO(store.get("datasets/fakes/" + entry["path"]))
+        kind = entry["split"].rsplit("_", 1)[-1]  # think, nothink or rejected
+        rows[kind] = rows.get(kind, 0) + pq.read_metadata(data).num_rows
+    quarantine = store.get("datasets/fakes/quarantine.jsonl").decode().splitlines()
+    # Every line ends in exactly one place: an accepted answer is in _RS_nothink (and in
+    # _RS_think too when it reasoned), a rejected one in _rejected, the rest quarantined.
+    assert rows["think"] <= rows["nothink"]
+    assert rows["nothink"] + rows["rejected"] + len(quarantine) == 36
+    assert audit_run(index, outputs).ok
+    card = store.get("datasets/fakes/README.md").decode()
+    assert "fakes" in card and "No judge promotion has been reviewed by a person yet." in card
+
+    # A second delivery of every message changes nothing (stages skip stored outputs).
+    before = dict(store.objects)
+    run_task(context, "rsieve.ingest", run=run)
+    for kw in shards:
+        for task in ("rsieve.clean", "rsieve.verify", "rsieve.judge"):
+            run_task(context, task, **kw)
+    run_task(context, "rsieve.compact", run=run)
+    assert store.objects == before
+
+
+def test_a_rejection_the_judge_calls_correct_is_promoted_and_wrong_stays_rejected(
+    ctx: tuple[Context, MemoryStore, Sent, TableJudge],
+) -> None:
+    context, store, sent, table = ctx
+    uri = upload_pool(store, ROOT / "examples" / "pool")
+    run = submit(context, uri, "fakes")
+    run_task(context, "rsieve.ingest", run=run)
+    kw = next(kw for task, kw in sent.tasks if task == "rsieve.clean")
+    run_task(context, "rsieve.clean", **kw)
+    fake_generate(context, **kw)
+    run_task(context, "rsieve.verify", **kw)
+    table.accept = "\u0000never"  # the judge says WRONG to everything
+    run_task(context, "rsieve.judge", **kw)
+    judged = context.load(run, "judge", kw["shard"]).outcomes
+    rejected_first = [
+        o for o in context.load(run, "verify", kw["shard"]).verified if o.place == "rejected"
+    ]
+    assert rejected_first
+    by_id = {o.generation.item.id: o for o in judged}
+    for o in rejected_first:
+        after = by_id[o.generation.item.id]
+        assert after.place == "rejected" and after.verdict is not None
+        assert after.verdict.verdict == "WRONG"
+        assert after.verdict.model == context.settings.judge_model
+        assert after.verdict.model_kind == JUDGE.kind  # what the model declared
