@@ -171,10 +171,11 @@ def steady_state(samples: list[tuple[float, float, float, float]], total: int) -
 # ----------------------------------------------------------------------------- floor
 def floor_cpu_ms(pool: Path) -> dict[str, float]:
     """The same rules as the services, in one loop with no I/O: CPU ms per item."""
-    from rsieve.adapters.model import ModelReply  # noqa: F401  (import cost outside)
     from rsieve.cascade import apply_verdict, judge_prompt, needs_judge, verify_generation
-    from rsieve.cleaning import check_provenance, clean_item, inspect_image, parse_line
+    from rsieve.cleaning import clean_item, inspect_image, parse_line
+    from rsieve.generation import ModelReply  # noqa: F401  (import cost outside)
     from rsieve.images import prepare_image
+    from rsieve.provenance import verify_source
     from rsieve.rows import assemble_rows
     from rsieve.schemas import Generation, Item
     from rsieve.settings import Settings
@@ -193,7 +194,7 @@ def floor_cpu_ms(pool: Path) -> dict[str, float]:
             inspect_image(data, max_pixels=s.image_max_pixels, max_bytes=s.image_max_bytes) is None
         )
         sha = hashlib.sha256(data).hexdigest()
-        _, check = check_provenance(parsed.source, sha, s.provenance_policy)  # type: ignore
+        _, check = verify_source(parsed.source, sha, s.provenance_policy, None)  # type: ignore
         item = clean_item(
             parsed,
             line=n,

@@ -4,7 +4,6 @@ entry point. Services stay one screen each."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -24,9 +23,9 @@ from rsieve.adapters.metrics import JsonFormatter, RedisMetrics, log_context
 from rsieve.adapters.model import Model, TritonModel
 from rsieve.adapters.queues import enqueue, make_celery
 from rsieve.adapters.storage import ObjectStore, S3Store, read_images
-from rsieve.audit import STAGES, plan_reconcile
+from rsieve.audit import plan_reconcile
 from rsieve.errors import NotFoundError, RetryableError
-from rsieve.schemas import Item, Quarantined, RunSpec, ShardOutput, ShardQuarantine
+from rsieve.schemas import STAGES, Item, Quarantined, RunSpec, ShardOutput, ShardQuarantine
 from rsieve.settings import Settings, get_settings
 
 log = logging.getLogger("rsieve")
@@ -88,14 +87,8 @@ class Context:
         )
 
     def images(self, items: Iterable[Item]) -> dict[str, bytes]:
-        """sha256 -> bytes of the items' images: ranged reads of the pool's packs; an item
-        cleaned before packs existed has its image at images/<sha256>."""
-        items = list(items)
-        found = read_images(self.store, [i.image_at for i in items if i.image_at])
-        for sha in sorted({i.image_sha256 for i in items} - found.keys()):
-            with contextlib.suppress(NotFoundError):
-                found[sha] = self.store.get(f"images/{sha}")
-        return found
+        """sha256 -> bytes of the items' images: ranged reads of the pool's packs."""
+        return read_images(self.store, [i.image_at for i in items if i.image_at])
 
     def load_json(self, key: str) -> dict[str, Any] | None:
         """A stored JSON object, None when the key is absent."""

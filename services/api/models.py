@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-DATASET_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"
+from rsieve.schemas import DATASET_PATTERN
 
 
 class RunCreate(BaseModel):

@@ -21,10 +21,9 @@ from rsieve.adapters.exports import run_file_key, run_manifest
 from rsieve.adapters.metrics import progress
 from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import parse_s3_uri
-from rsieve.audit import STAGES
 from rsieve.errors import NotFoundError, PermanentError
 from rsieve.packs import ImageRef
-from rsieve.schemas import Outcome, RunSpec, ShardOutput
+from rsieve.schemas import DATASET_PATTERN, STAGES, Outcome, RunSpec, ShardOutput
 from rsieve.submission import run_id
 from rsieve.verify import protocol_versions
 from services.api.models import StageProgress
@@ -84,7 +83,7 @@ def pool_under_roots(ctx: Context, path: str) -> Path:
     return folder
 
 
-RUN_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}-[0-9a-f]{12}$")
+RUN_PATTERN = re.compile(DATASET_PATTERN.removesuffix("$") + r"-[0-9a-f]{12}$")  # run_id
 
 
 _WRITE_ONCE: dict[tuple[str, str, str], bytes] = {}
@@ -285,12 +284,11 @@ def review_items(ctx: Context, run: str) -> list[dict[str, Any]]:
 
 
 def image(ctx: Context, run: str, sha: str) -> bytes:
-    """A judged item's image: a ranged read of the pool's pack (one image's bytes), or
-    images/<sha256> for items cleaned before packs existed."""
+    """A judged item's image: a ranged read of the pool's pack (one image's bytes)."""
     review_items(ctx, run)
     ref = _IMAGES.get(run, {}).get(sha)
     if ref is None:
-        return ctx.store.get(f"images/{sha}")
+        raise NotFoundError(f"run {run} has no judged item with image {sha}")
     data = ctx.store.get_range(ref.pack, ref.offset, ref.offset + ref.length)
     if hashlib.sha256(data).hexdigest() != sha:
         raise NotFoundError(f"{ref.pack} does not hold image {sha}")

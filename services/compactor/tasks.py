@@ -16,13 +16,12 @@ from PIL import Image
 
 from rsieve.adapters.parquet import upload_splits
 from rsieve.adapters.storage import PackReader
-from rsieve.audit import STAGES
 from rsieve.calibration import CalibrationRecord, CalibrationShard, calibration_key
 from rsieve.commit import Examples, added_keys, commit_files, plan_compaction
 from rsieve.compaction import next_manifest
 from rsieve.errors import NotFoundError
 from rsieve.rows import assemble_rows
-from rsieve.schemas import Outcome, Quarantined
+from rsieve.schemas import STAGES, Outcome, Quarantined
 from services.common import Context
 
 

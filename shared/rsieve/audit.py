@@ -10,11 +10,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsieve.schemas import QUARANTINE_REASONS, REJECT_REASONS, ShardOutput
+from rsieve.schemas import QUARANTINE_REASONS, REJECT_REASONS, STAGES, ShardOutput
 
 __all__ = ["STAGES", "AuditResult", "audit_run", "plan_reconcile"]
 
-STAGES = ("clean", "generate", "verify", "judge")
 _TASK = {
     "clean": "rsieve.clean",
     "generate": "rsieve.generate",

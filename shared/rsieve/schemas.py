@@ -90,6 +90,10 @@ REJECT_REASONS: dict[str, str] = {
 }
 
 Stage = Literal["ingest", "clean", "generate", "verify", "judge", "compact"]
+# The stages that store one output per shard, in pipeline order.
+STAGES: tuple[str, ...] = ("clean", "generate", "verify", "judge")
+# A dataset's name: a path segment of datasets/<name>/ and of every run id.
+DATASET_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"
 
 
 class _Model(BaseModel):
@@ -246,7 +250,7 @@ class ShardTask(_Model):
 
 class RunRequest(_Model):
     pool_uri: str = Field(description="s3://bucket/prefix/ of an uploaded pool folder")
-    dataset: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+    dataset: str = Field(pattern=DATASET_PATTERN)
 
 
 class RunSpec(_Model):

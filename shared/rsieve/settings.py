@@ -13,6 +13,8 @@ from typing import Literal, get_origin
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from rsieve.schemas import DATASET_PATTERN
+
 __all__ = ["Settings", "get_settings"]
 
 _DEV_ACCESS_KEY = "rsieve-local"
@@ -123,7 +125,7 @@ class Settings(BaseSettings):
     # `rsieve.watch` task (Celery beat, every watch_interval_s); empty = off.
     watch_prefix: str = ""
     watch_interval_s: float = Field(30.0, gt=0)
-    watch_dataset: str = Field("watched", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+    watch_dataset: str = Field("watched", pattern=DATASET_PATTERN)
     # Task purity (docs/cleaning.md): a family whose measured off-task share exceeds the
     # threshold keeps only its on-task items; families under min_items are measured only.
     purity_threshold: float = Field(0.05, ge=0, le=1)

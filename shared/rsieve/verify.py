@@ -182,13 +182,6 @@ def relaxed_float(text: str) -> float | None:
         return None
 
 
-def relaxed_pair(prediction: str, target: str) -> bool:
-    pred_f, target_f = relaxed_float(prediction), relaxed_float(target)
-    if pred_f is not None and target_f:
-        return abs(pred_f - target_f) / abs(target_f) <= RELAXED_TOLERANCE
-    return prediction.lower() == target.lower()
-
-
 @register(
     "relaxed",
     version="2",

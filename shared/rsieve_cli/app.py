@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rsieve.errors import NotFoundError, RetryableError, RsieveError
+from rsieve.schemas import STAGES
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False)
 stack_app = typer.Typer(help="The local stack (Redis, SeaweedFS, Triton, workers, API).")
@@ -160,7 +161,7 @@ def audit(
     else:
         table = Table(
             "family",
-            *[f"{s} in/out/quar." for s in ("clean", "generate", "verify", "judge")],
+            *[f"{s} in/out/quar." for s in STAGES],
             title=run_id,
         )
         for fam, stages in result.families.items():
@@ -168,7 +169,7 @@ def audit(
                 fam,
                 *[
                     "{in}/{out}/{quarantined}".format(**stages[s]) if s in stages else "-"
-                    for s in ("clean", "generate", "verify", "judge")
+                    for s in STAGES
                 ],
             )
         Console().print(table)
@@ -262,10 +263,7 @@ def run(
             TimeElapsedColumn(),
             console=console,
         ) as progress:
-            bars = {
-                s: progress.add_task(s, total=None)
-                for s in ("clean", "generate", "verify", "judge")
-            }
+            bars = {s: progress.add_task(s, total=None) for s in STAGES}
 
             def show(status: dict) -> None:
                 for stage, bar in bars.items():

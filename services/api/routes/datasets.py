@@ -9,8 +9,9 @@ from typing import Any
 from fastapi import APIRouter, HTTPException
 
 from rsieve.errors import NotFoundError
+from rsieve.schemas import DATASET_PATTERN
 from services.api.deps import Authorised
-from services.api.models import DATASET_PATTERN, DatasetPublic, DatasetsPublic
+from services.api.models import DatasetPublic, DatasetsPublic
 
 router = APIRouter(prefix="/datasets", tags=["datasets"])
 

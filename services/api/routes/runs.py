@@ -12,11 +12,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, File, Form, HTTPException, Query, UploadFile
 
 from rsieve.calibration import summarise
+from rsieve.schemas import DATASET_PATTERN
 from services.api import runs
 from services.api.archive import ArchiveError, extract_pool
 from services.api.deps import Authorised
 from services.api.models import (
-    DATASET_PATTERN,
     QuarantinedPublic,
     QuarantinePublic,
     RunCreate,

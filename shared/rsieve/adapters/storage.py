@@ -86,12 +86,6 @@ class S3Store:
             ),
         )
 
-    def ensure_bucket(self) -> None:
-        try:
-            self._client.head_bucket(Bucket=self.bucket)
-        except ClientError:
-            self._client.create_bucket(Bucket=self.bucket)
-
     @contextmanager
     def _as_rsieve_errors(self, key: str) -> Iterator[None]:
         """boto3's errors as rsieve's (NotFound, Retryable, Permanent), in one place."""
