@@ -163,7 +163,7 @@ def one_run(
     sampler.start()
     wall0 = time.monotonic()
     run, settings = submit(stack, pool, dataset)
-    status = wait_for_run(settings.api_url, run, timeout=1200, poll_s=2.0)
+    status = wait_for_run(settings, run, timeout=1200, poll_s=2.0)
     wall = time.monotonic() - wall0
     cpu = tree_cpu_s(list(pids.values())) - cpu0
     sampler.stop.set()

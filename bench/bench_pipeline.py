@@ -259,13 +259,13 @@ def submit(stack: Stack, pool: Path, dataset: str) -> tuple[str, Any]:
     settings = Settings.from_env_map(stack.config.env())
     store = S3Store(settings)
     uri = upload_pool(store, pool)
-    return submit_run(settings.api_url, uri, dataset), settings
+    return submit_run(settings, uri, dataset), settings
 
 
 def wait_done(settings: Any, run: str, timeout: float) -> dict[str, Any]:
     from rsieve_cli.client import wait_for_run
 
-    return wait_for_run(settings.api_url, run, timeout=timeout, poll_s=2.0)
+    return wait_for_run(settings, run, timeout=timeout, poll_s=2.0)
 
 
 def pipeline_run(stack: Stack, pool: Path, items: int) -> dict[str, Any]:

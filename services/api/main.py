@@ -2,74 +2,37 @@
 scrape metrics, and review rejected items and judge promotions in a browser.
 
 Routes live in `routes/` (one module per resource), what they do apart from HTTP in
-`runs.py`, the models in `models.py`, dependencies (context, bearer token) in `deps.py`."""
+`runs.py`, the models in `models.py`, dependencies (context, bearer token) in `deps.py`,
+the layers in front of every route (security headers, the token, body limits) in
+`asgi.py`."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from rsieve.errors import NotFoundError, PermanentError, RetryableError
+from rsieve.settings import API_TOKEN_MIN_CHARS, api_token_problem, get_settings
+from services.api.asgi import Authorise, BodyLimit, SecurityHeaders, page_csp
 from services.api.routes import datasets, ops, review, runs
 from services.common import Context
 
 __all__ = ["create_app"]
 
 
-class BodyLimit:
-    """Refuses a request body over `limit` bytes with 413, by Content-Length up front or
-    by counting a streamed body (pure ASGI, so uploads are never read twice)."""
-
-    def __init__(self, app: Any, limit: int) -> None:
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        length = dict(scope.get("headers") or []).get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.limit):
-            await _too_large(send, self.limit)
-            return
-        seen = 0
-
-        async def counted() -> Any:
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise _TooLarge
-            return message
-
-        try:
-            await self.app(scope, counted, send)
-        except _TooLarge:
-            await _too_large(send, self.limit)
-
-
-class _TooLarge(Exception):
-    pass
-
-
-async def _too_large(send: Any, limit: int) -> None:
-    body = b'{"detail":"request body larger than %d bytes"}' % limit
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
 def create_app(ctx: Context | None = None, *, max_request_bytes: int | None = None) -> FastAPI:
-    """The app; `ctx` for tests, else built from RSIEVE_* settings on first request."""
+    """The app; `ctx` for tests, else built from RSIEVE_* settings on first request.
+    Refuses to start without a token that can guard it (rsieve.settings.api_token_problem),
+    unless `api_dev_open` is set (local development, docs/security.md)."""
+    settings = ctx.settings if ctx else get_settings()
+    token = settings.api_token.get_secret_value() if settings.api_token else None
+    problem = api_token_problem(token)
+    if problem and not (settings.api_dev_open and not token):
+        raise RuntimeError(
+            f"the API will not start: {problem}. Set RSIEVE_API_TOKEN to at least "
+            f"{API_TOKEN_MIN_CHARS} random characters (python -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))'), or RSIEVE_API_DEV_OPEN=true on a laptop"
+        )
     app = FastAPI(
         title="rsieve",
         version="0.1.0",
@@ -78,11 +41,10 @@ def create_app(ctx: Context | None = None, *, max_request_bytes: int | None = No
     app.state.ctx = ctx
     for module in (ops, runs, datasets, review):
         app.include_router(module.router)
-    if max_request_bytes is None:
-        from rsieve.settings import get_settings
-
-        max_request_bytes = (ctx.settings if ctx else get_settings()).api_max_request_bytes
-    app.add_middleware(BodyLimit, limit=max_request_bytes)
+    # Outermost last: headers on every answer, then the token, then the body's size.
+    app.add_middleware(BodyLimit, limit=max_request_bytes or settings.api_max_request_bytes)
+    app.add_middleware(Authorise, token=token)
+    app.add_middleware(SecurityHeaders, csp=page_csp(review.PAGE.read_bytes()))
 
     # Errors of the rsieve tree are answers, not 500s: storage away is 503 (retry).
     @app.exception_handler(RetryableError)

@@ -15,7 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rsieve.schemas import DATASET_PATTERN
 
-__all__ = ["Settings", "get_settings"]
+__all__ = ["API_TOKEN_MIN_CHARS", "Settings", "api_token_problem", "get_settings"]
 
 _DEV_ACCESS_KEY = "rsieve-local"
 _DEV_SECRET_KEY = "rsieve-local-secret"
@@ -142,7 +142,13 @@ class Settings(BaseSettings):
 
     # API.
     api_url: str = "http://127.0.0.1:18080"
+    # The bearer token every route but /healthz and the review page's HTML needs. The API
+    # refuses to start without one of at least API_TOKEN_MIN_CHARS that is no placeholder
+    # (`api_token_problem`), unless `api_dev_open` says, explicitly, that this is a laptop.
     api_token: SecretStr | None = None
+    # Local development only: the API answers without a token when none is set. Never in a
+    # deployment (docs/security.md); the local stack does not need it (it makes a token).
+    api_dev_open: bool = False
     # Folders the API may read a pool from when a submission names a path (none by default).
     api_pool_roots: list[str] = []
     # Largest request body the API accepts (an uploaded pool archive included).
@@ -206,3 +212,23 @@ class Settings(BaseSettings):
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return Settings()
+
+
+API_TOKEN_MIN_CHARS = 32
+_PLACEHOLDERS = ("change", "example", "placeholder", "secret", "token", "password", "xxxx")
+
+
+def api_token_problem(token: str | None) -> str | None:
+    """Why `token` cannot guard the API (None when it can): missing, shorter than
+    API_TOKEN_MIN_CHARS, or a placeholder: a few characters repeated, or a word such as
+    "changeme" or "example" in a token with fewer distinct characters than a random one
+    (32 random characters of base64 hold about 25 distinct ones)."""
+    if not token:
+        return "no token is set (RSIEVE_API_TOKEN)"
+    if len(token) < API_TOKEN_MIN_CHARS:
+        return f"the token is shorter than {API_TOKEN_MIN_CHARS} characters"
+    lowered = token.lower()
+    distinct = len(set(token))
+    if distinct <= 4 or (distinct < 20 and any(word in lowered for word in _PLACEHOLDERS)):
+        return "the token looks like a placeholder"
+    return None

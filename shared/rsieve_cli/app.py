@@ -203,6 +203,10 @@ def stack_up() -> None:
     with console.status("starting the local stack"):
         stack.up()
     _print_status(stack.status())
+    console.print(
+        f"API {stack.config.env()['RSIEVE_API_URL']}: its bearer token is `api_token` in "
+        f"{stack.dir / 'config.json'} (the review page at /review asks for it)"
+    )
 
 
 @stack_app.command("down")
@@ -253,8 +257,7 @@ def run(
         store = S3Store(settings)
         with console.status(f"uploading {pool}"):
             uri = upload_pool(store, pool)
-        token = settings.api_token.get_secret_value() if settings.api_token else None
-        run_id = submit(settings.api_url, uri, name, token=token)
+        run_id = submit(settings, uri, name)
         console.print(f"run [bold]{run_id}[/] for pool {pool} -> dataset {name}")
         with Progress(
             TextColumn("{task.description:>9}"),
@@ -269,9 +272,7 @@ def run(
                 for stage, bar in bars.items():
                     progress.update(bar, total=status["shards"], completed=status["stages"][stage])
 
-            final = wait_for_run(
-                settings.api_url, run_id, timeout=timeout, token=token, on_status=show
-            )
+            final = wait_for_run(settings, run_id, timeout=timeout, on_status=show)
         target = export_dataset(store, name, out)
     except (RsieveError, TimeoutError, OSError) as exc:
         console.print(f"[red]error:[/] {exc}")

@@ -11,19 +11,22 @@ from typing import Any
 import httpx
 
 from rsieve.errors import PermanentError
+from rsieve.settings import Settings
 
 __all__ = ["submit", "wait_for_run"]
 
 
-def _headers(token: str | None) -> dict[str, str]:
+def _headers(settings: Settings) -> dict[str, str]:
+    token = settings.api_token.get_secret_value() if settings.api_token else None
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def submit(api_url: str, pool_uri: str, dataset: str, token: str | None = None) -> str:
+def submit(settings: Settings, pool_uri: str, dataset: str) -> str:
+    """Submit an uploaded pool to the API at settings.api_url, with settings.api_token."""
     resp = httpx.post(
-        f"{api_url}/runs",
+        f"{settings.api_url}/runs",
         json={"pool_uri": pool_uri, "dataset": dataset},
-        headers=_headers(token),
+        headers=_headers(settings),
         timeout=30,
     )
     if resp.status_code >= 400:
@@ -32,11 +35,10 @@ def submit(api_url: str, pool_uri: str, dataset: str, token: str | None = None) 
 
 
 def wait_for_run(
-    api_url: str,
+    settings: Settings,
     run: str,
     *,
     timeout: float,
-    token: str | None = None,
     on_status: Callable[[dict[str, Any]], None] | None = None,
     poll_s: float = 1.0,
 ) -> dict[str, Any]:
@@ -47,7 +49,9 @@ def wait_for_run(
     status: dict[str, Any] = {"stages": "no answer yet"}
     while True:
         try:
-            resp = httpx.get(f"{api_url}/runs/{run}", headers=_headers(token), timeout=30)
+            resp = httpx.get(
+                f"{settings.api_url}/runs/{run}", headers=_headers(settings), timeout=30
+            )
         except httpx.HTTPError:
             resp = None  # the API (or the storage behind it) is briefly away: keep waiting
         if resp is None or resp.status_code >= 500:

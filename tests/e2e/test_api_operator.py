@@ -22,7 +22,7 @@ from rsieve_cli.local.stack import Stack
 from tests.conftest import stack_settings
 from tests.e2e.scenario import Scenario, build
 
-TOKEN = "operator-test-token"
+TOKEN = "0b8e2d4f6a1c3e5079b2d4f6a8c0e2f4a6b8c0d2"  # 40 hex: a token the API accepts
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
@@ -100,17 +100,59 @@ def finished(stack: Stack, scenario: Scenario) -> dict[str, Any]:
 def test_health_is_open_and_everything_else_needs_the_token(stack: Stack) -> None:
     api = _api(stack)
     assert httpx.get(f"{api}/healthz").status_code == 200
-    ready = httpx.get(f"{api}/readyz", timeout=30)
+    ready = httpx.get(f"{api}/readyz", headers=AUTH, timeout=30)
     assert ready.status_code == 200 and ready.json()["checks"] == {
         "redis": True,
         "s3": True,
         "triton": True,
     }
-    for path in ("/runs", "/metrics", "/datasets", "/runs/x-000000000000"):
-        assert httpx.get(f"{api}{path}").status_code == 401
+    paths = ("/readyz", "/docs", "/openapi.json", "/runs", "/metrics", "/datasets")
+    for path in (*paths, "/runs/x-000000000000"):
+        assert httpx.get(f"{api}{path}").status_code == 401, path
         assert (
             httpx.get(f"{api}{path}", headers={"Authorization": "Bearer nope"}).status_code == 401
         )
+    page = httpx.get(f"{api}/review")
+    assert page.status_code == 200  # the page's HTML only: every request it makes needs the token
+    assert page.headers["x-frame-options"] == "DENY"
+    assert page.headers["x-content-type-options"] == "nosniff"
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+    assert "'unsafe-inline'" not in page.headers["content-security-policy"]
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_an_unauthenticated_body_is_refused_before_it_is_read(stack: Stack) -> None:
+    """200 MB announced, streamed in 1 MB chunks, no token: 401 comes back while the body
+    is still being sent, and the API's memory does not grow by the body."""
+    import socket
+    from urllib.parse import urlparse
+
+    pid = stack.pid("api")
+    assert pid is not None
+    url = urlparse(_api(stack))
+    before = _rss_kib(pid)
+    size, chunk, sent = 200 * 1024**2, b"\0" * 1024**2, 0
+    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /runs/upload HTTP/1.1\r\nHost: api\r\n"
+            b"Content-Type: multipart/form-data; boundary=x\r\n"
+            b"Content-Length: %d\r\n\r\n" % size
+        )
+        try:
+            while sent < size:
+                sock.sendall(chunk)
+                sent += len(chunk)
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            pass  # the server answered and stopped reading: the rest never went in
+        reply = sock.recv(4096)
+    assert reply.startswith(b"HTTP/1.1 401"), reply[:200]
+    assert _rss_kib(pid) - before < 64 * 1024, "the API took the body into memory"
 
 
 def test_metrics_move_during_and_after_the_run(finished: dict[str, Any]) -> None:

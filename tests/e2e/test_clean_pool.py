@@ -120,8 +120,8 @@ def result(
     )
     settings = stack_settings(stack)
     store = S3Store(settings)
-    run = submit(settings.api_url, upload_pool(store, pool), "clean-test")
-    wait_for_run(settings.api_url, run, timeout=300)
+    run = submit(settings, upload_pool(store, pool), "clean-test")
+    wait_for_run(settings, run, timeout=300)
     cleaning = json.loads(store.get(f"runs/{run}/cleaning.json"))
     clean_items = [
         i
@@ -133,8 +133,8 @@ def result(
     for name in pool_files(pool):
         store.put(f"by-hand/{name}", (pool / name).read_bytes())
     store.put("by-hand/_complete", b"written by hand")
-    manual = submit(settings.api_url, f"s3://{store.bucket}/by-hand/", "clean-by-hand")
-    wait_for_run(settings.api_url, manual, timeout=300)
+    manual = submit(settings, f"s3://{store.bucket}/by-hand/", "clean-by-hand")
+    wait_for_run(settings, manual, timeout=300)
     by_hand = export_dataset(store, "clean-by-hand", root / "out-by-hand")
     # More images than ingest fetches at once (64), each a different one.
     lines = []
@@ -154,8 +154,8 @@ def result(
         )
     store.put("by-hand-big/items.jsonl", ("\n".join(lines) + "\n").encode())
     store.put("by-hand-big/_complete", b"written by hand")
-    big = submit(settings.api_url, f"s3://{store.bucket}/by-hand-big/", "clean-by-hand-big")
-    wait_for_run(settings.api_url, big, timeout=300)
+    big = submit(settings, f"s3://{store.bucket}/by-hand-big/", "clean-by-hand-big")
+    wait_for_run(settings, big, timeout=300)
     return (
         expected,
         export_dataset(store, "clean-test", root / "out"),

@@ -103,8 +103,8 @@ def test_local_and_s3_sources_resolve_to_the_attached_image(env: dict[str, Any])
             for n, src in enumerate(sources, 1)
         )
     )
-    run = submit(settings.api_url, upload_pool(store, pool), "prov-test")
-    wait_for_run(settings.api_url, run, timeout=300)
+    run = submit(settings, upload_pool(store, pool), "prov-test")
+    wait_for_run(settings, run, timeout=300)
     out = json.loads(store.get(f"runs/{run}/clean/00000.json"))
     quarantined = {q["line"]: (q["reason"], q["detail"]) for q in out["quarantined"]}
     assert set(quarantined) == {3, 4, 5, 7, 8}
@@ -194,7 +194,7 @@ def test_watched_pools_are_taken_once_when_complete(env: dict[str, Any]) -> None
     assert store.get(pool_prefix + "items.jsonl") == full
     # Same content, so the same pool and run as `upload_pool` + POST /runs would give.
     assert markers["inbox/marked/"]["run"] == grow_run
-    wait_for_run(settings.api_url, grow_run, timeout=300)
+    wait_for_run(settings, grow_run, timeout=300)
     index = json.loads(store.get(f"runs/{grow_run}/shards.json"))
     assert index["lines"] == 4
 

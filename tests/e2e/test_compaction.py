@@ -67,7 +67,7 @@ def setup(start_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[S
 
 def _upload_and_submit(stack: Stack, pool: Path) -> str:
     settings = stack_settings(stack)
-    return submit(settings.api_url, upload_pool(S3Store(settings), pool), DATASET)
+    return submit(settings, upload_pool(S3Store(settings), pool), DATASET)
 
 
 def _ids(path: Path) -> list[str]:
@@ -86,7 +86,7 @@ def test_growth_crash_and_recompaction(setup: tuple[Stack, Path, Path], tmp_path
     settings = stack_settings(stack)
     store = S3Store(settings)
     run_a = _upload_and_submit(stack, first)
-    wait_for_run(settings.api_url, run_a, timeout=180)
+    wait_for_run(settings, run_a, timeout=180)
     before = export_dataset(store, DATASET, tmp_path / "a")
     assert _ids(before) == [f"grow-{i:03d}" for i in range(8)]
     manifest_a = store.get(f"datasets/{DATASET}/manifest.json")

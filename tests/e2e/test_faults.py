@@ -73,13 +73,13 @@ def fault_stack(
 
 def _submit(stack: Stack, pool: Path) -> str:
     settings = stack_settings(stack)
-    return submit(settings.api_url, upload_pool(S3Store(settings), pool), pool.name)
+    return submit(settings, upload_pool(S3Store(settings), pool), pool.name)
 
 
 def _finish(stack: Stack, run: str, started: float) -> dict[str, Any]:
     """Wait for the run, then prove its accounting from storage."""
     settings = stack_settings(stack)
-    wait_for_run(settings.api_url, run, timeout=240)
+    wait_for_run(settings, run, timeout=240)
     ctx = bootstrap(settings)
     index, outputs = ctx.load_run(run)
     assert index is not None

@@ -145,8 +145,8 @@ def test_a_slow_last_item_does_not_empty_the_engine_while_shards_wait(
     )
     sampler.start()
     try:
-        run = submit(settings.api_url, upload_pool(S3Store(settings), pool), "engine")
-        status = wait_for_run(settings.api_url, run, timeout=240)
+        run = submit(settings, upload_pool(S3Store(settings), pool), "engine")
+        status = wait_for_run(settings, run, timeout=240)
     finally:
         stop.set()
         sampler.join()

@@ -86,7 +86,7 @@ def run(
 ) -> tuple[str, Path, int]:
     settings = stack_settings(stack)
     store = S3Store(settings)
-    run = submit(settings.api_url, upload_pool(store, pool), "restart-test")
+    run = submit(settings, upload_pool(store, pool), "restart-test")
     deadline = time.monotonic() + 120
     while not any(True for _ in store.list(f"runs/{run}/generate/")):
         assert time.monotonic() < deadline, "no shard was generated"
@@ -97,7 +97,7 @@ def run(
     stack.up()
     restarted = stack.pid("triton")
     assert before and restarted and restarted != before
-    wait_for_run(settings.api_url, run, timeout=300)
+    wait_for_run(settings, run, timeout=300)
     return run, export_dataset(store, "restart-test", tmp_path_factory.mktemp("out")), ITEMS
 
 

@@ -191,8 +191,8 @@ def stack(start_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Stack:
 def run(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     settings = stack_settings(stack)
     store = S3Store(settings)
-    run = submit(settings.api_url, upload_pool(store, stack.pool), "judge-test")  # type: ignore[attr-defined]
-    wait_for_run(settings.api_url, run, timeout=300)
+    run = submit(settings, upload_pool(store, stack.pool), "judge-test")  # type: ignore[attr-defined]
+    wait_for_run(settings, run, timeout=300)
     return run, export_dataset(store, "judge-test", tmp_path_factory.mktemp("out"))
 
 

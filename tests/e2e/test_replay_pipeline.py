@@ -50,8 +50,8 @@ def _run(stack: Stack, scenario: Scenario, out: Path) -> tuple[str, Path]:
     settings = stack_settings(stack)
     store = S3Store(settings)
     uri = upload_pool(store, scenario.folder)
-    run = submit(settings.api_url, uri, "replay-test")
-    wait_for_run(settings.api_url, run, timeout=300)
+    run = submit(settings, uri, "replay-test")
+    wait_for_run(settings, run, timeout=300)
     return run, export_dataset(store, "replay-test", out)
 
 

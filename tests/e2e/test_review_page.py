@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from tests.conftest import stack_settings
 from tests.e2e.scenario import Scenario, build
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-TOKEN = "review-token"
+TOKEN = "7f3c9a1e5b2d4f6081a3c5e7092b4d6f8a1c3e50"  # 40 hex: a token the API accepts
 pytestmark = pytest.mark.skipif(
     not Path(CHROMIUM).exists(), reason="Debian chromium missing (apt-get install chromium)"
 )
@@ -45,13 +46,8 @@ def finished(
         },
     )
     settings = stack_settings(stack)
-    run = submit(
-        settings.api_url,
-        upload_pool(S3Store(settings), scenario.folder),
-        "review-test",
-        token=TOKEN,
-    )
-    wait_for_run(settings.api_url, run, timeout=300, token=TOKEN)
+    run = submit(settings, upload_pool(S3Store(settings), scenario.folder), "review-test")
+    wait_for_run(settings, run, timeout=300)
     return stack, run, scenario
 
 
@@ -75,6 +71,13 @@ def test_review_page_shows_filters_and_records(
             ],
         )
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        # The page runs under the API's content security policy: anything it does that the
+        # policy forbids shows up here.
+        violations: list[str] = []
+        page.on(
+            "console",
+            lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None,
+        )
         page.goto(f"{api}/review?run={run}")
         page.fill("#token", TOKEN)
         page.press("#token", "Enter")
@@ -84,11 +87,16 @@ def test_review_page_shows_filters_and_records(
         total = cards.count()
         assert total >= 4
         # Every image arrives (fetched with the token) and decodes.
-        page.wait_for_function(
+        # Polled through DevTools' evaluate (wait_for_function would eval() in the page,
+        # which the policy forbids, rightly).
+        decoded = (
             "[...document.images].length > 0 && [...document.images].every("
-            "i => i.complete && i.naturalWidth > 0)",
-            timeout=20_000,
+            "i => i.complete && i.naturalWidth > 0)"
         )
+        deadline = time.monotonic() + 20
+        while not page.evaluate(decoded):
+            assert time.monotonic() < deadline, "the images never all decoded"
+            page.wait_for_timeout(200)
         expect(page.locator(".verdict .tag.CORRECT").first).to_be_visible()
         expect(page.locator(".verdict .tag.WRONG").first).to_be_visible()
         expect(page.locator(".decision").first).to_contain_text("alnum")
@@ -114,6 +122,7 @@ def test_review_page_shows_filters_and_records(
         expect(promoted.locator(".review")).to_contain_text("confirmed", timeout=10_000)
         page.select_option("#kind", "all")
         expect(cards.nth(total - 1)).to_be_visible()
+        assert violations == [], violations
         shot = tmp_path / "review.png"
         page.screenshot(path=str(shot), full_page=True)
         browser.close()

@@ -66,6 +66,9 @@ class StackConfig:
     bucket: str = "rsieve"
     access_key: str = "rsieve-local"
     secret_key: str = "rsieve-local-secret"
+    # The API's bearer token: made once per stack, kept in its config.json (0600), read
+    # by the command line and the tests from there (RSIEVE_API_TOKEN in `env`).
+    api_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     model_repository: Path = REPO_ROOT / "deploy" / "triton" / "cpu"
     models: list[str] = field(default_factory=lambda: ["rapidocr", SMOLLM2_MODEL])
     settings_env: dict[str, str] = field(default_factory=dict)
@@ -149,6 +152,7 @@ class StackConfig:
             "RSIEVE_S3_SECRET_KEY": self.secret_key,
             "RSIEVE_TRITON_GRPC_URL": f"127.0.0.1:{self.triton_grpc_port}",
             "RSIEVE_API_URL": f"http://127.0.0.1:{self.api_port}",
+            "RSIEVE_API_TOKEN": self.api_token,
             "RSIEVE_TRITON_METRICS_URL": f"http://127.0.0.1:{self.triton_metrics_port}/metrics",
             **self.settings_env,
         }
@@ -191,7 +195,10 @@ class Stack:
         c = self.config
         for folder in (self.dir / "pids", self.logs):
             folder.mkdir(parents=True, exist_ok=True)
-        (self.dir / "config.json").write_text(json.dumps(asdict(c), default=str, indent=1))
+        saved = self.dir / "config.json"  # holds the stack's secrets: its owner reads it
+        saved.touch(mode=0o600)
+        saved.chmod(0o600)
+        saved.write_text(json.dumps(asdict(c), default=str, indent=1))
         if self.pid("redis") is None:
             p = proc.start_redis(
                 state_dir=self.dir / "redis", port=c.redis_port, log=self.logs / "redis.log"

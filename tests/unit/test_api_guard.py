@@ -1,0 +1,136 @@
+"""The API's guard (services/api/asgi.py, create_app): no start without a token that can
+guard it, the token checked before any route and before any body is read, body limits,
+security headers. The app runs in process on fakes (tests/fakes.py); tests/e2e has the
+same against the real API."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import fakeredis
+import httpx
+import pytest
+
+from rsieve.settings import Settings, api_token_problem
+from services.api.main import create_app
+from services.common import bootstrap
+from tests.fakes import MemoryStore, Sent
+
+TOKEN = "5d1e9b3f7a2c4e6081b3d5f7092a4c6e8b0d2f41"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+class InProcess:
+    """Requests to the ASGI app in process (httpx's ASGI transport)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        async def go() -> httpx.Response:
+            transport = httpx.ASGITransport(app=self.app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://api") as c:
+                return await c.request(method, path, **kwargs)
+
+        return asyncio.run(go())
+
+    def get(self, path: str, **kwargs: Any) -> httpx.Response:
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, **kwargs: Any) -> httpx.Response:
+        return self.request("POST", path, **kwargs)
+
+
+def app_with(**settings: Any) -> Any:
+    ctx = bootstrap(
+        Settings(**settings), store=MemoryStore(), redis_client=fakeredis.FakeRedis(), send=Sent()
+    )
+    return create_app(ctx, max_request_bytes=4096)
+
+
+@pytest.mark.parametrize(
+    "token", [None, "", "short-token", "changeme-changeme-changeme-changeme", "a" * 48]
+)
+def test_the_api_does_not_start_with_a_token_that_cannot_guard_it(token: str | None) -> None:
+    with pytest.raises(RuntimeError, match="will not start"):
+        app_with(api_token=token)
+    assert api_token_problem(token) is not None
+
+
+def test_only_the_explicit_dev_mode_opens_it_and_never_with_a_weak_token() -> None:
+    client = InProcess(app_with(api_dev_open=True))
+    assert client.get("/datasets").status_code == 200
+    with pytest.raises(RuntimeError, match="shorter than 32"):
+        app_with(api_dev_open=True, api_token="short-token")
+
+
+@pytest.fixture
+def client() -> InProcess:
+    return InProcess(app_with(api_token=TOKEN))
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/readyz",
+        "/docs",
+        "/openapi.json",
+        "/runs",
+        "/datasets",
+        "/metrics",
+        "/runs/x-000000000000/review/items",
+    ],
+)
+def test_every_path_but_health_and_the_page_needs_the_token(client: InProcess, path: str) -> None:
+    refused = client.get(path)
+    assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
+    assert (
+        client.get(path, headers={"Authorization": "Bearer " + TOKEN[:-1] + "0"}).status_code == 401
+    )
+    assert client.get(path, headers=AUTH).status_code != 401
+
+
+def test_health_and_the_review_page_are_open_with_security_headers(client: InProcess) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    page = client.get("/review")
+    assert page.status_code == 200 and "<script>" in page.text
+    csp = page.headers["content-security-policy"]
+    assert "script-src 'sha256-" in csp and "'unsafe-inline'" not in csp
+    for response in (page, client.get("/runs")):
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["x-frame-options"] == "DENY"
+
+
+def test_an_unauthenticated_body_is_never_read(client: InProcess) -> None:
+    """The ASGI app answers 401 without calling receive(): no byte of the body is read."""
+    app = client.app
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        raise AssertionError("the body was read before the token was checked")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/runs/upload",
+        "raw_path": b"/runs/upload",
+        "query_string": b"",
+        "root_path": "",
+        "scheme": "http",
+        "http_version": "1.1",
+        "headers": [(b"content-length", str(200 * 1024**2).encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    asyncio.run(app(scope, receive, send))
+    assert sent[0]["status"] == 401
+
+
+def test_a_body_over_the_limit_is_413_once_authorised(client: InProcess) -> None:
+    resp = client.post("/runs", content=b"x" * 5000, headers=AUTH)
+    assert resp.status_code == 413
+    assert client.post("/runs", content=b"x" * 5000).status_code == 401  # the token first
