@@ -41,6 +41,9 @@ class MemoryStore:
     def list(self, prefix: str) -> Iterator[str]:
         return iter(sorted(k for k in self.objects if k.startswith(prefix)))
 
+    def size(self, key: str) -> int | None:
+        return len(self.objects[key]) if key in self.objects else None
+
     def sizes(self, prefix: str) -> dict[str, int]:
         return {k: len(self.objects[k]) for k in self.list(prefix)}
 

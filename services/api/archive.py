@@ -1,9 +1,13 @@
 """Safe extraction of an uploaded pool archive (tar, tar.gz/bz2/xz or zip).
 
-Refused, the whole upload with it: absolute names, names with `..`, links (symbolic or
-hard), devices and FIFOs, more files or more bytes than the limits. Members are written
-one by one to paths checked to lie inside the destination; nothing is ever extracted by
-the archive library's own path handling."""
+Refused, the whole upload with it (ArchiveError, a 422): absolute names, names with `..`
+or a NUL byte, links (symbolic or hard), devices and FIFOs, encrypted zip members, a file
+where a folder is needed, more members (files and folders) or more bytes than the limits,
+more bytes than `max_ratio` times the archive's own size, and tar extended headers (pax,
+GNU long names) over EXTENDED_HEADER_BYTES, which the tar reader would otherwise read
+into memory whole before any budget sees them. Members are written one by one to paths
+checked to lie inside the destination; nothing is ever extracted by the archive library's
+own path handling."""
 
 from __future__ import annotations
 
@@ -12,11 +16,32 @@ import stat
 import tarfile
 import zipfile
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, Any
 
 __all__ = ["ArchiveError", "extract_pool", "find_pool"]
 
 CHUNK = 1 << 20
+# Pax and GNU long-name headers of a real pool are a few hundred bytes.
+EXTENDED_HEADER_BYTES = 64 * 1024
+_EXTENDED = {
+    tarfile.XHDTYPE,
+    tarfile.XGLTYPE,
+    tarfile.SOLARIS_XHDTYPE,
+    tarfile.GNUTYPE_LONGNAME,
+    tarfile.GNUTYPE_LONGLINK,
+}
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """A TarInfo that refuses an extended header over EXTENDED_HEADER_BYTES before the
+    reader loads it (tarfile reads a pax or long-name header whole)."""
+
+    def _proc_member(self, archive: tarfile.TarFile) -> Any:
+        if self.type in _EXTENDED and self.size > EXTENDED_HEADER_BYTES:
+            raise ArchiveError(
+                f"a tar extended header of {self.size} bytes (at most {EXTENDED_HEADER_BYTES})"
+            )
+        return super()._proc_member(archive)  # type: ignore[misc]  # not in the stubs
 
 
 class ArchiveError(ValueError):
@@ -25,6 +50,8 @@ class ArchiveError(ValueError):
 
 def _safe_name(name: str, dest: Path) -> Path:
     path = PurePosixPath(name.replace("\\", "/"))
+    if "\0" in name:
+        raise ArchiveError(f"archive member {name!r} has a NUL byte in its name")
     if path.is_absolute() or ".." in path.parts or not path.parts or ":" in path.parts[0]:
         raise ArchiveError(f"archive member {name!r} leaves the pool folder")
     target = (dest / Path(*path.parts)).resolve()
@@ -40,22 +67,42 @@ class _Budget:
     def file(self) -> None:
         self.files -= 1
         if self.files < 0:
-            raise ArchiveError("the archive holds more files than RSIEVE_API_MAX_UPLOAD_FILES")
+            raise ArchiveError(
+                "the archive holds more members (files and folders) than "
+                "RSIEVE_API_MAX_UPLOAD_FILES"
+            )
 
-    def copy(self, src: IO[bytes], target: Path) -> None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with target.open("xb") as out:
+    def copy(self, src: IO[bytes], target: Path, name: str) -> None:
+        _folder(target.parent, name)
+        try:
+            out = target.open("xb")
+        except FileExistsError:
+            raise ArchiveError(f"archive member {name!r} appears twice") from None
+        with out:
             while chunk := src.read(CHUNK):
                 self.bytes -= len(chunk)
                 if self.bytes < 0:
-                    raise ArchiveError("the archive expands beyond RSIEVE_API_MAX_EXTRACTED_BYTES")
+                    raise ArchiveError(
+                        "the archive expands beyond RSIEVE_API_MAX_EXTRACTED_BYTES or "
+                        "RSIEVE_API_MAX_EXPANSION_RATIO times its own size"
+                    )
                 out.write(chunk)
 
 
-def extract_pool(archive: Path, dest: Path, *, max_files: int, max_bytes: int) -> Path:
+def _folder(folder: Path, name: str) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ArchiveError(f"archive member {name!r} is both a file and a folder") from None
+
+
+def extract_pool(
+    archive: Path, dest: Path, *, max_files: int, max_bytes: int, max_ratio: float = 50.0
+) -> Path:
     """Extract into dest (created) and return the pool folder inside it."""
     dest.mkdir(parents=True, exist_ok=True)
-    budget = _Budget(max_files, max_bytes)
+    ratio_bound = int(max_ratio * max(archive.stat().st_size, CHUNK))
+    budget = _Budget(max_files, min(max_bytes, ratio_bound))
     try:
         if zipfile.is_zipfile(archive):
             _extract_zip(archive, dest, budget)
@@ -63,10 +110,9 @@ def extract_pool(archive: Path, dest: Path, *, max_files: int, max_bytes: int) -
             _extract_tar(archive, dest, budget)
         else:
             raise ArchiveError("the upload is neither a tar nor a zip archive")
-    except FileExistsError as exc:
-        raise ArchiveError(f"archive member {exc.filename!r} appears twice") from None
-    except (tarfile.TarError, zipfile.BadZipFile, EOFError) as exc:
-        raise ArchiveError(f"the archive is damaged: {exc}") from None
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, NotImplementedError) as exc:
+        raise ArchiveError(f"the archive is damaged or unsupported: {exc}") from None
+
     return find_pool(dest)
 
 
@@ -77,27 +123,29 @@ def _extract_zip(archive: Path, dest: Path, budget: _Budget) -> None:
             mode = info.external_attr >> 16
             if stat.S_ISLNK(mode):
                 raise ArchiveError(f"archive member {info.filename!r} is a link")
-            if info.is_dir():
-                target.mkdir(parents=True, exist_ok=True)
-                continue
             budget.file()
+            if info.is_dir():
+                _folder(target, info.filename)
+                continue
+            if info.flag_bits & 0x1:
+                raise ArchiveError(f"archive member {info.filename!r} is encrypted")
             with zf.open(info) as src:
-                budget.copy(src, target)
+                budget.copy(src, target, info.filename)
 
 
 def _extract_tar(archive: Path, dest: Path, budget: _Budget) -> None:
-    with tarfile.open(archive, mode="r:*") as tf:
+    with tarfile.open(archive, mode="r:*", tarinfo=_BoundedTarInfo) as tf:
         for member in tf:
             target = _safe_name(member.name, dest)
+            budget.file()
             if member.isdir():
-                target.mkdir(parents=True, exist_ok=True)
+                _folder(target, member.name)
                 continue
             if not member.isfile():
                 raise ArchiveError(f"archive member {member.name!r} is a link or a device")
-            budget.file()
             src = tf.extractfile(member)
             assert src is not None
-            budget.copy(src, target)
+            budget.copy(src, target, member.name)
 
 
 def find_pool(root: Path) -> Path:

@@ -7,6 +7,7 @@ raises and the shard is retried: never a verdict."""
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,12 +22,16 @@ from services.common import Context
 
 __all__ = ["StackResolver", "pack_index", "resolver"]
 
+# S3's bucket naming rules (3-63 characters: lowercase letters, digits, dots, hyphens).
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+
 
 class StackResolver:
     """Resolves `local` and `s3` source references; results are cached per location."""
 
     def __init__(self, settings: Settings, store_for: Callable[[str], ObjectStore]) -> None:
         self._roots = [Path(r).resolve() for r in settings.provenance_roots]
+        self._buckets = {settings.s3_bucket, *settings.provenance_buckets}
         self._max_bytes = settings.image_max_bytes
         self._store_for = store_for
         self._cache: dict[tuple[str, str], Resolution] = {}
@@ -62,11 +67,23 @@ class StackResolver:
         return Resolution("missing")
 
     def _s3(self, uri: str) -> Resolution:
+        """Only buckets named in settings (s3_bucket, provenance_buckets), only objects of
+        at most image_max_bytes (their size is listed before any byte is read)."""
         bucket, key = parse_s3_uri(uri)
         if not bucket or not key or key.endswith("/"):
             return Resolution("unresolvable", why="not an object URI")
+        if not _BUCKET.fullmatch(bucket):
+            return Resolution("unresolvable", why="not an S3 bucket name")
+        if bucket not in self._buckets:
+            return Resolution("unresolvable", why="bucket not in provenance_buckets")
         try:
-            data = self._store_for(bucket).get(key)
+            store = self._store_for(bucket)
+            size = store.size(key)
+            if size is None:
+                return Resolution("missing")
+            if size > self._max_bytes:
+                return Resolution("found", why=f"{size} bytes, more than image_max_bytes")
+            data = store.get(key)
         except NotFoundError:
             return Resolution("missing")
         except PermanentError as exc:  # no such bucket, access denied

@@ -121,6 +121,9 @@ class Settings(BaseSettings):
     # Folders a local-path `source` may be read from to check it holds the attached image
     # (docs/cleaning.md); none by default, so local paths are unresolvable.
     provenance_roots: list[str] = []
+    # Buckets an s3:// `source` may be read from besides the services' own (s3_bucket);
+    # any other bucket is unresolvable, whatever the credentials reach.
+    provenance_buckets: list[str] = []
     # Continuous ingestion: pool folders under this S3 prefix are taken once each by the
     # `rsieve.watch` task (Celery beat, every watch_interval_s); empty = off.
     watch_prefix: str = ""
@@ -156,6 +159,9 @@ class Settings(BaseSettings):
     # Files an uploaded archive may hold, and their total size once extracted.
     api_max_upload_files: int = Field(200_000, ge=1)
     api_max_extracted_bytes: int = Field(8 * 1024**3, ge=1024)
+    # An archive may expand to at most this many times its own size (a pool of images
+    # barely compresses; a few KB that inflate to gigabytes are a bomb).
+    api_max_expansion_ratio: float = Field(50.0, ge=1.0)
     # Triton's Prometheus endpoint, read by the API's /metrics for in-flight requests.
     triton_metrics_url: str | None = None
 
@@ -186,8 +192,10 @@ class Settings(BaseSettings):
         return cls(**values)  # type: ignore[arg-type]
 
     def fingerprint(self) -> dict[str, object]:
-        """The settings that change decisions: part of a run's identity."""
-        return {
+        """The settings that change decisions: part of a run's identity. A setting added
+        after run ids existed enters only when set, so earlier runs keep their ids."""
+        added = {"provenance_buckets": self.provenance_buckets} if self.provenance_buckets else {}
+        return added | {
             "generator_model": self.generator_model,
             "judge_model": self.judge_model,
             "temperature": self.temperature,

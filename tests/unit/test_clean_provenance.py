@@ -57,7 +57,8 @@ def test_location_match_mismatch_missing(kind: str, policy: str) -> None:
     ref = SourceRef(kind, "/x.png" if kind == "local" else "s3://b/x.png")  # type: ignore[arg-type]
     assert decide(ref, IMG, policy, FOUND) == (True, f"{kind}_match")
     ok, why = decide(ref, IMG, policy, FOUND_OTHER)
-    assert not ok and "bytes differ from the image" in why and OTHER[:16] in why
+    assert not ok and "bytes differ from the image" in why
+    assert OTHER[:16] not in why  # another object's hash is never echoed
     ok, why = decide(ref, IMG, policy, MISSING)
     assert not ok and "does not exist" in why
 
@@ -121,18 +122,27 @@ def test_verify_source_asks_the_resolver_only_when_it_can_change_the_verdict() -
 class _Store:
     def __init__(self, objects: dict[str, bytes]) -> None:
         self.objects = objects
+        self.reads: list[str] = []
 
     def get(self, key: str) -> bytes:
         if key not in self.objects:
             raise NotFoundError(key)
+        self.reads.append(key)
         return self.objects[key]
 
+    def size(self, key: str) -> int | None:
+        return len(self.objects[key]) if key in self.objects else None
 
-def _stack_resolver(roots: list[Path], objects: dict[str, dict[str, bytes]]) -> StackResolver:
+
+def _stack_resolver(
+    roots: list[Path], objects: dict[str, dict[str, bytes]], **settings: Any
+) -> StackResolver:
+    stores = {bucket: _Store(held) for bucket, held in objects.items()}
+
     def store_for(bucket: str) -> Any:
-        if bucket not in objects:
+        if bucket not in stores:
             raise PermanentError(f"S3 NoSuchBucket on {bucket}")
-        return _Store(objects[bucket])
+        return stores[bucket]
 
     class _Lazy:  # the error surfaces on get, as with a real store
         def __init__(self, bucket: str) -> None:
@@ -141,8 +151,15 @@ def _stack_resolver(roots: list[Path], objects: dict[str, dict[str, bytes]]) -> 
         def get(self, key: str) -> bytes:
             return store_for(self.bucket).get(key)  # type: ignore[no-any-return]
 
-    settings = Settings(provenance_roots=[str(r) for r in roots])
-    return StackResolver(settings, _Lazy)  # type: ignore[arg-type]
+        def size(self, key: str) -> int | None:
+            return store_for(self.bucket).size(key)  # type: ignore[no-any-return]
+
+    resolver = StackResolver(
+        Settings(provenance_roots=[str(r) for r in roots], s3_bucket="rsieve", **settings),
+        _Lazy,  # type: ignore[arg-type]
+    )
+    resolver.stores = stores  # type: ignore[attr-defined]  # what the tests look into
+    return resolver
 
 
 def test_local_resolver(tmp_path: Path) -> None:
@@ -175,5 +192,22 @@ def test_s3_resolver() -> None:
     assert "bytes differ" in check("s3://rsieve/up/b.png")[1]
     assert "does not exist" in check("s3://rsieve/up/c.png")[1]
     ok, why = check("s3://elsewhere/a.png")
-    assert not ok and "unresolvable" in why and "NoSuchBucket" in why
+    assert not ok and "unresolvable" in why and "bucket not in provenance_buckets" in why
     assert verify_source("s3://elsewhere/a.png", IMG, "lenient", r) == (True, "unresolved")
+    allowed = _stack_resolver([], {}, provenance_buckets=["elsewhere"])
+    ok, why = verify_source("s3://elsewhere/a.png", IMG, "strict", allowed)
+    assert not ok and "NoSuchBucket" in why
+
+
+@pytest.mark.parametrize("bucket", ["Bad_Bucket", "a", "x" * 64, "-lead", "bucket!"])
+def test_a_malformed_bucket_is_unresolvable_never_a_retry(bucket: str) -> None:
+    r = _stack_resolver([], {}, provenance_buckets=[bucket])
+    ok, why = verify_source(f"s3://{bucket}/a.png", IMG, "strict", r)
+    assert not ok and "not an S3 bucket name" in why
+
+
+def test_an_s3_object_over_the_image_limit_is_never_read() -> None:
+    r = _stack_resolver([], {"rsieve": {"big.png": b"x" * 2048}}, image_max_bytes=1024)
+    ok, why = verify_source("s3://rsieve/big.png", IMG, "strict", r)
+    assert not ok and "2048 bytes, more than image_max_bytes" in why
+    assert r.stores["rsieve"].reads == []  # type: ignore[attr-defined]

@@ -66,6 +66,7 @@ def submit_upload(
                 work / "pool",
                 max_files=s.api_max_upload_files,
                 max_bytes=s.api_max_extracted_bytes,
+                max_ratio=s.api_max_expansion_ratio,
             )
         except ArchiveError as exc:
             raise HTTPException(422, str(exc)) from None

@@ -44,6 +44,7 @@ class ObjectStore(Protocol):
     def exists(self, key: str) -> bool: ...
     def list(self, prefix: str) -> Iterator[str]: ...
     def sizes(self, prefix: str) -> dict[str, int]: ...
+    def size(self, key: str) -> int | None: ...
 
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:
@@ -148,6 +149,14 @@ class S3Store:
             for page in pages:
                 for obj in page.get("Contents", []):
                     yield obj["Key"]
+
+    def size(self, key: str) -> int | None:
+        """The object's size in bytes (one HEAD), None when there is no such object."""
+        try:
+            with self._as_rsieve_errors(key):
+                return int(self._client.head_object(Bucket=self.bucket, Key=key)["ContentLength"])
+        except NotFoundError:
+            return None
 
     def sizes(self, prefix: str) -> dict[str, int]:
         """Key -> size in bytes of every object under `prefix` (one listing)."""
