@@ -20,6 +20,7 @@ from rsieve.calibration import CalibrationRecord, CalibrationShard, calibration_
 from rsieve.commit import Examples, added_keys, commit_files, plan_compaction
 from rsieve.compaction import next_manifest
 from rsieve.errors import NotFoundError
+from rsieve.images import IMAGE_FORMATS
 from rsieve.rows import assemble_rows
 from rsieve.schemas import STAGES, Outcome, Quarantined
 from services.common import Context
@@ -107,7 +108,7 @@ def _examples(
     for split, rows in assemble_rows(added).items():
         for row in rows[:3]:
             data = image_of(row["image_sha256"])
-            with Image.open(io.BytesIO(data)) as img:  # header only: the format
+            with Image.open(io.BytesIO(data), formats=IMAGE_FORMATS) as img:  # the header
                 ext = (img.format or "bin").lower()
             path = f"examples/{row['image_sha256'][:16]}.{ext}"
             ctx.store.put(prefix + path, data)

@@ -22,6 +22,7 @@ from PIL import Image
 from pydantic import ValidationError
 
 from rsieve.families import protocol_for
+from rsieve.images import IMAGE_FORMATS
 from rsieve.mcq import normalise_mcq
 from rsieve.packs import ImageRef
 from rsieve.prompts import build_question
@@ -121,7 +122,7 @@ def inspect_image(data: bytes, *, max_pixels: int, max_bytes: int) -> tuple[str,
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as img:
+            with Image.open(io.BytesIO(data), formats=IMAGE_FORMATS) as img:
                 width, height = img.size
                 if width * height > max_pixels:
                     return "image_too_large", f"{width}x{height} > {max_pixels} pixels"

@@ -483,3 +483,18 @@ def test_clean_item_vqa_family_is_cleaned() -> None:
     assert isinstance(item, Item)
     assert item.protocol == "vqa"
     assert item.question == f"How many?\n{INSTRUCTIONS['vqa']}"
+
+
+@pytest.mark.parametrize("fmt", ["PPM", "ICO", "PCX", "TGA"])
+def test_formats_outside_the_accepted_ones_are_never_decoded(fmt: str) -> None:
+    from PIL import Image
+
+    from rsieve.images import IMAGE_FORMATS, ImageError, prepare_image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8), "white").save(buf, format=fmt)
+    assert fmt not in IMAGE_FORMATS
+    problem = inspect_image(buf.getvalue(), max_pixels=10**6, max_bytes=10**6)
+    assert problem is not None and problem[0] == "unreadable_image"
+    with pytest.raises(ImageError):
+        prepare_image(buf.getvalue(), max_side=64, max_pixels=10**6)

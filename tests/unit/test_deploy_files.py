@@ -356,7 +356,8 @@ def test_rsieve_services_get_valid_production_settings(
         env = environment(services[name])
         assert required <= set(env), f"{name} lacks {sorted(required - set(env))}"
         assert env["RSIEVE_ENVIRONMENT"] == "production", name
-        assert "${REDIS_PASSWORD}@" in env["RSIEVE_REDIS_URL"], f"{name}: Redis without password"
+        # Required (`:?`): compose stops when the password is unset, never starts Redis open.
+        assert "${REDIS_PASSWORD:?" in env["RSIEVE_REDIS_URL"], f"{name}: Redis without password"
         values = {
             key.removeprefix("RSIEVE_").lower(): interpolate(value, env_example)
             for key, value in env.items()
@@ -465,7 +466,9 @@ def test_engine_capacity_is_the_engines_max_num_seqs() -> None:
 def test_redis_is_durable(services: dict[str, dict[str, Any]]) -> None:
     command = " ".join(as_list(services["redis"]["command"]))
     assert "--appendonly yes" in command and "--appendfsync everysec" in command
-    assert "--requirepass ${REDIS_PASSWORD}" in command
+    assert "--requirepass ${REDIS_PASSWORD:?" in command
+    # Bounded, and never silently dropping queued messages when full.
+    assert "--maxmemory ${REDIS_MAXMEMORY" in command and "--maxmemory-policy noeviction" in command
     assert any(str(v).endswith(":/data") for v in services["redis"]["volumes"])
 
 
@@ -863,3 +866,31 @@ def test_dockerfile_builds_the_smollm2_checkpoint_once() -> None:
 def test_triton_version_is_one_value(env_example: dict[str, str]) -> None:
     match = re.search(r"^ARG TRITON_VERSION=(\S+)$", DOCKERFILE.read_text(), re.M)
     assert match and match.group(1) == env_example["TRITON_VERSION"]
+
+
+def test_secrets_never_enter_the_docker_build_context() -> None:
+    """.dockerignore keeps compose's .env and every overlay's env file out (examples in)."""
+    import fnmatch
+
+    rules = [
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+
+    def ignored(path: str) -> bool:
+        verdict = False
+        for rule in rules:
+            negate, pattern = rule.startswith("!"), rule.lstrip("!")
+            candidates = {pattern, pattern.removeprefix("**/")}
+            if any(
+                fnmatch.fnmatch(path, p) or fnmatch.fnmatch(path.split("/")[-1], p)
+                for p in candidates
+            ):
+                verdict = not negate
+        return verdict
+
+    for secret in (".env", "deploy/k8s/overlays/gpu/secrets.env", "deploy/docker/.env"):
+        assert ignored(secret), secret
+    assert not ignored("deploy/k8s/secrets.env.example")
+    assert not ignored("shared/rsieve/settings.py")

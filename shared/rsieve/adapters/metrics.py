@@ -44,6 +44,13 @@ __all__ = [
 
 PREFIX = "rsieve:metrics"
 PROGRESS_TTL_S = 30 * 24 * 3600
+# Family labels are pool text: the counters keep at most MAX_FAMILY_LABELS distinct ones
+# (the first seen, in the set FAMILY_LABELS), each cut to LABEL_CHARS; the rest count as
+# OTHER_FAMILY, so neither Redis nor the scrape grows with what a pool names.
+MAX_FAMILY_LABELS = 200
+LABEL_CHARS = 64
+OTHER_FAMILY = "(other)"
+FAMILY_LABELS = f"{PREFIX}:families"
 # name -> (help, label names)
 COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "rsieve_items": (
@@ -131,17 +138,35 @@ class RedisMetrics:
     def __init__(self, client: Any) -> None:
         self._client = client
 
+    def _labels(self, families: set[str]) -> dict[str, str]:
+        """Each family's counter label (module constants: at most MAX_FAMILY_LABELS)."""
+        names = sorted(families)
+        known = self._client.smismember(FAMILY_LABELS, names) if names else []
+        labels: dict[str, str] = {}
+        for name, seen in zip(names, known, strict=True):
+            short = name[:LABEL_CHARS]
+            if not seen and self._client.scard(FAMILY_LABELS) < MAX_FAMILY_LABELS:
+                self._client.sadd(FAMILY_LABELS, name)
+                seen = True
+            labels[name] = short if seen else OTHER_FAMILY
+        return labels
+
     def record_shard(self, out: ShardOutput) -> None:
         """Counters for one stored stage output, and the run's progress for its stage
         (keyed by shard, so a redelivered shard overwrites rather than adds)."""
         c = shard_counts(out)
+        label = self._labels(
+            {f for table in ("outcomes", "quarantined", "rejected") for f, _ in c[table]}
+        )
         pipe = self._client.pipeline(transaction=False)
         for (fam, outcome), n in c["outcomes"].items():
-            pipe.hincrbyfloat(f"{PREFIX}:c:rsieve_items", _field(out.stage, fam, outcome), n)
+            pipe.hincrbyfloat(f"{PREFIX}:c:rsieve_items", _field(out.stage, label[fam], outcome), n)
         for (fam, reason), n in c["quarantined"].items():
-            pipe.hincrbyfloat(f"{PREFIX}:c:rsieve_quarantined", _field(out.stage, fam, reason), n)
+            pipe.hincrbyfloat(
+                f"{PREFIX}:c:rsieve_quarantined", _field(out.stage, label[fam], reason), n
+            )
         for (fam, reason), n in c["rejected"].items():
-            pipe.hincrbyfloat(f"{PREFIX}:c:rsieve_rejected", _field(fam, reason), n)
+            pipe.hincrbyfloat(f"{PREFIX}:c:rsieve_rejected", _field(label[fam], reason), n)
         key = f"rsieve:progress:{out.run}:{out.stage}"
         pipe.hset(
             key,

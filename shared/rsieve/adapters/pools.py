@@ -28,6 +28,7 @@ from PIL import Image
 from rsieve.adapters.storage import ObjectStore, write_packs
 from rsieve.cleaning import pool_image_path
 from rsieve.errors import PermanentError
+from rsieve.images import IMAGE_FORMATS
 
 __all__ = ["PoolFiles", "pool_files", "pool_format", "read_pool", "upload_pool"]
 
@@ -113,7 +114,7 @@ def _image_name(data: bytes, hint: str | None) -> str:
     suffix = Path(hint).suffix.lower() if hint else ""
     if not suffix:
         try:
-            with Image.open(io.BytesIO(data)) as img:
+            with Image.open(io.BytesIO(data), formats=IMAGE_FORMATS) as img:
                 suffix = "." + (img.format or "bin").lower()
         except Exception:  # noqa: BLE001 - unreadable bytes are the cleaner's to report
             suffix = ".bin"

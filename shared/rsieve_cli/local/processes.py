@@ -215,6 +215,9 @@ def start_redis(
         "--appendonly", "yes" if appendonly else "no",
         "--appendfsync", "everysec",
         "--save", "",
+        # Bounded; full means writes fail loudly, never queued messages dropped silently.
+        "--maxmemory", "1gb",
+        "--maxmemory-policy", "noeviction",
         "--daemonize", "no",
         "--protected-mode", "yes",
     ]  # fmt: skip
