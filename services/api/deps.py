@@ -29,8 +29,9 @@ _bearer = HTTPBearer(auto_error=False, description="RSIEVE_API_TOKEN")
 def authorised(
     ctx: Ctx, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)] = None
 ) -> Context:
-    """Every route but /healthz, /readyz and the static review page needs the token when
-    one is configured (RSIEVE_API_TOKEN); compared in constant time."""
+    """Every route but /healthz and the static review page needs the token
+    (RSIEVE_API_TOKEN), compared in constant time; services/api/asgi.py checks it first,
+    before any route runs, and this documents it in the OpenAPI schema."""
     token = ctx.settings.api_token
     if token is None:
         return ctx

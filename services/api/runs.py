@@ -22,9 +22,10 @@ from rsieve.adapters.metrics import progress
 from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import parse_s3_uri
 from rsieve.errors import NotFoundError, PermanentError
-from rsieve.packs import ImageRef
+from rsieve.packs import INDEX as PACK_INDEX
+from rsieve.packs import ImageRef, PackIndex
 from rsieve.schemas import DATASET_PATTERN, STAGES, Outcome, RunSpec, ShardOutput
-from rsieve.submission import run_id
+from rsieve.submission import REFUSED, pool_digest, run_id
 from rsieve.verify import protocol_versions
 from services.api.models import StageProgress
 from services.common import Context
@@ -36,10 +37,9 @@ def submit(ctx: Context, pool_uri: str, dataset: str) -> str:
     bucket, prefix = parse_s3_uri(pool_uri)
     if bucket != ctx.settings.s3_bucket or not prefix.endswith("/"):
         raise HTTPException(422, f"pool_uri must be s3://{ctx.settings.s3_bucket}/<prefix>/")
-    try:
-        pool_sha = ctx.store.get(f"{prefix}_complete").decode().strip()
-    except NotFoundError:
-        raise HTTPException(404, "pool upload is not complete (no _complete marker)") from None
+    if not ctx.store.exists(f"{prefix}_complete"):
+        raise HTTPException(404, "pool upload is not complete (no _complete marker)")
+    pool_sha = stored_pool_digest(ctx, prefix)
     run = run_id(pool_sha, dataset, ctx.settings.fingerprint(), protocol_versions())
     spec_key = f"runs/{run}/run.json"
     if not ctx.store.exists(spec_key):
@@ -61,6 +61,27 @@ def submit(ctx: Context, pool_uri: str, dataset: str) -> str:
         )
         ctx.next("rsieve.ingest", run=run)
     return run
+
+
+def stored_pool_digest(ctx: Context, prefix: str) -> str:
+    """The digest of the pool stored under `prefix`, computed here, never taken from the
+    uploader's `_complete` marker (which only says the upload is whole): from items.jsonl
+    and the pack index's sha256 of every image (the cleaner re-hashes each image against
+    the index: `image_digest_mismatch`), or, for a pool written without packs, from every
+    object under the prefix, read here."""
+    items = ctx.store.get(f"{prefix}items.jsonl")
+    refused = ctx.store.get(prefix + REFUSED) if ctx.store.exists(prefix + REFUSED) else None
+    try:
+        index = PackIndex.model_validate_json(ctx.store.get(prefix + PACK_INDEX))
+        files = {path: ref.sha256 for path, ref in index.images.items()}
+    except NotFoundError:
+        skip = {"items.jsonl", REFUSED, "_complete"}
+        files = {
+            key[len(prefix) :]: hashlib.sha256(ctx.store.get(key)).hexdigest()
+            for key in ctx.store.list(prefix)
+            if key[len(prefix) :] not in skip and not key[len(prefix) :].startswith("_packs/")
+        }
+    return pool_digest(items, files, refused)
 
 
 def submit_folder(ctx: Context, folder: Path, dataset: str) -> str:

@@ -10,7 +10,24 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["run_id"]
+__all__ = ["pool_digest", "run_id"]
+
+ITEMS, REFUSED = "items.jsonl", "_refused.json"
+
+
+def pool_digest(items: bytes, files: Mapping[str, str], refused: bytes | None = None) -> str:
+    """A pool's digest: sha256 over items.jsonl, then every image file in name order, then
+    `_refused.json` if any, each as name, NUL, sha256 of its bytes. `files`: name -> the
+    hex sha256 of its bytes (what a pack index records, so the API recomputes the digest of
+    an uploaded pool without reading its images)."""
+    digest = hashlib.sha256()
+    entries = [(ITEMS, hashlib.sha256(items).digest())]
+    entries += [(name, bytes.fromhex(files[name])) for name in sorted(files)]
+    if refused is not None:
+        entries.append((REFUSED, hashlib.sha256(refused).digest()))
+    for name, sha in entries:
+        digest.update(name.encode() + b"\0" + sha)
+    return digest.hexdigest()
 
 
 def run_id(

@@ -182,3 +182,44 @@ def test_a_rejection_the_judge_calls_correct_is_promoted_and_wrong_stays_rejecte
         assert after.verdict.verdict == "WRONG"
         assert after.verdict.model == context.settings.judge_model
         assert after.verdict.model_kind == JUDGE.kind  # what the model declared
+
+
+def test_the_run_id_comes_from_the_pools_content_never_from_its_marker(
+    ctx: tuple[Context, MemoryStore, Sent, TableJudge],
+) -> None:
+    from services.api.runs import stored_pool_digest
+
+    context, store, sent, table = ctx
+    uri = upload_pool(store, ROOT / "examples" / "pool")
+    prefix = uri.split("/", 3)[3]
+    marker = store.get(prefix + "_complete").decode()
+    assert stored_pool_digest(context, prefix) == marker  # the uploader's digest, recomputed
+    run = submit(context, uri, "fakes")
+    # Someone with write access rewrites the marker to squat another pool's run id.
+    store.put(prefix + "_complete", b"f" * 64)
+    assert submit(context, uri, "fakes") == run
+    # A pack index that lies about an image changes the digest (and the cleaner would
+    # quarantine the image as image_digest_mismatch).
+    index = json.loads(store.get(prefix + "_packs/index.json"))
+    first = next(iter(index["images"]))
+    index["images"][first]["sha256"] = "0" * 64
+    store.put(prefix + "_packs/index.json", json.dumps(index).encode())
+    assert stored_pool_digest(context, prefix) != marker
+
+
+def test_a_pool_written_without_packs_is_digested_from_its_objects(
+    ctx: tuple[Context, MemoryStore, Sent, TableJudge],
+) -> None:
+    from services.api.runs import stored_pool_digest
+
+    context, store, sent, table = ctx
+    uri = upload_pool(store, ROOT / "examples" / "pool")
+    prefix = uri.split("/", 3)[3]
+    by_hand = "by-hand/"
+    index = json.loads(store.get(prefix + "_packs/index.json"))
+    for path, ref in index["images"].items():  # the same files, laid out by hand
+        pack = store.get(ref["pack"])
+        store.put(by_hand + path, pack[ref["offset"] : ref["offset"] + ref["length"]])
+    store.put(by_hand + "items.jsonl", store.get(prefix + "items.jsonl"))
+    store.put(by_hand + "_complete", b"written by hand")
+    assert stored_pool_digest(context, by_hand) == stored_pool_digest(context, prefix)

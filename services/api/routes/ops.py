@@ -25,7 +25,9 @@ def healthz() -> dict[str, str]:
 
 @router.get("/readyz", responses={503: {"description": "a dependency is not ready"}})
 def readyz(ctx: Ctx) -> JSONResponse:
-    """Redis answers PING, the bucket lists, Triton says it is ready."""
+    """What the API itself needs: Redis answers PING and the bucket lists. Triton is the
+    workers' dependency, not the API's (in Kubernetes the network policy keeps the API
+    from it)."""
     checks: dict[str, Any] = {}
     try:
         checks["redis"] = bool(ctx.redis.ping())
@@ -36,22 +38,8 @@ def readyz(ctx: Ctx) -> JSONResponse:
         checks["s3"] = True
     except Exception as exc:  # noqa: BLE001
         checks["s3"] = f"{type(exc).__name__}: {exc}"[:200]
-    checks["triton"] = _triton_ready(ctx.settings.triton_grpc_url)
     ready = all(v is True for v in checks.values())
     return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
-
-
-def _triton_ready(url: str) -> bool | str:
-    import tritonclient.grpc as grpcclient
-
-    try:
-        client = grpcclient.InferenceServerClient(url=url)
-        try:
-            return bool(client.is_server_ready(client_timeout=3))
-        finally:
-            client.close()
-    except Exception as exc:  # noqa: BLE001
-        return f"{type(exc).__name__}: {exc}"[:200]
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})

@@ -29,6 +29,7 @@ from rsieve.adapters.storage import ObjectStore, write_packs
 from rsieve.cleaning import pool_image_path
 from rsieve.errors import PermanentError
 from rsieve.images import IMAGE_FORMATS
+from rsieve.submission import pool_digest
 
 __all__ = ["PoolFiles", "pool_files", "pool_format", "read_pool", "upload_pool"]
 
@@ -239,15 +240,11 @@ def upload_pool(store: ObjectStore, folder: Path, *, family: str | None = None) 
     for the cleaner. `_complete` is written last and holds the digest."""
     pool = read_pool(folder, family=family)
     names = sorted(pool.files)
-    digest = hashlib.sha256()
     extra: dict[str, bytes] = {"items.jsonl": pool.items}
     if pool.refused:
         extra["_refused.json"] = json.dumps(pool.refused, sort_keys=True).encode()
-    # The digest's order (items.jsonl, the images, _refused.json) keeps earlier pools' ids.
-    for name in ["items.jsonl", *names, *(["_refused.json"] if pool.refused else [])]:
-        data = extra[name] if name in extra else pool.read(name)
-        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
-    pool_sha = digest.hexdigest()
+    shas = {name: hashlib.sha256(pool.read(name)).hexdigest() for name in names}
+    pool_sha = pool_digest(pool.items, shas, extra.get("_refused.json"))
     prefix = f"pools/{pool_sha}/"
     if not store.exists(prefix + "_complete"):
         # In line order, so a shard's images lie together.
