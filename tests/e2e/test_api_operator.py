@@ -333,3 +333,42 @@ def test_grafana_dashboard_queries_metrics_the_api_exposes(finished: dict[str, A
         if line.startswith("# HELP rsieve_")
     }
     assert names and names <= exposed, names - exposed
+
+
+def test_archive_bombs_are_refused_without_taking_memory_or_disk(stack: Stack) -> None:
+    """A 200 MB pax header in a few KB of .tar.xz, and a zip that inflates 100 MB from
+    about 100 KB: both 422, the API's memory grows by less than 64 MB, and no extraction
+    folder is left behind."""
+    import glob
+    import lzma
+    import tempfile
+
+    pid = stack.pid("api")
+    assert pid is not None
+    bomb = tarfile.TarInfo("items.jsonl")
+    bomb.pax_headers = {"comment": "x" * (200 * 1024**2)}
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        tf.addfile(bomb, io.BytesIO(b""))
+    tar_xz = lzma.compress(raw.getvalue())
+    del raw
+    zbuf = io.BytesIO()
+    with zipfile.ZipFile(zbuf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("items.jsonl", b'{"id": "a"}\n')
+        zf.writestr("zeros.png", b"\0" * (100 * 1024**2))
+    assert len(tar_xz) < 200_000 and len(zbuf.getvalue()) < 400_000
+    before = _rss_kib(pid)
+    for name, data, why in (
+        ("p.tar.xz", tar_xz, "extended header"),
+        ("p.zip", zbuf.getvalue(), "EXPANSION_RATIO"),
+    ):
+        resp = httpx.post(
+            f"{_api(stack)}/runs/upload",
+            headers=AUTH,
+            data={"dataset": "bomb"},
+            files={"pool": (name, data)},
+            timeout=60,
+        )
+        assert resp.status_code == 422 and why in resp.text, resp.text
+    assert _rss_kib(pid) - before < 64 * 1024, "an archive bomb took the API's memory"
+    assert not glob.glob(f"{tempfile.gettempdir()}/rsieve-upload-*"), "extraction left behind"
