@@ -1,6 +1,7 @@
 """`python -m services.cleaner.beat [--schedule FILE]`: Celery beat sending `rsieve.watch`
-to the clean queue every `watch_interval_s` (continuous ingestion, services/cleaner/watch.py).
-Exits at once when `watch_prefix` is empty (watching off). Run exactly one beat per
+to the clean queue every `watch_interval_s` (continuous ingestion, services/cleaner/watch.py;
+only with a `watch_prefix`) and `rsieve.sweep` every `sweep_interval_s` (stalled runs
+reconciled, services/cleaner/sweep.py). Exits at once when neither is on. Run exactly one beat per
 deployment; a second would only double the looks (takes stay exactly-once)."""
 
 from __future__ import annotations
@@ -16,17 +17,23 @@ from services.common import bootstrap
 
 
 def beat_schedule(settings: Settings) -> dict[str, Any]:
-    """The beat schedule: one look per interval; a look not started within the interval
-    (the cleaners are busy) expires instead of piling up."""
-    if not settings.watch_prefix.strip():
-        return {}
-    return {
-        "rsieve-watch": {
+    """The beat schedule: a look at the watched prefix per `watch_interval_s` (when one is
+    set) and a sweep per `sweep_interval_s` (unless 0); a message not started within its
+    interval (the cleaners are busy) expires instead of piling up."""
+    schedule: dict[str, Any] = {}
+    if settings.watch_prefix.strip():
+        schedule["rsieve-watch"] = {
             "task": "rsieve.watch",
             "schedule": settings.watch_interval_s,
             "options": {"queue": "clean", "expires": max(settings.watch_interval_s, 1.0)},
         }
-    }
+    if settings.sweep_interval_s > 0:
+        schedule["rsieve-sweep"] = {
+            "task": "rsieve.sweep",
+            "schedule": settings.sweep_interval_s,
+            "options": {"queue": "clean", "expires": max(settings.sweep_interval_s, 1.0)},
+        }
+    return schedule
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = bootstrap()
     schedule = beat_schedule(ctx.settings)
     if not schedule:
-        logging.getLogger("rsieve").info("watch_prefix is empty: no beat")
+        logging.getLogger("rsieve").info("no watch_prefix and no sweep: no beat")
         return 0
     ctx.app.conf.beat_schedule = schedule
     ctx.app.start(["beat", "--schedule", args.schedule, "--loglevel", "INFO"])

@@ -21,6 +21,7 @@ from rsieve.provenance import verify_source
 from rsieve.schemas import Item, Quarantined, ShardOutput
 from rsieve.shards import ShardInput, split_pool
 from services.cleaner.sources import pack_index, resolver
+from services.cleaner.sweep import register_sweep
 from services.cleaner.watch import register_watch
 from services.common import Context
 
@@ -109,6 +110,7 @@ def register(ctx: Context) -> None:
         ctx.next("rsieve.generate", run=run, shard=shard, lines=lines)
 
     register_watch(ctx)  # continuous ingestion (watch.py), sent by Celery beat
+    register_sweep(ctx)  # stalled runs reconciled (sweep.py), sent by Celery beat
 
 
 def _lazy_embed(texts: Sequence[str]) -> np.ndarray:

@@ -137,3 +137,11 @@ def plan_reconcile(
     if not plan and not compacted:
         plan.append(("rsieve.compact", {}))
     return plan
+
+
+def stalled(last_activity: float | None, submitted_at: float, now: float, after_s: float) -> bool:
+    """A run nothing has happened to for `after_s` seconds: no stage output recorded since
+    (or, before any, since its submission). Long past the visibility timeout, that is a
+    run whose messages were lost (a broker without persistence restarted, a queue purged),
+    not a slow one: the sweeper reconciles it (`plan_reconcile`)."""
+    return now - max(last_activity or 0.0, submitted_at) > after_s

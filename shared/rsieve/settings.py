@@ -128,6 +128,11 @@ class Settings(BaseSettings):
     # `rsieve.watch` task (Celery beat, every watch_interval_s); empty = off.
     watch_prefix: str = ""
     watch_interval_s: float = Field(30.0, gt=0)
+    # The sweeper (on the beat): every sweep_interval_s (0 = off) it reconciles each run not
+    # yet compacted that nothing has happened to for sweep_after_s (twice the visibility
+    # timeout by default: a shard in flight comes back within one).
+    sweep_interval_s: float = Field(300.0, ge=0)
+    sweep_after_s: float = Field(1800.0, gt=0)
     watch_dataset: str = Field("watched", pattern=DATASET_PATTERN)
     # Task purity (docs/cleaning.md): a family whose measured off-task share exceeds the
     # threshold keeps only its on-task items; families under min_items are measured only.

@@ -48,8 +48,11 @@ def test_readiness() -> None:
     )
 
 
-def test_beat_schedule_only_when_watching() -> None:
-    assert beat_schedule(Settings()) == {}
+def test_beat_schedule_watches_only_with_a_prefix_and_sweeps_unless_off() -> None:
+    assert set(beat_schedule(Settings())) == {"rsieve-sweep"}
+    assert beat_schedule(Settings(sweep_interval_s=0)) == {}
+    sweep = beat_schedule(Settings(sweep_interval_s=60))["rsieve-sweep"]
+    assert sweep["task"] == "rsieve.sweep" and sweep["schedule"] == 60
     entry = beat_schedule(Settings(watch_prefix="inbox/", watch_interval_s=7))["rsieve-watch"]
     assert entry["task"] == "rsieve.watch" and entry["schedule"] == 7
     assert entry["options"]["queue"] == "clean"

@@ -278,8 +278,8 @@ def test_beat_and_cleaners_share_the_watch_settings(
         }
         return Settings(**{**values, "watch_prefix": prefix})
 
-    assert beat_schedule(settings("")) == {}, "an unset prefix must turn the beat off"
-    (entry,) = beat_schedule(settings("incoming/")).values()
+    assert "rsieve-watch" not in beat_schedule(settings("")), "an unset prefix: no watching"
+    entry = beat_schedule(settings("incoming/"))["rsieve-watch"]
     assert entry["task"] == "rsieve.watch" and entry["options"]["queue"] == "clean"
     cleaner_main = (REPO / "services" / "cleaner" / "__main__.py").read_text()
     assert re.search(r'run_worker\(\s*"cleaner"\s*,\s*"clean"', cleaner_main)

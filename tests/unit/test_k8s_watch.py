@@ -178,9 +178,11 @@ def test_the_beat_gets_the_cleaners_settings(watched: dict[str, Objs]) -> None:
         assert settings.watch_prefix == wanted and watch_prefix(settings.watch_prefix), overlay
         # A non-empty schedule, to the cleaner's queue (an empty one would exit 0 and the
         # pod would restart forever).
-        (entry,) = beat_schedule(settings).values()
-        assert entry["task"] == "rsieve.watch", overlay
-        assert entry["options"]["queue"] == k8s.WORKER_QUEUES["cleaner"], overlay
+        schedule = beat_schedule(settings)
+        assert set(schedule) == {"rsieve-watch", "rsieve-sweep"}, overlay
+        assert schedule["rsieve-watch"]["task"] == "rsieve.watch", overlay
+        for entry in schedule.values():
+            assert entry["options"]["queue"] == k8s.WORKER_QUEUES["cleaner"], overlay
 
 
 def test_nothing_scales_the_beat(watched: dict[str, Objs]) -> None:
