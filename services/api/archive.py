@@ -61,8 +61,8 @@ def _safe_name(name: str, dest: Path) -> Path:
 
 
 class _Budget:
-    def __init__(self, max_files: int, max_bytes: int) -> None:
-        self.files, self.bytes = max_files, max_bytes
+    def __init__(self, max_files: int, max_bytes: int, max_member_bytes: int | None) -> None:
+        self.files, self.bytes, self.member = max_files, max_bytes, max_member_bytes
 
     def file(self) -> None:
         self.files -= 1
@@ -72,14 +72,26 @@ class _Budget:
                 "RSIEVE_API_MAX_UPLOAD_FILES"
             )
 
-    def copy(self, src: IO[bytes], target: Path, name: str) -> None:
+    def copy(self, src: IO[bytes], target: Path, name: str, size: int) -> None:
+        """`size`: what the archive says the member holds, checked before any byte is
+        read (and the bytes counted as they come, whatever it said)."""
+        is_items = PurePosixPath(name).name == "items.jsonl"
+        if self.member is not None and not is_items and size > self.member:
+            raise ArchiveError(
+                f"archive member {name!r} is {size} bytes, more than RSIEVE_IMAGE_MAX_BYTES"
+            )
         _folder(target.parent, name)
         try:
             out = target.open("xb")
         except FileExistsError:
             raise ArchiveError(f"archive member {name!r} appears twice") from None
+        cap = None if self.member is None or is_items else self.member
+        written = 0
         with out:
             while chunk := src.read(CHUNK):
+                written += len(chunk)
+                if cap is not None and written > cap:
+                    raise ArchiveError(f"archive member {name!r} holds more than it says")
                 self.bytes -= len(chunk)
                 if self.bytes < 0:
                     raise ArchiveError(
@@ -97,12 +109,20 @@ def _folder(folder: Path, name: str) -> None:
 
 
 def extract_pool(
-    archive: Path, dest: Path, *, max_files: int, max_bytes: int, max_ratio: float = 50.0
+    archive: Path,
+    dest: Path,
+    *,
+    max_files: int,
+    max_bytes: int,
+    max_ratio: float = 50.0,
+    max_member_bytes: int | None = None,
 ) -> Path:
-    """Extract into dest (created) and return the pool folder inside it."""
+    """Extract into dest (created) and return the pool folder inside it. Every member but
+    items.jsonl holds at most `max_member_bytes` (an image: what the pool may later read
+    whole)."""
     dest.mkdir(parents=True, exist_ok=True)
     ratio_bound = int(max_ratio * max(archive.stat().st_size, CHUNK))
-    budget = _Budget(max_files, min(max_bytes, ratio_bound))
+    budget = _Budget(max_files, min(max_bytes, ratio_bound), max_member_bytes)
     try:
         if zipfile.is_zipfile(archive):
             _extract_zip(archive, dest, budget)
@@ -130,7 +150,7 @@ def _extract_zip(archive: Path, dest: Path, budget: _Budget) -> None:
             if info.flag_bits & 0x1:
                 raise ArchiveError(f"archive member {info.filename!r} is encrypted")
             with zf.open(info) as src:
-                budget.copy(src, target, info.filename)
+                budget.copy(src, target, info.filename, info.file_size)
 
 
 def _extract_tar(archive: Path, dest: Path, budget: _Budget) -> None:
@@ -145,7 +165,7 @@ def _extract_tar(archive: Path, dest: Path, budget: _Budget) -> None:
                 raise ArchiveError(f"archive member {member.name!r} is a link or a device")
             src = tf.extractfile(member)
             assert src is not None
-            budget.copy(src, target, member.name)
+            budget.copy(src, target, member.name, member.size)
 
 
 def find_pool(root: Path) -> Path:

@@ -116,3 +116,11 @@ def test_a_file_where_a_folder_is_needed_is_refused(tmp_path: Path) -> None:
     data = tar_bytes([file_info("pool", b"a file"), file_info("pool/items.jsonl", ITEMS)])
     with pytest.raises(ArchiveError, match="both a file and a folder"):
         extract(tmp_path, data)
+
+
+def test_a_member_over_the_image_bound_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    data = tar_bytes([file_info("items.jsonl", ITEMS * 100), file_info("big.png", b"x" * 5000)])
+    with pytest.raises(ArchiveError, match="5000 bytes, more than RSIEVE_IMAGE_MAX_BYTES"):
+        extract(tmp_path, data, max_member_bytes=4096)
+    (tmp_path / "ok").mkdir()  # items.jsonl is bounded by the whole archive's budget only
+    assert extract(tmp_path / "ok", data, max_member_bytes=5000).is_dir()

@@ -67,6 +67,7 @@ def submit_upload(
                 max_files=s.api_max_upload_files,
                 max_bytes=s.api_max_extracted_bytes,
                 max_ratio=s.api_max_expansion_ratio,
+                max_member_bytes=s.image_max_bytes,
             )
         except ArchiveError as exc:
             raise HTTPException(422, str(exc)) from None
