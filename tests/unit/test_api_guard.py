@@ -134,3 +134,27 @@ def test_a_body_over_the_limit_is_413_once_authorised(client: InProcess) -> None
     resp = client.post("/runs", content=b"x" * 5000, headers=AUTH)
     assert resp.status_code == 413
     assert client.post("/runs", content=b"x" * 5000).status_code == 401  # the token first
+
+
+@pytest.mark.parametrize("token", ["", "short-token", "changeme-changeme-changeme-changeme"])
+def test_the_api_process_exits_at_start_with_a_weak_token(token: str) -> None:
+    """`python -m services.api` (what every deployment runs) stops before it listens."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "RSIEVE_API_TOKEN": token, "RSIEVE_API_URL": "http://127.0.0.1:1"}
+    env.pop("RSIEVE_API_DEV_OPEN", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "services.api"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "the API will not start" in done.stderr
+    assert token not in done.stderr or not token  # the refused token is never printed
