@@ -111,19 +111,30 @@ def _accepted_all(report: dict[str, Any], expected: int = ITEMS) -> None:
     assert report["families"]["SynthWords"]["accepted"] == expected
 
 
+def _pools_started(stack: Stack, names: tuple[str, ...], timeout: float = 60) -> None:
+    """Every named worker has said it is ready (its pool of children is up): a child killed
+    while Celery still starts its pool makes the worker exit ("Could not start worker
+    processes"), which is a start-up failure, not the fault this test is about."""
+    deadline = time.monotonic() + timeout
+    for name in names:
+        log = stack.logs / f"{name}.log"
+        while not (log.is_file() and " ready." in log.read_text(errors="replace")):
+            assert time.monotonic() < deadline, f"{name} never became ready"
+            time.sleep(0.2)
+    time.sleep(1.0)  # Celery checks its pool started once, just after it says ready
+
+
 def test_worker_child_killed_mid_shard(fault_stack: tuple[Stack, dict[str, Path]]) -> None:
     stack, pools = fault_stack
+    services = ("cleaner", "verifier", "judge", "compactor")
+    _pools_started(stack, services)
     started = time.monotonic()
     run = _submit(stack, pools["childkill"])
     _wait_stage(stack, run, "clean")
     time.sleep(0.3)  # shards are now between stages
     # The prefork services' children (the generator runs threads: killing it is
     # test_whole_worker_killed_and_replaced).
-    children = [
-        c
-        for name in ("cleaner", "verifier", "judge", "compactor")
-        for c in _children(stack.pid(name) or 0)
-    ]
+    children = [c for name in services for c in _children(stack.pid(name) or 0)]
     assert children
     for child in children:
         os.kill(child, signal.SIGKILL)
