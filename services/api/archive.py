@@ -126,10 +126,14 @@ def extract_pool(
     try:
         if zipfile.is_zipfile(archive):
             _extract_zip(archive, dest, budget)
-        elif tarfile.is_tarfile(archive):
-            _extract_tar(archive, dest, budget)
         else:
-            raise ArchiveError("the upload is neither a tar nor a zip archive")
+            # Not tarfile.is_tarfile: it reads the first member with the stock TarInfo,
+            # extended header and all, into memory.
+            _extract_tar(archive, dest, budget)
+    except tarfile.ReadError as exc:
+        raise ArchiveError(
+            f"the upload is neither a zip nor a tar archive, or it is damaged: {exc}"
+        ) from None
     except (tarfile.TarError, zipfile.BadZipFile, EOFError, NotImplementedError) as exc:
         raise ArchiveError(f"the archive is damaged or unsupported: {exc}") from None
 
