@@ -330,7 +330,6 @@ class ItemGuard:
 
     def __init__(self, ctx: Context, task: str, run: str, shard: str) -> None:
         self._redis = ctx.redis
-        self._crash_ids = set(ctx.settings.fault_crash_item_ids)
         base = f"rsieve:{task}:{run}:{shard}"
         self._inflight = f"{base}:inflight"
         self.deliveries = int(self._redis.incr(f"{base}:deliveries"))
@@ -356,7 +355,6 @@ class ItemGuard:
                     continue
                 self._redis.hset(self._inflight, key(item), 1)
             try:
-                self._fault(item)
                 results.append(fn(item))
             finally:
                 # Reached on success and on ordinary exceptions (a retry); a worker that
@@ -375,22 +373,5 @@ class ItemGuard:
     ) -> list[Any]:
         """fn(items) in one call (one Triton batch); item by item when isolating."""
         if not self.isolating:
-            for item in items:
-                self._fault(item)
             return fn(items)
         return self.run(items, lambda item: fn([item])[0], poisoned=poisoned, key=key)
-
-    def _fault(self, item: Any) -> None:
-        if self._crash_ids and _item_id(item) in self._crash_ids:
-            log.error("fault injection: crashing on item %s", _item_id(item))
-            os._exit(70)
-
-
-def _item_id(record: Any) -> str | None:
-    for path in (("id",), ("item", "id"), ("generation", "item", "id")):
-        obj = record
-        for attr in path:
-            obj = getattr(obj, attr, None)
-        if isinstance(obj, str):
-            return obj
-    return None

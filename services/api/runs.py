@@ -86,7 +86,7 @@ def stored_pool_digest(ctx: Context, prefix: str) -> str:
 
 def submit_folder(ctx: Context, folder: Path, dataset: str) -> str:
     try:
-        uri = upload_pool(ctx.store, folder)
+        uri = upload_pool(ctx.store, folder, image_max_bytes=ctx.settings.image_max_bytes)
     except PermanentError as exc:
         raise HTTPException(422, str(exc)) from None
     return submit(ctx, uri, dataset)

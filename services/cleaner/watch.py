@@ -36,6 +36,10 @@ def register_watch(ctx: Context) -> None:
         return look(ctx)
 
 
+# Files of a pool that are records, not images (items.jsonl, Parquet, InfinityMM JSON).
+RECORD_SUFFIXES = frozenset({".jsonl", ".parquet", ".json"})
+
+
 def look(ctx: Context) -> list[str]:
     """One look at the watched prefix; returns the runs submitted by it."""
     prefix = watch_prefix(ctx.settings.watch_prefix)
@@ -66,7 +70,7 @@ def look(ctx: Context) -> list[str]:
             continue
         if ctx.store.exists(folder + TAKEN):  # listed before another look marked it
             continue
-        marker = _take(ctx, folder)
+        marker = _take(ctx, folder, files)
         ctx.store.put(
             folder + TAKEN, json.dumps(marker, indent=1).encode(), content_type="application/json"
         )
@@ -79,8 +83,10 @@ def look(ctx: Context) -> list[str]:
     return runs
 
 
-def _take(ctx: Context, folder: str) -> dict[str, Any]:
-    """Upload the folder as a pool and submit it; the marker to write (run or error)."""
+def _take(ctx: Context, folder: str, sizes: dict[str, int]) -> dict[str, Any]:
+    """Upload the folder as a pool and submit it; the marker to write (run or error). An
+    image over image_max_bytes (by its listed size) is never fetched: a sparse file of its
+    size stands in, so the upload refuses it (image_too_large) as it would the file."""
     s, store = ctx.settings, ctx.store
     marker: dict[str, Any] = {"folder": folder, "taken_at": time.time()}
     with tempfile.TemporaryDirectory(prefix="rsieve-watch-") as tmp:
@@ -90,9 +96,14 @@ def _take(ctx: Context, folder: str) -> dict[str, Any]:
             if name is None or name in (TAKEN, COMPLETE):
                 continue
             (root / name).parent.mkdir(parents=True, exist_ok=True)
+            size = sizes.get(key[len(folder) :], 0)
+            if size > s.image_max_bytes and Path(name).suffix not in RECORD_SUFFIXES:
+                with (root / name).open("wb") as placeholder:
+                    placeholder.truncate(size)
+                continue
             (root / name).write_bytes(store.get(key))
         try:
-            pool_uri = upload_pool(store, root)
+            pool_uri = upload_pool(store, root, image_max_bytes=s.image_max_bytes)
         except PermanentError as exc:  # not a pool: taken once, with the reason
             return marker | {"error": str(exc)[:500]}
     pool_sha = pool_uri.rstrip("/").rsplit("/", 1)[1]

@@ -40,6 +40,7 @@ __all__ = [
     "clean_item",
     "clean_line",
     "inspect_image",
+    "upload_refusal",
     "line_image_path",
     "parse_line",
     "poisoned_line",
@@ -258,7 +259,7 @@ def clean_line(
     path = pool_image_path(parsed.image)
     if path is None:
         return quarantine("image_outside_pool", parsed.image)
-    if pool_line.verdict and pool_line.verdict[0] == "image_symlink":
+    if pool_line.verdict and pool_line.verdict[0] in UPLOAD_REFUSALS:
         return quarantine(*pool_line.verdict)
     ref = pool_line.image
     if ref is None or ref.sha256 not in images:
@@ -287,12 +288,31 @@ def clean_line(
     return item.model_copy(update={"image_at": ref}) if isinstance(item, Item) else item
 
 
+# Why the upload left an image file out (`_refused.json`): the cleaner quarantines each
+# line naming one with this reason before it looks for the image.
+UPLOAD_REFUSALS = ("image_symlink", "image_too_large")
+
+
+def upload_refusal(why: str | Mapping[str, str]) -> tuple[str, str]:
+    """(reason, detail) of a file the upload refused: `_refused.json` maps its path to
+    {"reason", "detail"}; a bare string (a pool uploaded before images over the byte limit
+    were refused at upload) is a symbolic link leaving the pool folder."""
+    if isinstance(why, str):
+        return "image_symlink", why
+    reason, detail = why.get("reason", ""), why.get("detail", "")
+    if reason in UPLOAD_REFUSALS:
+        return reason, detail
+    # A reason this version does not know (a newer uploader): refused all the same.
+    return "image_symlink", f"{reason}: {detail}"
+
+
 @dataclass(frozen=True)
 class PoolAssessment:
     """Decisions that need the whole pool, taken once at ingest: `verdicts` maps a pool
     line to (reason, detail) for `duplicate_item` and `off_task`; `rules` maps a line to
     the purity rule that settled it; `report` is runs/<run>/cleaning.json. `image_symlink`
-    verdicts name lines whose image file the upload refused (`refused`: path -> why)."""
+    and `image_too_large` verdicts name lines whose image file the upload refused
+    (`refused`: path -> what `upload_refusal` reads)."""
 
     verdicts: dict[int, tuple[str, str]]
     rules: dict[int, str]
@@ -303,7 +323,7 @@ def assess_pool(
     lines: Sequence[PoolLine],
     *,
     image_sha256: Callable[[str], str | None],
-    refused: Mapping[str, str],
+    refused: Mapping[str, str | Mapping[str, str]],
     provenance_policy: str,
     text_max_chars: int,
     purity_threshold: float,
@@ -337,7 +357,8 @@ def assess_pool(
         if path is None:
             continue
         if path in refused:
-            verdicts[pl.line] = ("image_symlink", f"{path}: {refused[path]}")
+            reason, detail = upload_refusal(refused[path])
+            verdicts[pl.line] = (reason, f"{path}: {detail}")
             continue
         sha = image_sha256(path)
         protocol = protocol_for(item.family, item.protocol)
@@ -492,6 +513,6 @@ def render_cleaning(report: Mapping[str, Any]) -> list[str]:
         out += [
             "",
             f"Files refused at upload: {len(report['files_refused'])} "
-            "(symbolic links leaving the pool folder).",
+            "(symbolic links leaving the pool folder, or images over the byte limit).",
         ]
     return out

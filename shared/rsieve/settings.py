@@ -42,9 +42,6 @@ class Settings(BaseSettings):
     # on a second signal or SIGQUIT, Celery's soft shutdown gives it this long before the
     # shard is handed back to the queue.
     soft_shutdown_s: float = 60.0
-    # Fault injection for the fault tests only: a worker that meets one of these item ids
-    # dies on the spot (os._exit), every time, like an item that crashes its decoder.
-    fault_crash_item_ids: list[str] = []
 
     # Object storage (any S3 endpoint; SeaweedFS locally).
     s3_endpoint: str = "http://127.0.0.1:18333"

@@ -24,6 +24,7 @@ from tests.conftest import stack_settings
 from tests.e2e.pools import word_pool
 
 ITEMS = 24  # 6 shards of 4
+FAULT_INJECTION = Path(__file__).resolve().parents[1] / "fault_injection"
 
 
 def _pool(
@@ -65,7 +66,9 @@ def fault_stack(
             "RSIEVE_MAX_DELIVERIES": "2",
             "RSIEVE_MODEL_RETRIES": "2",
             "RSIEVE_SOFT_SHUTDOWN_S": "30",
-            "RSIEVE_FAULT_CRASH_ITEM_IDS": '["poison-1"]',
+            # tests/fault_injection/sitecustomize.py: a worker dies on poison-1, every time.
+            "RSIEVE_TEST_CRASH_ITEM_IDS": '["poison-1"]',
+            "PYTHONPATH": str(FAULT_INJECTION),
         },
     )
     return stack, pools

@@ -161,3 +161,45 @@ def test_not_a_pool(tmp_path: Path) -> None:
 
     with pytest.raises(PermanentError):
         pool_format(tmp_path)
+
+
+def test_an_image_over_the_byte_limit_is_refused_by_its_size_unread(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """upload_pool(image_max_bytes=...): the file goes to `_refused.json`, never into a
+    pack, and its bytes are never read; the cleaner quarantines its line image_too_large."""
+    from rsieve.adapters.pools import upload_pool
+    from rsieve.cleaning import upload_refusal
+    from tests.fakes import MemoryStore
+
+    with (folder / "huge.png").open("wb") as f:
+        f.truncate(64 * 1024 * 1024)  # sparse: 64 MiB by size, nothing on disk
+    lines = [*ITEMS, ITEMS[0] | {"id": "huge", "image": "huge.png"}]
+    (folder / "items.jsonl").write_text("".join(json.dumps(i) + "\n" for i in lines))
+    read = Path.read_bytes
+
+    def guarded(path: Path) -> bytes:
+        assert path.name != "huge.png", "an image over the limit was read"
+        return read(path)
+
+    monkeypatch.setattr(Path, "read_bytes", guarded)
+    store = MemoryStore()
+    uri = upload_pool(store, folder, image_max_bytes=1024 * 1024)
+    prefix = uri.split("/", 3)[3]
+    refused = json.loads(store.get(prefix + "_refused.json"))
+    assert refused == {
+        "huge.png": {
+            "reason": "image_too_large",
+            "detail": f"{64 * 1024 * 1024} bytes > {1024 * 1024} (not uploaded)",
+        }
+    }
+    index = json.loads(store.get(prefix + "_packs/index.json"))
+    assert sorted(index["images"]) == ["blue.png", "red.png"]
+    assert upload_refusal(refused["huge.png"])[0] == "image_too_large"
+    assert upload_refusal("symbolic link")[0] == "image_symlink"  # pools uploaded before
+
+    # Under the limit, the same folder uploads every image.
+    monkeypatch.setattr(Path, "read_bytes", read)
+    (folder / "huge.png").write_bytes(IMAGES["red.png"] + b"\0")
+    other = upload_pool(store, folder, image_max_bytes=1024 * 1024)
+    assert other != uri and not store.exists(other.split("/", 3)[3] + "_refused.json")

@@ -131,13 +131,17 @@ def test_assess_pool_duplicates_symlinks_and_report() -> None:
         _line(4, image="b.png"),
         _line(5, image="link.png"),
         _line(6, family="MMBench", question="Which? (a) cat (b) dog", answer="dog"),
+        _line(7, image="huge.png"),
     ]
     data = "\n".join(json.dumps(r) for r in recs).encode() + b"\n{broken\n"
     shards, _ = split_pool(data, 2)
     got = assess_pool(
         [pl for s in shards for pl in s],
         image_sha256=lambda p: hashlib.sha256(p.encode()).hexdigest(),
-        refused={"link.png": "symbolic link to a file outside the pool folder"},
+        refused={
+            "link.png": "symbolic link to a file outside the pool folder",
+            "huge.png": {"reason": "image_too_large", "detail": "9 bytes > 8 (not uploaded)"},
+        },
         provenance_policy="strict",
         text_max_chars=1000,
         purity_threshold=0.05,
@@ -147,6 +151,7 @@ def test_assess_pool_duplicates_symlinks_and_report() -> None:
     assert got.verdicts == {
         2: ("duplicate_item", "same image and question as line 1"),
         5: ("image_symlink", "link.png: symbolic link to a file outside the pool folder"),
+        7: ("image_too_large", "huge.png: 9 bytes > 8 (not uploaded)"),
     }
     fams = got.report["families"]
     assert fams["SynthWords"]["duplicate_items"] == 1

@@ -445,7 +445,7 @@ REQUIRED = {
     "shard_size",
     "api_url",
 }
-TEST_ONLY = {"RSIEVE_FAULT_CRASH_ITEM_IDS"}
+TEST_ONLY = {"RSIEVE_TEST_CRASH_ITEM_IDS"}  # tests/fault_injection
 
 
 def settings_of(env: dict[str, str]) -> Settings:

@@ -223,3 +223,38 @@ def test_a_pool_written_without_packs_is_digested_from_its_objects(
     store.put(by_hand + "items.jsonl", store.get(prefix + "items.jsonl"))
     store.put(by_hand + "_complete", b"written by hand")
     assert stored_pool_digest(context, by_hand) == stored_pool_digest(context, prefix)
+
+
+def test_the_watcher_never_fetches_an_image_over_the_byte_limit() -> None:
+    """A watched folder's image over image_max_bytes is refused by its listed size: its
+    bytes are never read from the store, and the upload lists it as image_too_large."""
+    from services.cleaner.watch import look
+
+    class CountingStore(MemoryStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fetched: list[str] = []
+
+        def get(self, key: str) -> bytes:
+            self.fetched.append(key)
+            return super().get(key)
+
+    store = CountingStore()
+    settings = Settings(watch_prefix="inbox/", image_max_bytes=4096, purity_embedding=False)
+    context = bootstrap(
+        settings, store=store, redis_client=fakeredis.FakeRedis(), send=Sent(), judge_model=None
+    )
+    items = [
+        {"id": "a", "family": "SynthWords", "image": "a.png", "question": "Word?", "answer": "A"},
+        {"id": "b", "family": "SynthWords", "image": "b.png", "question": "Word?", "answer": "B"},
+    ]
+    store.put("inbox/p/items.jsonl", "".join(json.dumps(i) + "\n" for i in items).encode())
+    store.put("inbox/p/a.png", b"\x89PNG small")
+    store.put("inbox/p/b.png", b"\0" * 5000)
+    store.put("inbox/p/_complete", b"")
+    assert look(context) != []
+    assert "inbox/p/b.png" not in store.fetched and "inbox/p/a.png" in store.fetched
+    (pool,) = {k.split("/")[1] for k in store.objects if k.startswith("pools/")}
+    refused = json.loads(store.get(f"pools/{pool}/_refused.json"))
+    assert refused["b.png"]["reason"] == "image_too_large"
+    assert "5000 bytes" in refused["b.png"]["detail"]

@@ -81,6 +81,7 @@ def test_a_good_line_is_an_item_that_knows_where_its_image_lies() -> None:
         (pool_line(GOOD), {SHA: b"not an image"}, "unreadable_image"),
         (pool_line(GOOD, verdict=("off_task", "rule")), None, "off_task"),
         (pool_line(GOOD, verdict=("image_symlink", "refused")), None, "image_symlink"),
+        (pool_line(GOOD, verdict=("image_too_large", "at upload")), None, "image_too_large"),
     ],
 )
 def test_the_first_failing_check_names_the_reason(

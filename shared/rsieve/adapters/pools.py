@@ -41,11 +41,26 @@ class PoolFiles:
     format: str
     items: bytes
     files: dict[str, Path | bytes] = field(default_factory=dict)
-    refused: dict[str, str] = field(default_factory=dict)
+    refused: dict[str, str | dict[str, str]] = field(default_factory=dict)
 
     def read(self, name: str) -> bytes:
         data = self.files[name]
         return data if isinstance(data, bytes) else data.read_bytes()
+
+    def size(self, name: str) -> int:
+        data = self.files[name]
+        return len(data) if isinstance(data, bytes) else data.stat().st_size
+
+    def refuse_larger_than(self, max_bytes: int) -> None:
+        """Move every file over `max_bytes` from `files` to `refused` (image_too_large), by
+        its size on disk, before any of its bytes is read."""
+        for name in [n for n in self.files if self.size(n) > max_bytes]:
+            size = self.size(name)
+            del self.files[name]
+            self.refused[name] = {
+                "reason": "image_too_large",
+                "detail": f"{size} bytes > {max_bytes} (not uploaded)",
+            }
 
 
 def pool_format(folder: Path) -> str:
@@ -231,14 +246,23 @@ def pool_files(folder: Path) -> list[str]:
     return ["items.jsonl", *sorted(read_pool(folder).files)]
 
 
-def upload_pool(store: ObjectStore, folder: Path, *, family: str | None = None) -> str:
+def upload_pool(
+    store: ObjectStore,
+    folder: Path,
+    *,
+    image_max_bytes: int | None = None,
+    family: str | None = None,
+) -> str:
     """Upload once under pools/<digest>/ (digest over every file's name and bytes), in the
     pool contract whatever the folder's format (ingest.read_pool: items.jsonl folder,
     Parquet / HF dataset folder, InfinityMM records). The images go in packs with their
     index (`_packs/`, rsieve.packs), a few objects instead of one per image. Image files
-    the upload refused (symbolic links leaving the folder) are listed in `_refused.json`
-    for the cleaner. `_complete` is written last and holds the digest."""
+    the upload refused (symbolic links leaving the folder; files over `image_max_bytes`,
+    by their size before a byte is read) are listed in `_refused.json` for the cleaner,
+    which quarantines their lines. `_complete` is written last and holds the digest."""
     pool = read_pool(folder, family=family)
+    if image_max_bytes is not None:
+        pool.refuse_larger_than(image_max_bytes)
     names = sorted(pool.files)
     extra: dict[str, bytes] = {"items.jsonl": pool.items}
     if pool.refused:

@@ -1,0 +1,54 @@
+"""Fault injection for the fault tests, never part of a deployment: the fault tests start
+their stack's services with this folder on PYTHONPATH, and Python imports sitecustomize
+as it starts. A worker that meets an item whose id is in RSIEVE_TEST_CRASH_ITEM_IDS (a
+JSON list) then dies on the spot (os._exit), every time, like an item that crashes its
+decoder. The production code has no hook for it: ItemGuard's two entry points are wrapped
+here, the crash coming after the in-flight mark an isolating delivery sets, exactly where
+a real poison item would kill the worker."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+CRASH_IDS = frozenset(json.loads(os.environ.get("RSIEVE_TEST_CRASH_ITEM_IDS") or "[]"))
+
+
+def _item_id(record: Any) -> str | None:
+    for path in (("id",), ("item", "id"), ("generation", "item", "id")):
+        obj = record
+        for attr in path:
+            obj = getattr(obj, attr, None)
+        if isinstance(obj, str):
+            return obj
+    return None
+
+
+def _crash_on(item: Any) -> None:
+    if _item_id(item) in CRASH_IDS:
+        logging.getLogger("rsieve.fault_injection").error("crashing on item %s", _item_id(item))
+        os._exit(70)
+
+
+def _install() -> None:
+    from services.common import ItemGuard
+
+    run, batch = ItemGuard.run, ItemGuard.batch
+
+    def crashing_run(self: Any, items: Any, fn: Any, **kw: Any) -> Any:
+        return run(self, items, lambda item: (_crash_on(item), fn(item))[1], **kw)
+
+    def crashing_batch(self: Any, items: Any, fn: Any, **kw: Any) -> Any:
+        if not self.isolating:
+            for item in items:
+                _crash_on(item)
+        return batch(self, items, fn, **kw)  # isolating: item by item through run
+
+    ItemGuard.run = crashing_run  # type: ignore[method-assign]
+    ItemGuard.batch = crashing_batch  # type: ignore[method-assign]
+
+
+if CRASH_IDS:
+    _install()
