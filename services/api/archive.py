@@ -1,6 +1,8 @@
 """Safe extraction of an uploaded pool archive (tar, tar.gz/bz2/xz or zip).
 
-Refused, the whole upload with it (ArchiveError, a 422): absolute names, names with `..`
+An image member over the per-image bound is not extracted: the pool goes on without it and
+its lines are quarantined `image_too_large`. Refused, the whole upload with it
+(ArchiveError, a 422): absolute names, names with `..`
 or a NUL byte, links (symbolic or hard), devices and FIFOs, encrypted zip members, a file
 where a folder is needed, more members (files and folders) or more bytes than the limits,
 more bytes than `max_ratio` times the archive's own size, and tar extended headers (pax,
@@ -17,6 +19,10 @@ import tarfile
 import zipfile
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
+
+from rsieve.adapters.pools import pool_format
+from rsieve.errors import PermanentError
+from rsieve.submission import RECORD_SUFFIXES
 
 __all__ = ["ArchiveError", "extract_pool", "find_pool"]
 
@@ -74,31 +80,39 @@ class _Budget:
 
     def copy(self, src: IO[bytes], target: Path, name: str, size: int) -> None:
         """`size`: what the archive says the member holds, checked before any byte is
-        read (and the bytes counted as they come, whatever it said)."""
-        is_items = PurePosixPath(name).name == "items.jsonl"
-        if self.member is not None and not is_items and size > self.member:
-            raise ArchiveError(
-                f"archive member {name!r} is {size} bytes, more than RSIEVE_IMAGE_MAX_BYTES"
-            )
+        read (and the bytes counted as they come, whatever it said). Records (items.jsonl,
+        Parquet, InfinityMM JSON) are bounded by the archive's budget only."""
+        is_record = PurePosixPath(name).suffix in RECORD_SUFFIXES
         _folder(target.parent, name)
         try:
             out = target.open("xb")
         except FileExistsError:
             raise ArchiveError(f"archive member {name!r} appears twice") from None
-        cap = None if self.member is None or is_items else self.member
+        if self.member is not None and not is_record and size > self.member:
+            # Not read: a sparse file of the size it declares stands in, so the upload
+            # refuses it by its size (image_too_large) and the pool goes on without it.
+            # Skipped bytes still count: a compressed tar is inflated to reach the next.
+            self._spend(size)
+            with out:
+                out.truncate(size)
+            return
+        cap = None if self.member is None or is_record else self.member
         written = 0
         with out:
             while chunk := src.read(CHUNK):
                 written += len(chunk)
                 if cap is not None and written > cap:
                     raise ArchiveError(f"archive member {name!r} holds more than it says")
-                self.bytes -= len(chunk)
-                if self.bytes < 0:
-                    raise ArchiveError(
-                        "the archive expands beyond RSIEVE_API_MAX_EXTRACTED_BYTES or "
-                        "RSIEVE_API_MAX_EXPANSION_RATIO times its own size"
-                    )
+                self._spend(len(chunk))
                 out.write(chunk)
+
+    def _spend(self, n: int) -> None:
+        self.bytes -= n
+        if self.bytes < 0:
+            raise ArchiveError(
+                "the archive expands beyond RSIEVE_API_MAX_EXTRACTED_BYTES or "
+                "RSIEVE_API_MAX_EXPANSION_RATIO times its own size"
+            )
 
 
 def _folder(folder: Path, name: str) -> None:
@@ -109,7 +123,7 @@ def _folder(folder: Path, name: str) -> None:
 
 
 def extract_pool(
-    archive: Path,
+    archive: Path | IO[bytes],
     dest: Path,
     *,
     max_files: int,
@@ -117,11 +131,24 @@ def extract_pool(
     max_ratio: float = 50.0,
     max_member_bytes: int | None = None,
 ) -> Path:
-    """Extract into dest (created) and return the pool folder inside it. Every member but
-    items.jsonl holds at most `max_member_bytes` (an image: what the pool may later read
-    whole)."""
+    """Extract into dest (created) and return the pool folder inside it. `archive`: a path
+    or a seekable binary file (the upload as the server spooled it: no second copy). An
+    image member over `max_member_bytes` is not extracted but stands in as a sparse file of
+    its declared size, for the upload to refuse (image_too_large)."""
     dest.mkdir(parents=True, exist_ok=True)
-    ratio_bound = int(max_ratio * max(archive.stat().st_size, CHUNK))
+    if isinstance(archive, Path):
+        with archive.open("rb") as f:
+            return extract_pool(
+                f,
+                dest,
+                max_files=max_files,
+                max_bytes=max_bytes,
+                max_ratio=max_ratio,
+                max_member_bytes=max_member_bytes,
+            )
+    archive.seek(0, 2)
+    ratio_bound = int(max_ratio * max(archive.tell(), CHUNK))
+    archive.seek(0)
     budget = _Budget(max_files, min(max_bytes, ratio_bound), max_member_bytes)
     try:
         if zipfile.is_zipfile(archive):
@@ -140,7 +167,7 @@ def extract_pool(
     return find_pool(dest)
 
 
-def _extract_zip(archive: Path, dest: Path, budget: _Budget) -> None:
+def _extract_zip(archive: IO[bytes], dest: Path, budget: _Budget) -> None:
     with zipfile.ZipFile(archive) as zf:
         for info in zf.infolist():
             target = _safe_name(info.filename, dest)
@@ -157,8 +184,9 @@ def _extract_zip(archive: Path, dest: Path, budget: _Budget) -> None:
                 budget.copy(src, target, info.filename, info.file_size)
 
 
-def _extract_tar(archive: Path, dest: Path, budget: _Budget) -> None:
-    with tarfile.open(archive, mode="r:*", tarinfo=_BoundedTarInfo) as tf:
+def _extract_tar(archive: IO[bytes], dest: Path, budget: _Budget) -> None:
+    archive.seek(0)
+    with tarfile.open(fileobj=archive, mode="r:*", tarinfo=_BoundedTarInfo) as tf:
         for member in tf:
             target = _safe_name(member.name, dest)
             budget.file()
@@ -173,13 +201,20 @@ def _extract_tar(archive: Path, dest: Path, budget: _Budget) -> None:
 
 
 def find_pool(root: Path) -> Path:
-    """The folder with items.jsonl: the root, or its one top-level folder."""
-    if (root / "items.jsonl").is_file():
-        return root
+    """The pool folder (any format rsieve.adapters.pools reads: items.jsonl, Parquet,
+    InfinityMM records): the root, or its one top-level folder."""
     children = [p for p in root.iterdir() if not p.name.startswith((".", "__MACOSX"))]
-    if len(children) == 1 and children[0].is_dir() and (children[0] / "items.jsonl").is_file():
-        return children[0]
-    raise ArchiveError("the archive has no items.jsonl at its top (or in its one folder)")
+    candidates = [children[0], root] if len(children) == 1 and children[0].is_dir() else [root]
+    for folder in candidates:
+        try:
+            pool_format(folder)
+        except PermanentError:
+            continue
+        return folder
+    raise ArchiveError(
+        "the archive holds no pool at its top (or in its one folder): no items.jsonl, "
+        "no Parquet files and no InfinityMM records"
+    )
 
 
 def remove(path: Path) -> None:

@@ -7,8 +7,10 @@ runs and before any request body is read (FastAPI reads a body before its depend
 - `Authorise`: the bearer token, compared in constant time, for every path but the public
   ones (/healthz, the review page's HTML); a request without it gets 401 with its body
   unread. With no token (only in the explicit local-dev mode) it lets everything through.
-- `BodyLimit`: a body over the limit gets 413, by Content-Length up front or by counting a
-  streamed body."""
+- `BodyLimit`: a body over its route's limit gets 413, by Content-Length up front or by
+  counting a streamed body. Uploads have their own limit; every other body is JSON.
+- `UploadSlots`: at most `slots` uploads at once (each holds temporary space); one more
+  gets 429 with Retry-After before its body is read."""
 
 from __future__ import annotations
 
@@ -19,9 +21,18 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["PUBLIC_PATHS", "Authorise", "BodyLimit", "SecurityHeaders", "page_csp"]
+__all__ = [
+    "PUBLIC_PATHS",
+    "UPLOAD_PATHS",
+    "Authorise",
+    "BodyLimit",
+    "SecurityHeaders",
+    "UploadSlots",
+    "page_csp",
+]
 
 PUBLIC_PATHS = frozenset({"/healthz", "/review"})
+UPLOAD_PATHS = frozenset({"/runs/upload"})
 _INLINE = re.compile(rb"<(script|style)>(.*?)</\1>", re.S)
 
 
@@ -81,16 +92,20 @@ class Authorise:
 
 
 class BodyLimit:
-    def __init__(self, app: Any, limit: int) -> None:
-        self.app, self.limit = app, limit
+    def __init__(
+        self, app: Any, limit: int, upload_limit: int, uploads: Iterable[str] = UPLOAD_PATHS
+    ) -> None:
+        self.app, self.limit, self.upload_limit = app, limit, upload_limit
+        self.uploads = frozenset(uploads)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.upload_limit if scope["path"] in self.uploads else self.limit
         length = dict(scope.get("headers") or []).get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.limit):
-            await _answer(send, 413, b"request body larger than %d bytes" % self.limit)
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            await _answer(send, 413, b"request body larger than %d bytes" % limit)
             return
         seen = 0
 
@@ -98,14 +113,34 @@ class BodyLimit:
             nonlocal seen
             message = await receive()
             seen += len(message.get("body", b""))
-            if seen > self.limit:
+            if seen > limit:
                 raise _TooLarge
             return message
 
         try:
             await self.app(scope, counted, send)
         except _TooLarge:
-            await _answer(send, 413, b"request body larger than %d bytes" % self.limit)
+            await _answer(send, 413, b"request body larger than %d bytes" % limit)
+
+
+class UploadSlots:
+    def __init__(self, app: Any, slots: int, uploads: Iterable[str] = UPLOAD_PATHS) -> None:
+        self.app, self.free, self.uploads = app, slots, frozenset(uploads)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] not in self.uploads:
+            await self.app(scope, receive, send)
+            return
+        if self.free <= 0:  # one event loop: no lock needed between the check and the take
+            await _answer(
+                send, 429, b"every upload slot is taken; try again", [(b"retry-after", b"30")]
+            )
+            return
+        self.free -= 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.free += 1
 
 
 class _TooLarge(Exception):

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 
 from rsieve.errors import NotFoundError, PermanentError, RetryableError
 from rsieve.settings import API_TOKEN_MIN_CHARS, api_token_problem, get_settings
-from services.api.asgi import Authorise, BodyLimit, SecurityHeaders, page_csp
+from services.api.asgi import Authorise, BodyLimit, SecurityHeaders, UploadSlots, page_csp
 from services.api.routes import datasets, ops, review, runs
 from services.common import Context
 
@@ -41,8 +41,14 @@ def create_app(ctx: Context | None = None, *, max_request_bytes: int | None = No
     app.state.ctx = ctx
     for module in (ops, runs, datasets, review):
         app.include_router(module.router)
-    # Outermost last: headers on every answer, then the token, then the body's size.
-    app.add_middleware(BodyLimit, limit=max_request_bytes or settings.api_max_request_bytes)
+    # Outermost last: headers on every answer, then the token, then a free upload slot,
+    # then the body's size.
+    app.add_middleware(
+        BodyLimit,
+        limit=settings.api_max_json_bytes,
+        upload_limit=max_request_bytes or settings.api_max_request_bytes,
+    )
+    app.add_middleware(UploadSlots, slots=settings.api_upload_slots)
     app.add_middleware(Authorise, token=token)
     app.add_middleware(SecurityHeaders, csp=page_csp(review.PAGE.read_bytes()))
 

@@ -18,7 +18,7 @@ from rsieve.adapters.pools import upload_pool
 from rsieve.cleaning import pool_image_path
 from rsieve.errors import PermanentError
 from rsieve.schemas import RunSpec
-from rsieve.submission import run_id
+from rsieve.submission import RECORD_SUFFIXES, run_id
 from rsieve.verify import protocol_versions
 from rsieve.watch import COMPLETE, TAKEN, pool_folders, readiness, watch_prefix
 from services.common import Context
@@ -34,10 +34,6 @@ def register_watch(ctx: Context) -> None:
     @ctx.app.task(name="rsieve.watch", ignore_result=True, shared=False)
     def watch() -> list[str]:
         return look(ctx)
-
-
-# Files of a pool that are records, not images (items.jsonl, Parquet, InfinityMM JSON).
-RECORD_SUFFIXES = frozenset({".jsonl", ".parquet", ".json"})
 
 
 def look(ctx: Context) -> list[str]:

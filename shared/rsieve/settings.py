@@ -156,11 +156,17 @@ class Settings(BaseSettings):
     api_dev_open: bool = False
     # Folders the API may read a pool from when a submission names a path (none by default).
     api_pool_roots: list[str] = []
-    # Largest request body the API accepts (an uploaded pool archive included).
+    # Largest body of an upload (POST /runs/upload, a pool archive), and of every other
+    # request (JSON). Both are refused with 413 before they are read past the limit.
     api_max_request_bytes: int = Field(2 * 1024**3, ge=1024)
+    api_max_json_bytes: int = Field(1024**2, ge=1024)
     # Files an uploaded archive may hold, and their total size once extracted.
     api_max_upload_files: int = Field(200_000, ge=1)
-    api_max_extracted_bytes: int = Field(8 * 1024**3, ge=1024)
+    api_max_extracted_bytes: int = Field(4 * 1024**3, ge=1024)
+    # Uploads the API takes at once; one more gets 429 before its body is read. An upload
+    # holds at most api_max_request_bytes + api_max_extracted_bytes of temporary space, so
+    # the API's temporary folder needs `upload_slots` times that (docs/security.md).
+    api_upload_slots: int = Field(2, ge=1)
     # An archive may expand to at most this many times its own size (a pool of images
     # barely compresses; a few KB that inflate to gigabytes are a bomb).
     api_max_expansion_ratio: float = Field(50.0, ge=1.0)

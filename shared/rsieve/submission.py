@@ -10,9 +10,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["pool_digest", "run_id"]
+__all__ = ["ITEMS", "RECORD_SUFFIXES", "REFUSED", "pool_digest", "run_id"]
 
 ITEMS, REFUSED = "items.jsonl", "_refused.json"
+# Files of a pool that are records, not images (items.jsonl, Parquet, InfinityMM JSON):
+# never held to image_max_bytes.
+RECORD_SUFFIXES = frozenset({".jsonl", ".parquet", ".json"})
 
 
 def pool_digest(items: bytes, files: Mapping[str, str], refused: bytes | None = None) -> str:

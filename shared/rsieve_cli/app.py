@@ -243,10 +243,9 @@ def run(
 ) -> None:
     """Process a pool end to end on the local stack and export its dataset."""
     from rsieve.adapters.exports import export_dataset
-    from rsieve.adapters.pools import upload_pool
     from rsieve.adapters.storage import S3Store
     from rsieve.settings import Settings
-    from rsieve_cli.client import submit, wait_for_run
+    from rsieve_cli.client import upload, wait_for_run
 
     try:
         stack = _stack()
@@ -254,10 +253,8 @@ def run(
             stack.up()
         settings = Settings.from_env_map(stack.config.env())
         name = dataset or pool.resolve().name
-        store = S3Store(settings)
         with console.status(f"uploading {pool}"):
-            uri = upload_pool(store, pool)
-        run_id = submit(settings, uri, name)
+            run_id = upload(settings, pool, name)
         console.print(f"run [bold]{run_id}[/] for pool {pool} -> dataset {name}")
         with Progress(
             TextColumn("{task.description:>9}"),
@@ -273,7 +270,7 @@ def run(
                     progress.update(bar, total=status["shards"], completed=status["stages"][stage])
 
             final = wait_for_run(settings, run_id, timeout=timeout, on_status=show)
-        target = export_dataset(store, name, out)
+        target = export_dataset(S3Store(settings), name, out)  # the stack's own operator
     except (RsieveError, TimeoutError, OSError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(1) from None
@@ -300,9 +297,10 @@ def submit_pool(
     dataset: Annotated[str | None, typer.Option(help="dataset name (default: pool folder)")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Upload POOL and submit it to the running stack; prints the run id (no waiting)."""
-    from rsieve.adapters.pools import upload_pool
-    from rsieve.adapters.storage import S3Store
+    """Upload POOL through the API and submit it; prints the run id (no waiting). Needs
+    only the API's address and token (RSIEVE_API_URL, RSIEVE_API_TOKEN)."""
+    from rsieve.errors import PermanentError
+    from rsieve_cli.client import upload
 
     if not pool.is_dir():
         raise Failure(f"{pool} is not a folder", "give the pool folder (items.jsonl + images)")
@@ -313,13 +311,15 @@ def submit_pool(
         )
     _api("GET", "/healthz")  # fail fast, before uploading, when the stack is down
     name = dataset or pool.resolve().name
-    uri = upload_pool(S3Store(_settings()), pool)
-    created = _api("POST", "/runs", json={"pool_uri": uri, "dataset": name})
+    try:
+        run_id = upload(_settings(), pool, name)
+    except PermanentError as exc:
+        raise Failure(str(exc)) from None
     if as_json:
-        typer.echo(json.dumps({"run": created["run"], "dataset": name, "pool_uri": uri}))
+        typer.echo(json.dumps({"run": run_id, "dataset": name}))
     else:
-        typer.echo(created["run"])
-        console.print(f"follow it with: rsieve status {created['run']} --watch")
+        typer.echo(run_id)
+        console.print(f"follow it with: rsieve status {run_id} --watch")
 
 
 def _fmt_eta(seconds: float | None) -> str:

@@ -1,19 +1,25 @@
-"""The API's HTTP client: submit an uploaded pool, follow its run. Used by the command line
-and the end-to-end tests (uploading a pool: rsieve.adapters.pools.upload_pool; exporting a
-dataset: rsieve.adapters.exports)."""
+"""The API's HTTP client: upload a pool folder and submit it, submit a pool already in the
+bucket, follow a run. Used by the command line and the end-to-end tests. A client needs
+the API's address and token only, never the services' S3 key: `upload` sends the pool as
+a tar archive through `POST /runs/upload` (docs/security.md)."""
 
 from __future__ import annotations
 
+import os
+import tarfile
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+from rsieve.adapters.pools import pool_files, pool_format
 from rsieve.errors import PermanentError
 from rsieve.settings import Settings
 
-__all__ = ["submit", "wait_for_run"]
+__all__ = ["archive_pool", "submit", "upload", "wait_for_run"]
 
 
 def _headers(settings: Settings) -> dict[str, str]:
@@ -21,8 +27,72 @@ def _headers(settings: Settings) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
+def archive_pool(folder: Path, into: Path) -> list[str]:
+    """Write the pool in `folder` as an uncompressed tar (images barely compress) at `into`;
+    the names it holds. An items.jsonl pool sends items.jsonl and the files its lines name;
+    a Parquet or InfinityMM pool every file. A symbolic link is sent as the file it names
+    when that lies inside the folder, and left out when it leaves it (its lines are then
+    quarantined `missing_image`): nothing outside the folder is ever sent."""
+    root = folder.resolve()
+    if pool_format(folder) == "folder":
+        names = pool_files(folder)
+    else:
+        names = sorted(
+            p.relative_to(folder).as_posix()
+            for p in folder.rglob("*")
+            if p.is_file() and not p.name.startswith(".")
+        )
+    sent = []
+    with tarfile.open(into, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for name in names:
+            path = (folder / name).resolve()
+            if not path.is_relative_to(root) or not path.is_file():
+                continue
+            info = tf.gettarinfo(str(path), arcname=name)
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            with path.open("rb") as f:
+                tf.addfile(info, f)
+            sent.append(name)
+    return sent
+
+
+def upload(settings: Settings, folder: Path, dataset: str, *, busy_retries: int = 20) -> str:
+    """Send the pool in `folder` to the API (`POST /runs/upload`) and submit it as
+    `dataset`; the run id. The archive is written to a temporary file first and streamed
+    from it. While every upload slot is taken (429), wait as the API's Retry-After says."""
+    with tempfile.TemporaryDirectory(prefix="rsieve-send-") as tmp:
+        archive = Path(tmp) / f"{folder.resolve().name or 'pool'}.tar"
+        archive_pool(folder, archive)
+        for attempt in range(busy_retries + 1):  # noqa: B007 - `attempt` read after
+            with archive.open("rb") as f:
+                resp = httpx.post(
+                    f"{settings.api_url}/runs/upload",
+                    data={"dataset": dataset},
+                    files={"pool": (archive.name, f, "application/x-tar")},
+                    headers=_headers(settings),
+                    # The API answers once the pool is packed into the bucket: minutes for
+                    # a big one.
+                    timeout=httpx.Timeout(60, read=3600),
+                )
+            if resp.status_code != 429 or attempt == busy_retries:
+                break
+            time.sleep(float(resp.headers.get("retry-after", "5")))
+        if resp.status_code == 413:
+            size = os.path.getsize(archive)
+            raise PermanentError(
+                f"the pool ({size} bytes as an archive) is larger than the API takes in one "
+                "upload (RSIEVE_API_MAX_REQUEST_BYTES): ask the operator to place it under a "
+                "pool root or the watched prefix"
+            )
+    if resp.status_code >= 400:
+        raise PermanentError(f"the API refused the upload: {resp.status_code} {resp.text}")
+    return str(resp.json()["run"])
+
+
 def submit(settings: Settings, pool_uri: str, dataset: str) -> str:
-    """Submit an uploaded pool to the API at settings.api_url, with settings.api_token."""
+    """Submit a pool already in the services' bucket (placed by the operator or the
+    services) to the API at settings.api_url, with settings.api_token."""
     resp = httpx.post(
         f"{settings.api_url}/runs",
         json={"pool_uri": pool_uri, "dataset": dataset},

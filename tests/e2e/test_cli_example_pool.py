@@ -14,6 +14,7 @@ import datasets
 import pytest
 
 from rsieve_cli.local.stack import REPO_ROOT, Stack
+from tests.conftest import stack_settings
 
 POOL = REPO_ROOT / "examples" / "pool"
 
@@ -23,8 +24,8 @@ def stack(start_stack: Any) -> Stack:
     return start_stack(["rapidocr", "judge-abstain"])  # type: ignore[no-any-return]
 
 
-def _cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RSIEVE_STACK_DIR": str(stack.dir), "COLUMNS": "120"}
+def _cli(stack: Stack, *args: str, **env_vars: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "RSIEVE_STACK_DIR": str(stack.dir), "COLUMNS": "120", **env_vars}
     return subprocess.run(
         [sys.executable, "-m", "rsieve_cli.app", *args],
         env=env,
@@ -90,8 +91,24 @@ def test_submit_status_export_card_recheck(stack: Stack, tmp_path: Path) -> None
     assert submitted.returncode == 0, submitted.stderr[-2000:]
     run = json.loads(submitted.stdout)["run"]
     assert run.startswith("ops-")
-    again = _cli(stack, "submit", str(POOL), "--dataset", "ops")
-    assert again.returncode == 0 and again.stdout.strip() == run  # same pool, same run
+    # A client elsewhere: the API's address and token, no stack, no S3 key that works.
+    settings = stack_settings(stack)
+    assert settings.api_token is not None
+    again = _cli(
+        stack,
+        "submit",
+        str(POOL),
+        "--dataset",
+        "ops",
+        RSIEVE_STACK_DIR=str(tmp_path / "no-stack"),
+        RSIEVE_API_URL=settings.api_url,
+        RSIEVE_API_TOKEN=settings.api_token.get_secret_value(),
+        RSIEVE_S3_ENDPOINT="http://127.0.0.1:9",
+        RSIEVE_S3_ACCESS_KEY="not-the-services-key",
+        RSIEVE_S3_SECRET_KEY="not-the-services-key",
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.strip() == run  # same pool, same run
 
     watched = _cli(stack, "status", run, "--watch", "--interval", "0.5")
     assert watched.returncode == 0, watched.stderr[-2000:]

@@ -43,6 +43,7 @@ class InProcess:
 
 
 def app_with(**settings: Any) -> Any:
+    settings.setdefault("api_max_json_bytes", 2048)
     ctx = bootstrap(
         Settings(**settings), store=MemoryStore(), redis_client=fakeredis.FakeRedis(), send=Sent()
     )
@@ -130,10 +131,69 @@ def test_an_unauthenticated_body_is_never_read(client: InProcess) -> None:
     assert sent[0]["status"] == 401
 
 
-def test_a_body_over_the_limit_is_413_once_authorised(client: InProcess) -> None:
-    resp = client.post("/runs", content=b"x" * 5000, headers=AUTH)
-    assert resp.status_code == 413
-    assert client.post("/runs", content=b"x" * 5000).status_code == 401  # the token first
+def test_a_body_over_its_routes_limit_is_413_once_authorised(client: InProcess) -> None:
+    """JSON routes take api_max_json_bytes (2048 here), the upload route its own (4096)."""
+    resp = client.post("/runs", content=b"x" * 3000, headers=AUTH)
+    assert resp.status_code == 413 and "2048" in resp.text
+    assert client.post("/runs", content=b"x" * 3000).status_code == 401  # the token first
+    upload = client.post("/runs/upload", content=b"x" * 3000, headers=AUTH)
+    assert upload.status_code == 422  # read, and refused as no form: under its limit
+    resp = client.post("/runs/upload", content=b"x" * 5000, headers=AUTH)
+    assert resp.status_code == 413 and "4096" in resp.text
+
+
+def test_an_upload_beyond_the_free_slots_is_429_before_its_body_is_read() -> None:
+    """With one slot, a second upload while the first is still sending gets 429 and
+    Retry-After, its body unread; once the first is done, the slot is free again."""
+    app = app_with(api_token=TOKEN, api_upload_slots=1)
+
+    def scope() -> dict[str, Any]:
+        return {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": "/runs/upload",
+            "raw_path": b"/runs/upload",
+            "query_string": b"",
+            "headers": [
+                (b"authorization", AUTH["Authorization"].encode()),
+                (b"content-type", b"multipart/form-data; boundary=x"),
+            ],
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 80),
+        }
+
+    async def go() -> tuple[list[dict[str, Any]], list[dict[str, Any]], int, int]:
+        release, first_sent, second_sent = asyncio.Event(), [], []
+        second_reads = 0
+
+        async def slow_body() -> dict[str, Any]:
+            await release.wait()
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def second_body() -> dict[str, Any]:
+            nonlocal second_reads
+            second_reads += 1
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def record(into: list[dict[str, Any]], message: dict[str, Any]) -> None:
+            into.append(message)
+
+        first = asyncio.create_task(app(scope(), slow_body, lambda m: record(first_sent, m)))
+        await asyncio.sleep(0.05)  # the first holds the slot, waiting for its body
+        await app(scope(), second_body, lambda m: record(second_sent, m))
+        release.set()
+        await first
+        third: list[dict[str, Any]] = []
+        await app(scope(), second_body, lambda m: record(third, m))
+        return second_sent, third, second_reads, first_sent[0]["status"]
+
+    second, third, reads, first_status = asyncio.run(go())
+    assert second[0]["status"] == 429 and (b"retry-after", b"30") in second[0]["headers"]
+    assert reads == 1  # only the third request read its (empty) body
+    assert first_status == 422 and third[0]["status"] == 422  # no form: refused, not 429
 
 
 @pytest.mark.parametrize("token", ["", "short-token", "changeme-changeme-changeme-changeme"])

@@ -122,9 +122,28 @@ def test_a_file_where_a_folder_is_needed_is_refused(tmp_path: Path) -> None:
         extract(tmp_path, data)
 
 
-def test_a_member_over_the_image_bound_is_refused_before_it_is_read(tmp_path: Path) -> None:
+def test_an_image_over_the_bound_is_left_out_unread_as_a_sparse_stand_in(
+    tmp_path: Path,
+) -> None:
+    """An image member over max_member_bytes is not extracted: a sparse file of its declared
+    size stands in (no disk taken), which upload_pool then refuses as image_too_large. Its
+    declared size still counts against the archive's budget."""
     data = tar_bytes([file_info("items.jsonl", ITEMS * 100), file_info("big.png", b"x" * 5000)])
-    with pytest.raises(ArchiveError, match="5000 bytes, more than RSIEVE_IMAGE_MAX_BYTES"):
-        extract(tmp_path, data, max_member_bytes=4096)
+    folder = extract(tmp_path, data, max_member_bytes=4096)
+    big = folder / "big.png"
+    assert big.stat().st_size == 5000 and b"x" not in big.read_bytes()
+    assert big.stat().st_blocks * 512 < 5000  # a hole, not bytes
     (tmp_path / "ok").mkdir()  # items.jsonl is bounded by the whole archive's budget only
-    assert extract(tmp_path / "ok", data, max_member_bytes=5000).is_dir()
+    ok = extract(tmp_path / "ok", data, max_member_bytes=5000)
+    assert (ok / "big.png").read_bytes() == b"x" * 5000
+    (tmp_path / "budget").mkdir()
+    with pytest.raises(ArchiveError, match="MAX_EXTRACTED_BYTES"):
+        extract(tmp_path / "budget", data, max_member_bytes=4096, max_bytes=5000)
+
+
+def test_a_parquet_pool_archive_is_a_pool(tmp_path: Path) -> None:
+    data = tar_bytes([file_info("pool/part-0.parquet", b"PAR1")])
+    assert extract(tmp_path, data).name == "pool"
+    (tmp_path / "none").mkdir()
+    with pytest.raises(ArchiveError, match="holds no pool"):
+        extract(tmp_path / "none", tar_bytes([file_info("pool/a.png", b"png")]))

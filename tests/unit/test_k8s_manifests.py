@@ -475,6 +475,31 @@ def test_every_setting_is_deployed_and_valid(rendered: dict[str, list[dict[str, 
             assert "@" in settings.redis_url and ":change-me" in settings.redis_url
 
 
+def _quantity_bytes(q: str) -> int:
+    units = {"Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4, "k": 1000, "M": 10**6}
+    for unit, factor in units.items():
+        if q.endswith(unit):
+            return int(float(q.removesuffix(unit)) * factor)
+    return int(q)
+
+
+def test_the_api_pods_temporary_space_holds_every_upload_slot(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """An upload holds its body and its extraction on /tmp until it is packed into the
+    bucket; the API takes api_upload_slots at once. /tmp must hold them all, with 256 MiB
+    for the caches beside them, or an upload within every limit fills the pod's disk."""
+    for overlay, objs in each_overlay(rendered):
+        api = get(objs, "Deployment", "api")
+        settings = settings_of(effective_env(objs, rsieve_container(objs, "api")))
+        (tmp,) = [v for v in api["spec"]["template"]["spec"]["volumes"] if v["name"] == "tmp"]
+        size = _quantity_bytes(tmp["emptyDir"]["sizeLimit"])
+        per_upload = settings.api_max_request_bytes + settings.api_max_extracted_bytes
+        needed = settings.api_upload_slots * per_upload + 256 * 1024**2
+        assert size >= needed, f"{overlay}: /tmp {size} bytes < {needed} for the uploads"
+        assert settings.api_max_json_bytes <= 1024**2
+
+
 def test_every_reference_resolves(rendered: dict[str, list[dict[str, Any]]]) -> None:
     for overlay, objs in each_overlay(rendered):
         for obj in objs:

@@ -52,17 +52,15 @@ def submit_upload(
     pool: Annotated[UploadFile, File()],
     dataset: Annotated[str, Form(pattern=DATASET_PATTERN)],
 ) -> RunCreated:
-    """Submit a pool as an archive (tar, tar.gz or zip) of its folder: items.jsonl at the
-    top or in its one folder. Links, absolute names and `..` are refused."""
+    """Submit a pool as an archive (tar, tar.gz or zip) of its folder (any pool format) at
+    the top or in its one folder. Links, absolute names and `..` are refused; an image over
+    the byte limit is left out and its lines quarantined (docs/security.md)."""
     s = ctx.settings
     work = Path(tempfile.mkdtemp(prefix="rsieve-upload-"))
     try:
-        archive = work / "upload"
-        with archive.open("wb") as out:
-            shutil.copyfileobj(pool.file, out, 1 << 20)
-        try:
+        try:  # the body as the server spooled it (no second copy), bounded by BodyLimit
             folder = extract_pool(
-                archive,
+                pool.file,
                 work / "pool",
                 max_files=s.api_max_upload_files,
                 max_bytes=s.api_max_extracted_bytes,
