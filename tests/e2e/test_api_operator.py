@@ -31,8 +31,19 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Scenario:
     return build(tmp_path_factory.mktemp("roots") / "replay-pool")
 
 
+MAX_EXTRACTED = 8 * 1024**2  # the stack's api_max_extracted_bytes (uploads: 4 MiB)
+
+
 @pytest.fixture(scope="module")
-def stack(start_stack: Any, scenario: Scenario, tmp_path_factory: pytest.TempPathFactory) -> Stack:
+def api_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The services' temporary folder (TMPDIR), measured by the bomb test."""
+    return tmp_path_factory.mktemp("service-tmp")
+
+
+@pytest.fixture(scope="module")
+def stack(
+    start_stack: Any, scenario: Scenario, api_tmp: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Stack:
     replay = tmp_path_factory.mktemp("replay") / "replay.json"
     replay.write_text(json.dumps(scenario.replay))
     return start_stack(
@@ -45,6 +56,8 @@ def stack(start_stack: Any, scenario: Scenario, tmp_path_factory: pytest.TempPat
             "RSIEVE_MODEL_RETRIES": "1",
             "RSIEVE_API_TOKEN": TOKEN,
             "RSIEVE_API_MAX_REQUEST_BYTES": str(4 * 1024**2),
+            "RSIEVE_API_MAX_EXTRACTED_BYTES": str(MAX_EXTRACTED),
+            "TMPDIR": str(api_tmp),
             "RSIEVE_API_POOL_ROOTS": json.dumps([str(scenario.folder.parent)]),
         },
     )
@@ -336,13 +349,29 @@ def test_grafana_dashboard_queries_metrics_the_api_exposes(finished: dict[str, A
     assert names and names <= exposed, names - exposed
 
 
-def test_archive_bombs_are_refused_without_taking_memory_or_disk(stack: Stack) -> None:
+def _disk_bytes(folder: Path) -> int:
+    """Bytes on disk under `folder`; what is removed while it looks is not counted."""
+    import os
+
+    total = 0
+    for root, _dirs, files in os.walk(folder):  # os.walk skips folders that vanish
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_blocks * 512
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def test_archive_bombs_are_refused_without_taking_memory_or_disk(
+    stack: Stack, api_tmp: Path
+) -> None:
     """A 200 MB pax header in a few KB of .tar.xz, and a zip that inflates 100 MB from
-    about 100 KB: both 422, the API's memory grows by less than 64 MB, and no extraction
-    folder is left behind."""
-    import glob
+    about 100 KB: both 422; the API's memory grows by less than 64 MB; its temporary
+    folder, sampled while the uploads run, never holds more than one upload may (its body
+    and its extraction limit), and nothing is left behind."""
     import lzma
-    import tempfile
+    import threading
 
     pid = stack.pid("api")
     assert pid is not None
@@ -360,6 +389,15 @@ def test_archive_bombs_are_refused_without_taking_memory_or_disk(stack: Stack) -
             zf.writestr(f"zeros{k}.png", b"\0" * (20 * 1024**2))
     assert len(tar_xz) < 200_000 and len(zbuf.getvalue()) < 400_000
     before = _rss_kib(pid, "VmHWM")  # the peak: memory taken and given back counts too
+    baseline, peak, stop = _disk_bytes(api_tmp), [0], threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], _disk_bytes(api_tmp))
+            time.sleep(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     for name, data, why in (
         ("p.tar.xz", tar_xz, "extended header"),
         ("p.zip", zbuf.getvalue(), "EXPANSION_RATIO"),
@@ -372,5 +410,12 @@ def test_archive_bombs_are_refused_without_taking_memory_or_disk(stack: Stack) -
             timeout=60,
         )
         assert resp.status_code == 422 and why in resp.text, resp.text
+    stop.set()
+    sampler.join()
     assert _rss_kib(pid, "VmHWM") - before < 64 * 1024, "an archive bomb took the API's memory"
-    assert not glob.glob(f"{tempfile.gettempdir()}/rsieve-upload-*"), "extraction left behind"
+    grown = peak[0] - baseline
+    assert grown <= 4 * 1024**2 + MAX_EXTRACTED, f"temporary space grew by {grown} bytes"
+    assert grown > 0, "the sampler never saw an upload in the temporary folder"
+    assert not list(api_tmp.glob("rsieve-upload-*")), "extraction left behind"
+    assert _disk_bytes(api_tmp) <= baseline, "an upload left temporary files behind"
+    print(f"API temporary space at the peak: +{grown / 1024**2:.1f} MiB")
