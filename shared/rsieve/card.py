@@ -296,9 +296,31 @@ def render_card(
         "or the output was empty, unparsable or cut off: reason `judge_failed`, counted "
         "apart from UNSURE).",
         "",
-        "In accepted splits `answer` is the model's own verified output and `org_answer` "
-        "the reference; each entry records the verifier decision (protocol, version, "
-        "variant, score) or the judge verdict that promoted it.",
+        "In accepted splits `answer` is the model's own verified output: the form of "
+        "its answer that passed (the whole text, its first line or its first paragraph, "
+        "as `verification.variant` says; the whole text for a judge promotion), with the "
+        "whole post-reasoning text in `full_answer`. `org_answer` (accepted) and `answer` "
+        "(rejected) hold one reference, the most frequent of the item's references (ties "
+        "to the first listed); `references` holds them all. Each entry records the "
+        "verifier decision (protocol, version, constants, variant, score) with the "
+        "multiple-choice `options`, or the judge verdict that promoted it: `rsieve "
+        "recheck <export folder>` recomputes every decision and the judge hold-back from "
+        "the published files alone.",
+        "",
+        "## Run specification",
+        "",
+        "`run_spec.json` beside this card records how every row was made: "
+        f"rsieve {spec.get('rsieve_version', '')}, the pool's sha256 "
+        f"`{str(spec.get('pool_sha256', ''))[:16]}`, every setting that decides what a run "
+        "keeps (below), the protocol versions, and each model with its versions and chat "
+        "template hashes.",
+        "",
+        "| setting | value |",
+        "|---|---|",
+        *[
+            f"| `{k}` | {_cell(json.dumps(v, ensure_ascii=False))} |"
+            for k, v in sorted(settings.items())
+        ],
         "",
     ]
     out += _reasoning_md(settings, report) + [""] + _verdicts_md(report)

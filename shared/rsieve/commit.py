@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from rsieve import __version__
 from rsieve.calibration import (
     CalibrationRecord,
     hold_back,
@@ -26,7 +27,14 @@ from rsieve.report import run_report
 from rsieve.rows import split_name
 from rsieve.schemas import Outcome, Quarantined, RunSpec
 
-__all__ = ["CompactionPlan", "added_keys", "commit_files", "plan_compaction", "split_families"]
+__all__ = [
+    "CompactionPlan",
+    "added_keys",
+    "commit_files",
+    "plan_compaction",
+    "run_spec",
+    "split_families",
+]
 
 Examples = dict[str, list[tuple[dict[str, Any], str]]]  # split -> (first qa, image path)
 
@@ -64,6 +72,7 @@ def plan_compaction(
         blank_lines=index["blank_lines"],
     )
     report["calibration"] = summary
+    report["judge_false_promotion_bound"] = bound  # what `rsieve recheck DIR` holds back by
     report["judge_promotions"] = promotions_listing(outcomes)
     added, skipped = dedupe(outcomes, existing_keys)
     report["already_in_dataset"] = skipped
@@ -105,6 +114,44 @@ def human_review(reviews: Iterable[dict[str, Any]]) -> tuple[dict[str, dict[str,
     )
 
 
+def run_spec(spec: RunSpec, outcomes: Iterable[Outcome], bound: float) -> dict[str, Any]:
+    """run_spec.json, beside the card: how every row of the run was made. The run's
+    specification (every DECIDING setting, rsieve.settings; the pool's digest; the protocol
+    versions), the rsieve version, the hold-back bound, and each model that answered or
+    judged with its versions, kinds, interfaces and chat template hashes, as the outputs
+    recorded them."""
+    generators: dict[str, dict[str, set[str]]] = {}
+    judges: dict[str, dict[str, set[str]]] = {}
+    for o in outcomes:
+        g = o.generation
+        seen = generators.setdefault(g.model, {})
+        for key, value in (
+            ("versions", g.model_version),
+            ("kinds", g.model_kind),
+            ("interfaces", g.interface),
+            ("chat_templates", g.chat_template),
+            ("chat_template_sha256", g.chat_template_sha256),
+            ("thinking_modes", g.thinking_mode),
+        ):
+            if value is not None:
+                seen.setdefault(key, set()).add(value)
+        if o.verdict is not None:
+            seen = judges.setdefault(o.verdict.model, {})
+            seen.setdefault("template_sha256", set()).add(o.verdict.template_sha256)
+            if o.verdict.model_kind is not None:
+                seen.setdefault("kinds", set()).add(o.verdict.model_kind)
+
+    def listed(models: dict[str, dict[str, set[str]]]) -> dict[str, dict[str, list[str]]]:
+        return {m: {k: sorted(v) for k, v in sorted(f.items())} for m, f in sorted(models.items())}
+
+    return {
+        "rsieve_version": __version__,
+        **spec.model_dump(),
+        "judge_false_promotion_bound": bound,
+        "models": {"generator": listed(generators), "judge": listed(judges)},
+    }
+
+
 def commit_files(
     plan: CompactionPlan,
     *,
@@ -113,14 +160,18 @@ def commit_files(
     examples: Examples,
     reviews: Iterable[dict[str, Any]],
 ) -> dict[str, bytes]:
-    """The commit's files by name: run_report.json, quarantine.jsonl, README.md (the card)."""
+    """The commit's files by name: run_report.json, quarantine.jsonl, run_spec.json and
+    README.md (the card)."""
     report = plan.report
     counts, review_md = human_review(reviews)
     report["human_review"] = counts
     card = render_card(
         dataset=spec.dataset,
         spec=spec.model_dump()
-        | {"protocols_used": sorted({o.generation.item.protocol for o in plan.outcomes})},
+        | {
+            "protocols_used": sorted({o.generation.item.protocol for o in plan.outcomes}),
+            "rsieve_version": __version__,
+        },
         report=report,
         manifest=manifest,
         split_families=split_families(manifest, {o.generation.item.family for o in plan.outcomes}),
@@ -135,5 +186,6 @@ def commit_files(
     return {
         "run_report.json": json.dumps(report, indent=1).encode(),
         "quarantine.jsonl": quarantine.encode(),
+        "run_spec.json": json.dumps(run_spec(spec, plan.outcomes, plan.bound), indent=1).encode(),
         "README.md": card.encode(),
     }

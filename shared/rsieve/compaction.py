@@ -75,6 +75,7 @@ def next_manifest(
             "README.md": f"commits/{run}/README.md",
             "run_report.json": f"commits/{run}/run_report.json",
             "quarantine.jsonl": f"commits/{run}/quarantine.jsonl",
+            "run_spec.json": f"commits/{run}/run_spec.json",
             **{f"reports/{r}.json": f"commits/{r}/run_report.json" for r in runs},
             **{s["path"]: s["path"] for s in all_shards},
         },

@@ -9,20 +9,33 @@ from __future__ import annotations
 
 import json
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import datasets
 
 from rsieve.schemas import Outcome
+from rsieve.verify import variants
 
-__all__ = ["FEATURES", "SPLIT_KINDS", "assemble_rows", "split_kinds", "split_name"]
+__all__ = [
+    "FEATURES",
+    "SPLIT_KINDS",
+    "assemble_rows",
+    "canonical_reference",
+    "passed_text",
+    "split_kinds",
+    "split_name",
+]
 
 SPLIT_KINDS = ("RS_think", "RS_nothink", "rejected")
 
 _DECISION = {
     "protocol": datasets.Value("string"),
     "version": datasets.Value("string"),
+    # The protocol's constants as JSON: with the references and options, what a recheck
+    # needs to recompute the decision from the row alone (rsieve.recheck).
+    "constants": datasets.Value("string"),
     "variant": datasets.Value("string"),
     "score": datasets.Value("float64"),
     "threshold": datasets.Value("float64"),
@@ -44,7 +57,13 @@ FEATURES = datasets.Features(
                 "id": datasets.Value("string"),
                 "question": datasets.Value("string"),
                 "answer": datasets.Value("string"),
+                "full_answer": datasets.Value("string"),
                 "org_answer": datasets.Value("string"),
+                "references": datasets.List(datasets.Value("string")),
+                "options": datasets.List(
+                    {"label": datasets.Value("string"), "text": datasets.Value("string")}
+                ),
+                "protocol": datasets.Value("string"),
                 "reasoning": datasets.Value("string"),
                 "wrong_vlm": datasets.Value("string"),
                 "reason": datasets.Value("string"),
@@ -89,17 +108,40 @@ def split_kinds(outcome: Outcome) -> tuple[str, ...]:
     return ("RS_think", "RS_nothink")
 
 
+def canonical_reference(references: Sequence[str]) -> str:
+    """The one reference a row shows as `answer` (rejected) or `org_answer` (accepted): the
+    most frequent, ties to the first listed (VQA's ten annotators agree on the majority);
+    the full list is the row's `references`."""
+    counts = Counter(references)
+    return max(references, key=lambda r: (counts[r], -references.index(r)))
+
+
+def passed_text(answer: str, variant: str | None) -> str:
+    """The form of the answer that passed the verifier (rsieve.verify.variants: whole,
+    first_line or first_paragraph): an accepted row's training target. No variant (a
+    judge promotion: the judge read the whole answer): the whole answer, stripped."""
+    forms = dict(variants(answer))
+    return forms.get(variant or "whole", forms["whole"])
+
+
 def _qa(outcome: Outcome, kind: str) -> dict[str, Any]:
     gen = outcome.generation
     item = gen.item
-    reference = " | ".join(item.references) if len(item.references) > 1 else item.references[0]
-    decision = outcome.decision.model_dump(exclude={"constants"}) if outcome.decision else None
+    decision = None
+    if outcome.decision:
+        decision = outcome.decision.model_dump(exclude={"constants"}) | {
+            "constants": json.dumps(outcome.decision.constants, sort_keys=True)
+        }
     judge = outcome.verdict.model_dump(exclude={"prompt"}) if outcome.verdict else None
     entry: dict[str, Any] = {
         "id": item.id,
         "question": item.question,
         "answer": None,
+        "full_answer": None,
         "org_answer": None,
+        "references": list(item.references),
+        "options": [{"label": k, "text": v} for k, v in (item.options or {}).items()] or None,
+        "protocol": item.protocol,
         "reasoning": None,
         "wrong_vlm": None,
         "reason": None,
@@ -108,6 +150,7 @@ def _qa(outcome: Outcome, kind: str) -> dict[str, Any]:
         "verification": decision,
         "judge": judge,
     }
+    reference = canonical_reference(item.references)
     if kind == "rejected":
         entry.update(
             answer=reference,
@@ -115,7 +158,10 @@ def _qa(outcome: Outcome, kind: str) -> dict[str, Any]:
             reason=outcome.reason,
         )
     else:
-        entry.update(answer=gen.answer, org_answer=reference)
+        whole = gen.answer or ""
+        verified = outcome.decision if outcome.promoted_by == "verifier" else None
+        variant = verified.variant if verified else None
+        entry.update(answer=passed_text(whole, variant), full_answer=whole, org_answer=reference)
         if kind == "RS_think":
             entry["reasoning"] = gen.reasoning
     return entry

@@ -15,7 +15,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rsieve.schemas import DATASET_PATTERN
 
-__all__ = ["API_TOKEN_MIN_CHARS", "Settings", "api_token_problem", "get_settings"]
+__all__ = [
+    "API_TOKEN_MIN_CHARS",
+    "DECIDING",
+    "OPERATIONAL",
+    "Settings",
+    "api_token_problem",
+    "get_settings",
+]
 
 _DEV_ACCESS_KEY = "rsieve-local"
 _DEV_SECRET_KEY = "rsieve-local-secret"
@@ -136,6 +143,10 @@ class Settings(BaseSettings):
     purity_threshold: float = Field(0.05, ge=0, le=1)
     purity_min_items: int = Field(20, ge=1)
     purity_embedding: bool = Field(True, description="settle open questions by embedding")
+    # Origin first (docs/cleaning.md): family -> the source dataset names accepted as its
+    # benchmark origin (JSON, e.g. {"TextVQA": ["textvqa"]}); an item of another origin is
+    # off-task. A family not named here takes its dominant origin, if it has one.
+    purity_origins: dict[str, list[str]] = {}
 
     # Judge calibration (docs/judge.md): accepted items probed per family (a deterministic
     # hash-ranked sample), the fraction of accepted items eligible for it, and the bound on
@@ -200,29 +211,95 @@ class Settings(BaseSettings):
         return cls(**values)  # type: ignore[arg-type]
 
     def fingerprint(self) -> dict[str, object]:
-        """The settings that change decisions: part of a run's identity. A setting added
-        after run ids existed enters only when set, so earlier runs keep their ids."""
-        added = {"provenance_buckets": self.provenance_buckets} if self.provenance_buckets else {}
-        return added | {
-            "generator_model": self.generator_model,
-            "judge_model": self.judge_model,
-            "temperature": self.temperature,
-            "max_new_tokens": self.max_new_tokens,
-            "judge_max_new_tokens": self.judge_max_new_tokens,
-            "provenance_policy": self.provenance_policy,
-            "provenance_roots": self.provenance_roots,
-            "image_max_pixels": self.image_max_pixels,
-            "image_max_side": self.image_max_side,
-            "generator_tokenizer": self.generator_tokenizer,
-            "judge_tokenizer": self.judge_tokenizer,
-            "reasoning": self.reasoning,
-            "purity_threshold": self.purity_threshold,
-            "purity_min_items": self.purity_min_items,
-            "purity_embedding": self.purity_embedding,
-            "judge_calibration_size": self.judge_calibration_size,
-            "judge_calibration_rate": self.judge_calibration_rate,
-            "judge_false_promotion_bound": self.judge_false_promotion_bound,
-        }
+        """The settings that change what a run decides (DECIDING): part of the run's id,
+        and exported whole in the dataset's run_spec.json. A field in neither DECIDING nor
+        OPERATIONAL fails tests/unit/test_run_identity.py."""
+        return {name: _plain(getattr(self, name)) for name in sorted(DECIDING)}
+
+
+def _plain(value: object) -> object:
+    return list(value) if isinstance(value, tuple) else value
+
+
+# Every field of Settings is declared here, once: DECIDING when a different value can put
+# an item in another place, give a row other content or change what the card reports
+# (the run id is derived from these, so changing one makes a new run); OPERATIONAL when it
+# only changes how, where or how fast the run is executed. Secrets are never DECIDING.
+DECIDING = frozenset(
+    {
+        # The models, how they are asked and what they may answer.
+        "generator_model",
+        "judge_model",
+        "model_interface",
+        "generator_tokenizer",
+        "judge_tokenizer",
+        "reasoning",
+        "temperature",
+        "max_new_tokens",
+        "judge_max_new_tokens",
+        "image_max_side",
+        # What the cleaner admits.
+        "image_max_pixels",
+        "image_max_bytes",
+        "text_max_chars",
+        "provenance_policy",
+        "provenance_roots",
+        "provenance_buckets",
+        "purity_threshold",
+        "purity_min_items",
+        "purity_embedding",
+        "purity_origins",
+        # The judge's calibration and hold-back.
+        "judge_calibration_size",
+        "judge_calibration_rate",
+        "judge_false_promotion_bound",
+    }
+)
+OPERATIONAL = frozenset(
+    {
+        "environment",
+        "redis_url",
+        "visibility_timeout_s",
+        "unacked_restore_interval_s",
+        "max_deliveries",
+        "task_time_limit_s",
+        "soft_shutdown_s",
+        "s3_endpoint",
+        "s3_bucket",
+        "s3_region",
+        "s3_access_key",
+        "s3_secret_key",
+        "triton_grpc_url",
+        "judge_triton_grpc_url",
+        "max_inflight",
+        "request_items",
+        "model_timeout_s",
+        "model_retries",
+        "model_backoff_s",
+        "worker_concurrency",
+        "generator_concurrency",
+        "engine_capacity",
+        "parquet_shard_bytes",
+        "parquet_row_group_rows",
+        "shard_size",
+        "watch_prefix",
+        "watch_interval_s",
+        "sweep_interval_s",
+        "sweep_after_s",
+        "watch_dataset",
+        "api_url",
+        "api_token",
+        "api_dev_open",
+        "api_pool_roots",
+        "api_max_request_bytes",
+        "api_max_json_bytes",
+        "api_max_upload_files",
+        "api_max_extracted_bytes",
+        "api_upload_slots",
+        "api_max_expansion_ratio",
+        "triton_metrics_url",
+    }
+)
 
 
 @lru_cache(maxsize=1)

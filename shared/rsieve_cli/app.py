@@ -455,11 +455,76 @@ def card(run_id: Annotated[str, typer.Argument(metavar="RUN", help="run id")]) -
 @app.command()
 @friendly
 def recheck(
-    run_id: Annotated[str, typer.Argument(metavar="RUN", help="run id")],
+    target: Annotated[
+        str, typer.Argument(metavar="RUN_OR_FOLDER", help="run id, or an exported dataset folder")
+    ],
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Recompute every verifier decision of RUN from its stored outputs with rsieve.verify;
-    exit 1 if any differs from what was stored."""
+    """Recompute every verifier decision with rsieve.verify and say where any differs
+    (exit 1). A folder (what `rsieve export` wrote, or a downloaded copy of the dataset):
+    from its files alone, no stack, the judge hold-back and training targets included. A
+    run id: from the run's stored outputs on the stack."""
+    folder = Path(target)
+    if folder.is_dir():
+        summary = _recheck_folder(folder)
+        if as_json:
+            typer.echo(json.dumps({"folder": str(folder), **summary}))
+        else:
+            for d in summary["differences"]:
+                console.print(f"[red]differs:[/] {json.dumps(d)}", highlight=False, soft_wrap=True)
+            typer.echo(
+                f"{summary['decisions']} decision(s) rechecked, {summary['agreed']} agree "
+                f"({summary['agreement']:.2%}); {summary['hold_back_checked']} judge "
+                f"promotion(s) checked against the hold-back; "
+                f"{len(summary['differences'])} difference(s)"
+            )
+        raise typer.Exit(1 if summary["differences"] else 0)
+    _recheck_run(target, as_json)
+
+
+def _recheck_folder(folder: Path) -> dict[str, Any]:
+    """Read an exported dataset's rows and reports, recheck them (rsieve.recheck)."""
+    import pyarrow.parquet as pq
+
+    from rsieve.recheck import RecheckResult, recheck_entries
+    from rsieve.rows import SPLIT_KINDS, split_name
+
+    shards = sorted((folder / "data").glob("*.parquet"))
+    if not shards:
+        raise Failure(f"{folder} holds no data/*.parquet", "give the folder `rsieve export` wrote")
+    reports: dict[str, dict[str, Any]] = {}
+    for path in sorted((folder / "reports").glob("*.json")) + [folder / "run_report.json"]:
+        if path.is_file():
+            report = json.loads(path.read_text())
+            reports[report.get("run", path.stem)] = report
+    spec_path = folder / "run_spec.json"
+    spec = json.loads(spec_path.read_text()) if spec_path.is_file() else {}
+    total = RecheckResult()
+    by_run: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
+    for path in shards:
+        for row in pq.read_table(path, columns=["qa", "clean_meta"]).to_pylist():
+            run = row["clean_meta"]["run"]
+            families = (reports.get(run) or {}).get("families", {})
+            split = path.name.split(f"-{run}-")[0]  # data/<split>-<run>-<i>-of-<n>.parquet
+            kind = next(k for k in SPLIT_KINDS if split.endswith("_" + k))
+            family = next(
+                (f for f in families if split_name(f, kind) == split), split[: -len(kind) - 1]
+            )
+            by_run.setdefault(run, []).extend((kind, family, qa) for qa in row["qa"])
+    for run, entries in sorted(by_run.items()):
+        report = reports.get(run) or {}
+        bound = report.get("judge_false_promotion_bound")
+        if bound is None and spec.get("run") == run:
+            bound = spec.get("judge_false_promotion_bound")
+        part = recheck_entries(entries, calibration=report.get("calibration"), bound=bound)
+        total.decisions += part.decisions
+        total.agreed += part.agreed
+        total.hold_back_checked += part.hold_back_checked
+        total.differences += [d | {"run": run} for d in part.differences]
+    return total.summary()
+
+
+def _recheck_run(run_id: str, as_json: bool) -> None:
     from rsieve.cascade import recheck_outcomes
 
     ctx = _context()

@@ -111,6 +111,28 @@ def build(folder: Path) -> Scenario:
         output="<think>one word</think>Hello.\nIt is a greeting.",
         expect=("accepted", "verifier"),
     )
+    s.item(  # ten annotators, VQA style: the row shows the majority reference and the list
+        "w-vqa",
+        "SynthWords",
+        "world.png",
+        world,
+        answer=[
+            "Word",
+            "world",
+            "world",
+            "Word",
+            "world",
+            "world",
+            "Word",
+            "world",
+            "world",
+            "Word",
+        ],
+        question="Which word is written? Answer with one word.",
+        protocol="vqa",
+        output="<think>five letters</think>world",
+        expect=("accepted", "verifier"),
+    )
     s.item(
         "w-wrong",
         "SynthWords",

@@ -60,6 +60,10 @@ def test_run_exports_a_loadable_dataset_twice_identically(stack: Stack, tmp_path
     for row in ds["SynthWords_RS_think"]:
         for qa in row["qa"]:
             assert qa["answer"] and qa["reasoning"].startswith("recognised")
+    rechecked = _cli(stack, "recheck", str(path), "--json")
+    assert rechecked.returncode == 0, rechecked.stdout[-3000:] + rechecked.stderr[-2000:]
+    summary = json.loads(rechecked.stdout)
+    assert summary["agreement"] == 1.0 and summary["decisions"] >= 25, summary
 
     second = _cli(stack, "run", str(POOL), "--out", str(tmp_path / "b"), "--dataset", "ex")
     assert second.returncode == 0, second.stderr[-3000:]

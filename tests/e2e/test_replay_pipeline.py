@@ -123,7 +123,13 @@ def test_rows_answers_and_think_split(export: tuple[str, Path]) -> None:
     assert qa["answer"] == "HELLO" and qa["org_answer"] == "hello"
     assert qa["reasoning"] == "I read H E L L O."
     assert qa["verification"]["protocol"] == "alnum"
-    assert think["w-ok-2"][1]["verification"]["variant"] == "first_line"
+    ok2 = think["w-ok-2"][1]
+    assert ok2["verification"]["variant"] == "first_line"
+    # The training target is the line that passed; the explanation stays in full_answer.
+    assert ok2["answer"] == "Hello." and ok2["full_answer"] == "Hello.\nIt is a greeting."
+    vqa = think["w-vqa"][1]
+    assert vqa["org_answer"] == "world" and vqa["references"].count("Word") == 4
+    assert len(vqa["references"]) == 10 and vqa["protocol"] == "vqa"
     assert think["w-promoted"][1]["judge"]["verdict"] == "CORRECT"
     assert row["image"].size == (160, 48)
     nothink = [qa for r in ds["SynthWords_RS_nothink"] for qa in r["qa"]]
@@ -133,6 +139,45 @@ def test_rows_answers_and_think_split(export: tuple[str, Path]) -> None:
     assert rejected["w-garbled"]["judge"]["cause"] == "judge_unparsable"
     truncated = ds["SynthAmounts_rejected"][0]["qa"][0]
     assert truncated["reason"] == "truncated_reasoning" and truncated["answer"] == "11850"
+
+
+def test_the_export_rechecks_from_its_files_alone(export: tuple[str, Path]) -> None:
+    """`rsieve recheck DIR` on the exported folder, no stack: every decision agrees; a
+    copy with one tampered decision is reported (exit 1)."""
+    import shutil
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _, path = export
+
+    def recheck(folder: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "rsieve_cli.app", "recheck", str(folder), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PATH": "/usr/bin:/bin", "RSIEVE_STACK_DIR": str(folder / "no-stack")},
+        )
+
+    done = recheck(path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout)
+    assert summary["agreement"] == 1.0 and summary["decisions"] >= 8
+    assert summary["differences"] == [] and summary["hold_back_checked"] >= 1
+
+    tampered = path.parent / "tampered"
+    shutil.copytree(path, tampered)
+    (shard,) = sorted((tampered / "data").glob("SynthWords_RS_think-*.parquet"))
+    rows = pq.read_table(shard).to_pylist()
+    rows[0]["qa"][0]["verification"]["accepted"] = False
+    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(shard)), shard)
+    done = recheck(tampered)
+    assert done.returncode == 1
+    (diff,) = json.loads(done.stdout)["differences"]
+    assert diff["check"] == "decision" and diff["id"] == rows[0]["qa"][0]["id"]
 
 
 def test_second_submission_reuses_the_run(

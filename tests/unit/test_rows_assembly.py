@@ -8,7 +8,14 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from rsieve.rows import FEATURES, SPLIT_KINDS, assemble_rows, split_name
+from rsieve.rows import (
+    FEATURES,
+    SPLIT_KINDS,
+    assemble_rows,
+    canonical_reference,
+    passed_text,
+    split_name,
+)
 from tests.unit._records import POOL_URI, accepted, failed, judged, make_item, sha
 
 
@@ -51,7 +58,9 @@ def test_accepted_goes_to_think_and_nothink() -> None:
         assert qa["judge"] is None
         assert qa["verification"]["protocol"] == "alnum"
         assert qa["verification"]["accepted"] is True
-        assert "constants" not in qa["verification"]
+        assert json.loads(qa["verification"]["constants"]) == out.decision.constants
+        assert qa["references"] == ["1250"] and qa["protocol"] == "alnum"
+        assert qa["full_answer"] == "1,250" and qa["options"] is None
     assert think["reasoning"] == out.generation.reasoning
     assert think["reasoning"]
     assert nothink["reasoning"] is None
@@ -130,12 +139,53 @@ def test_rejected_without_answer_keeps_raw_output() -> None:
     assert qa["verification"] is None and qa["judge"] is None
 
 
-def test_multi_reference_is_joined() -> None:
-    item = make_item(family="DocVQA", protocol="anls", references=["two", "2"])
-    qa = _only_qa(assemble_rows([accepted(item, "2")])["DocVQA_RS_nothink"])
-    assert qa["org_answer"] == "two | 2"
-    rejected = _only_qa(assemble_rows([judged(item, "three", "WRONG")])["DocVQA_rejected"])
-    assert rejected["answer"] == "two | 2"
+def test_multi_reference_rows_show_the_majority_reference_and_keep_the_list() -> None:
+    """Ten VQA annotators: `answer` / `org_answer` is the most frequent reference (ties to
+    the first listed), `references` the whole list; never a joined string."""
+    refs = ["two", "2", "2", "two", "2", "a pair", "2", "two", "2", "two"]
+    item = make_item(family="VQAv2", protocol="vqa", references=refs)
+    qa = _only_qa(assemble_rows([accepted(item, "2")])["VQAv2_RS_nothink"])
+    assert qa["org_answer"] == "2" and qa["references"] == refs
+    rejected = _only_qa(assemble_rows([judged(item, "three", "WRONG")])["VQAv2_rejected"])
+    assert rejected["answer"] == "2" and rejected["references"] == refs
+    tie = make_item(family="DocVQA", protocol="anls", references=["two", "2"])
+    assert _only_qa(assemble_rows([accepted(tie, "2")])["DocVQA_RS_nothink"])["org_answer"] == "two"
+
+
+def test_canonical_reference_rule() -> None:
+    assert canonical_reference(["a"]) == "a"
+    assert canonical_reference(["b", "a", "a"]) == "a"
+    assert canonical_reference(["b", "a", "a", "b"]) == "b"  # a tie: the first listed
+
+
+def test_an_answer_that_passed_on_its_first_line_is_that_line() -> None:
+    """The verifier ignored the explanation after the first line: the training target is
+    the line that passed, and the whole text stays in full_answer."""
+    item = make_item(family="SynthWords", references=["COFFEE"])
+    whole = "COFFEE\nThe sign above the door reads coffee, in capitals."
+    out = accepted(item, whole)
+    assert out.decision is not None and out.decision.variant == "first_line"
+    qa = _only_qa(assemble_rows([out])["SynthWords_RS_nothink"])
+    assert qa["answer"] == "COFFEE" and qa["full_answer"] == whole
+    assert qa["verification"]["variant"] == "first_line"
+    para = "COFFEE, the word\non the sign\n\nIt is painted in red."
+    assert passed_text(para, "first_paragraph") == "COFFEE, the word\non the sign"
+    assert passed_text("  x  ", None) == "x"
+
+
+def test_a_judge_promotion_keeps_the_whole_answer() -> None:
+    item = make_item(family="SynthWords", references=["COFFEE"])
+    out = judged(item, "the word COFFE", "CORRECT")
+    qa = _only_qa(assemble_rows([out])["SynthWords_RS_nothink"])
+    assert qa["answer"] == qa["full_answer"] == "the word COFFE"
+
+
+def test_mc_options_travel_with_the_row() -> None:
+    item = make_item(
+        family="MMBench", protocol="mc", references=["B"], options={"A": "cat", "B": "dog"}
+    )
+    qa = _only_qa(assemble_rows([accepted(item, "B")])["MMBench_RS_nothink"])
+    assert qa["options"] == [{"label": "A", "text": "cat"}, {"label": "B", "text": "dog"}]
 
 
 def test_two_items_on_one_image_make_one_row_in_line_order() -> None:

@@ -69,6 +69,14 @@ def run_task(context: Context, name: str, **kwargs: Any) -> None:
     context.app.tasks[name](**kwargs)
 
 
+def _answer(reference: str, line: int) -> str:
+    """The reference on even lines (every fourth with an explanation on a second line, which
+    the verifier passes on the first line alone), "nothing" on odd ones."""
+    if line % 2:
+        return "nothing"
+    return f"{reference}\nThat is what the image shows." if line % 4 == 0 else reference
+
+
 def fake_generate(context: Context, run: str, shard: str, lines: int) -> None:
     """What the generator stores, from replies made here: the first reference for every
     even line, "nothing" for the odd ones."""
@@ -78,7 +86,7 @@ def fake_generate(context: Context, run: str, shard: str, lines: int) -> None:
     ready, quarantined = ready_items(items, prepared)
     replies: list[ModelReply | Exception] = [
         ModelReply(
-            text=f"<think>reading</think>{i.references[0] if i.line % 2 == 0 else 'nothing'}",
+            text=f"<think>reading</think>{_answer(i.references[0], i.line)}",
             finish_reason="stop",
         )
         for i, _ in ready
@@ -258,3 +266,54 @@ def test_the_watcher_never_fetches_an_image_over_the_byte_limit() -> None:
     refused = json.loads(store.get(f"pools/{pool}/_refused.json"))
     assert refused["b.png"]["reason"] == "image_too_large"
     assert "5000 bytes" in refused["b.png"]["detail"]
+
+
+def test_an_export_rechecks_from_its_files_alone_and_a_tampered_decision_shows(
+    ctx: tuple[Context, MemoryStore, Sent, TableJudge], tmp_path: Path
+) -> None:
+    """`rsieve recheck DIR` on the exported example pool: every verifier decision agrees,
+    training targets are the forms that passed, the hold-back is consistent; run_spec.json
+    holds every DECIDING setting. Tampering with a stored decision or a target shows."""
+    import pyarrow as pa
+
+    from rsieve.adapters.exports import export_dataset
+    from rsieve.settings import DECIDING
+    from rsieve_cli.app import _recheck_folder
+
+    context, store, sent, _ = ctx
+    run = submit(context, upload_pool(store, ROOT / "examples" / "pool"), "fakes")
+    run_task(context, "rsieve.ingest", run=run)
+    for kw in [kw for task, kw in sent.tasks if task == "rsieve.clean"]:
+        run_task(context, "rsieve.clean", **kw)
+        fake_generate(context, **kw)
+        run_task(context, "rsieve.verify", **kw)
+        run_task(context, "rsieve.judge", **kw)
+    run_task(context, "rsieve.compact", run=run)
+    folder = export_dataset(store, "fakes", tmp_path)
+
+    spec = json.loads((folder / "run_spec.json").read_text())
+    assert set(spec["settings"]) == DECIDING and spec["run"] == run
+    assert spec["models"]["generator"] == {
+        "fake-vlm": {"interfaces": ["rsieve"], "versions": ["1"]}
+    }
+    assert "## Run specification" in (folder / "README.md").read_text()
+
+    summary = _recheck_folder(folder)
+    assert summary["differences"] == [] and summary["agreement"] == 1.0
+    assert summary["decisions"] >= 20 and summary["hold_back_checked"] >= 1
+    shards = sorted((folder / "data").glob("*_RS_nothink-*.parquet"))
+    rows = [r for p in shards for r in pq.read_table(p).to_pylist()]
+    entries = [qa for r in rows for qa in r["qa"]]
+    first_line = [qa for qa in entries if (qa["verification"] or {}).get("variant") == "first_line"]
+    assert first_line and all(
+        qa["answer"] == qa["full_answer"].split("\n")[0] != qa["full_answer"] for qa in first_line
+    )
+
+    # Tamper: one accepted entry's decision says it scored less, another's target changes.
+    path = shards[0]
+    table = pq.read_table(path).to_pylist()
+    table[0]["qa"][0]["verification"]["score"] = 0.25
+    table[-1]["qa"][-1]["answer"] = "something else"
+    pq.write_table(pa.Table.from_pylist(table, schema=pq.read_schema(path)), path)
+    checks = {d["check"] for d in _recheck_folder(folder)["differences"]}
+    assert checks == {"decision", "answer"}

@@ -1,0 +1,150 @@
+"""Recheck a published dataset from its files alone (no stack, no stored outputs).
+
+Every qa entry carries what its decision needs (rsieve.rows): the protocol and its
+version and constants, the references, the multiple-choice options, the whole
+post-reasoning answer (`full_answer`, or `wrong_vlm` in a rejected split) and the
+variant that passed. `recheck_entries` recomputes, for each entry:
+
+- the verifier decision with today's rsieve.verify (accepted, score, variant; a protocol
+  whose version changed since is a difference, named as such);
+- the training target: an accepted entry's `answer` is the form that passed
+  (`rsieve.rows.passed_text`), and the shown reference is the canonical one
+  (`rsieve.rows.canonical_reference`);
+- the judge hold-back: from the run report's calibration figures (k of n known-wrong
+  probes the judge called CORRECT) and the bound in run_spec.json, which families may
+  promote by the judge (`rsieve.calibration`'s rule, Wilson 95% upper bound recomputed),
+  and that every judge promotion lies in one of them and every `judge_untrusted` entry in
+  none.
+
+Pure: the caller reads the Parquet rows and the JSON files (rsieve_cli.app's `recheck`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rsieve.calibration import wilson
+from rsieve.rows import canonical_reference, passed_text
+from rsieve.verify import PROTOCOLS, verify
+
+__all__ = ["RecheckResult", "held_back_families", "recheck_entries"]
+
+
+@dataclass
+class RecheckResult:
+    decisions: int = 0  # verifier decisions recomputed
+    agreed: int = 0
+    hold_back_checked: int = 0  # judge promotions and judge_untrusted entries checked
+    differences: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def agreement(self) -> float:
+        return self.agreed / self.decisions if self.decisions else 1.0
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "decisions": self.decisions,
+            "agreed": self.agreed,
+            "agreement": round(self.agreement, 6),
+            "hold_back_checked": self.hold_back_checked,
+            "differences": self.differences,
+        }
+
+
+def held_back_families(calibration: Mapping[str, Mapping[str, Any]], bound: float) -> set[str]:
+    """Families whose judge promotions are held back, recomputed from the report's
+    calibration counts: no false-promotion figure, or its Wilson 95% upper bound above
+    `bound` (a bound of 1 holds nothing back). Families absent from the calibration are
+    held back too (the caller checks entries of those against this rule)."""
+    if bound >= 1.0:
+        return set()
+    held = set()
+    for family, entry in calibration.items():
+        fp = entry.get("false_promotion") or {}
+        k, n = int(fp.get("k") or 0), int(fp.get("n") or 0)
+        if not n or wilson(k, n)[1] > bound:
+            held.add(family)
+    return held
+
+
+def _differs(what: str, entry: Mapping[str, Any], split: str, **detail: Any) -> dict[str, Any]:
+    return {"check": what, "split": split, "id": entry.get("id"), **detail}
+
+
+def recheck_entries(
+    entries: Iterable[tuple[str, str, Mapping[str, Any]]],
+    *,
+    calibration: Mapping[str, Mapping[str, Any]] | None,
+    bound: float | None,
+) -> RecheckResult:
+    """`entries`: (split kind, family, qa entry) for every qa entry of the export (kind:
+    RS_think, RS_nothink or rejected). `calibration` and `bound`: the run report's
+    calibration summary and run_spec.json's bound (None: the hold-back is not checked)."""
+    result = RecheckResult()
+    held = held_back_families(calibration or {}, bound) if bound is not None else None
+    for kind, family, qa in entries:
+        references = list(qa.get("references") or [])
+        if references:
+            shown = qa.get("answer") if kind == "rejected" else qa.get("org_answer")
+            if shown != canonical_reference(references):
+                result.differences.append(
+                    _differs(
+                        "reference",
+                        qa,
+                        kind,
+                        stored=shown,
+                        expected=canonical_reference(references),
+                    )
+                )
+        stored = qa.get("verification")
+        prediction = qa.get("wrong_vlm") if kind == "rejected" else qa.get("full_answer")
+        if stored is not None and prediction is not None:
+            result.decisions += 1
+            options = {o["label"]: o["text"] for o in qa.get("options") or []}
+            protocol = stored["protocol"]
+            if protocol not in PROTOCOLS:
+                result.differences.append(_differs("protocol_gone", qa, kind, protocol=protocol))
+                continue
+            now = verify(
+                protocol, prediction, references, **({"options": options} if options else {})
+            )
+            before = (
+                stored["version"],
+                bool(stored["accepted"]),
+                round(float(stored["score"]), 6),
+                stored.get("variant"),
+            )
+            after = (now.version, now.accepted, round(now.score, 6), now.variant)
+            constants = (
+                json.loads(stored["constants"]) if stored.get("constants") else now.constants
+            )
+            if before == after and constants == now.constants:
+                result.agreed += 1
+            else:
+                what = "protocol_version" if before[0] != after[0] else "decision"
+                result.differences.append(
+                    _differs(what, qa, kind, stored=list(before), recomputed=list(after))
+                )
+            if kind != "rejected" and qa.get("promoted_by") == "verifier":
+                target = passed_text(prediction, stored.get("variant"))
+                if qa.get("answer") != target:
+                    result.differences.append(
+                        _differs("answer", qa, kind, stored=qa.get("answer"), expected=target)
+                    )
+        if held is None:
+            continue
+        judge = qa.get("judge") or {}
+        if kind != "rejected" and qa.get("promoted_by") == "judge":
+            result.hold_back_checked += 1
+            if family in held or family not in (calibration or {}):
+                result.differences.append(_differs("hold_back", qa, kind, family=family, held=True))
+        elif kind == "rejected" and qa.get("reason") == "judge_untrusted":
+            result.hold_back_checked += 1
+            trusted = family in (calibration or {}) and family not in held
+            if trusted or judge.get("verdict") != "CORRECT":
+                result.differences.append(
+                    _differs("hold_back", qa, kind, family=family, held=False)
+                )
+    return result

@@ -1,0 +1,85 @@
+"""A run's identity: every settings field is declared DECIDING or OPERATIONAL (once), the
+run id follows every DECIDING field and no OPERATIONAL one, and no secret is part of it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+from pydantic import SecretStr, ValidationError
+
+from rsieve.settings import DECIDING, OPERATIONAL, Settings
+from rsieve.submission import run_id
+from rsieve.verify import protocol_versions
+
+POOL = hashlib.sha256(b"a pool").hexdigest()
+
+
+def _rid(settings: Settings) -> str:
+    return run_id(POOL, "ds", settings.fingerprint(), protocol_versions())
+
+
+def _another_value(name: str) -> Any:
+    """A valid value for the field other than its default."""
+    default = Settings.model_fields[name].default
+    if isinstance(default, bool):
+        candidates: list[Any] = [not default]
+    elif isinstance(default, int):
+        candidates = [default + 1, max(default - 1, 0), 1]
+    elif isinstance(default, float):
+        candidates = [default / 2 if default else 0.5, default + 0.01, 1.0]
+    elif isinstance(default, list):
+        candidates = [["/elsewhere"], ["other-bucket"]]
+    elif isinstance(default, dict):
+        candidates = [{"Fam": ["other"]}]
+    elif isinstance(default, str):
+        candidates = ["lenient", "other-model", "vllm", "test", default + "-other"]
+    else:  # None: an optional URL or token
+        candidates = ["http://127.0.0.1:9/metrics", "x" * 40]
+    for value in candidates:
+        try:
+            settings = Settings(**{name: value})
+        except ValidationError:
+            continue
+        if getattr(settings, name) != getattr(Settings(), name):
+            return value
+    raise AssertionError(f"no other valid value found for {name}")
+
+
+def test_every_field_is_declared_once() -> None:
+    fields = set(Settings.model_fields)
+    assert not DECIDING & OPERATIONAL, sorted(DECIDING & OPERATIONAL)
+    undeclared = sorted(fields - DECIDING - OPERATIONAL)
+    assert not undeclared, (
+        f"declare {undeclared} in rsieve.settings: DECIDING if a different value can change "
+        "what a run decides, else OPERATIONAL"
+    )
+    assert not (DECIDING | OPERATIONAL) - fields, sorted((DECIDING | OPERATIONAL) - fields)
+
+
+def test_no_secret_is_part_of_a_runs_identity() -> None:
+    for name in DECIDING:
+        assert Settings.model_fields[name].annotation not in (SecretStr, SecretStr | None), name
+    assert set(Settings().fingerprint()) == DECIDING
+    json.dumps(Settings().fingerprint())  # stored in run.json and run_spec.json
+
+
+@pytest.mark.parametrize("name", sorted(DECIDING))
+def test_every_deciding_field_changes_the_run_id(name: str) -> None:
+    assert _rid(Settings(**{name: _another_value(name)})) != _rid(Settings()), name
+
+
+@pytest.mark.parametrize(
+    "name", sorted(n for n in OPERATIONAL if n not in {"s3_access_key", "s3_secret_key"})
+)
+def test_no_operational_field_changes_the_run_id(name: str) -> None:
+    value = _another_value(name)
+    assert _rid(Settings(**{name: value})) == _rid(Settings()), name
+
+
+def test_text_max_chars_changes_the_run_id() -> None:
+    """Once left out: resubmitting after changing it silently returned the old run."""
+    assert _rid(Settings(text_max_chars=1000)) != _rid(Settings())
+    assert _rid(Settings(image_max_bytes=1 << 20)) != _rid(Settings())
