@@ -46,6 +46,7 @@ def register(ctx: Context) -> None:
                 text_max_chars=s.text_max_chars,
                 purity_threshold=s.purity_threshold,
                 purity_min_items=s.purity_min_items,
+                purity_origins=s.purity_origins,
                 embed=_lazy_embed if s.purity_embedding else None,
                 provenance=lambda src, sha: verify_source(src, sha, s.provenance_policy, sources),
             )

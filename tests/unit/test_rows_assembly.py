@@ -236,6 +236,8 @@ def test_clean_meta() -> None:
             "source": json.dumps(
                 {"path": "déjà/vu.png", "sha256": "ab"}, sort_keys=True, ensure_ascii=False
             ),
+            "purity": None,
+            "mcq": None,
         }
     ]
 
@@ -269,3 +271,19 @@ def test_rows_conform_to_features() -> None:
         ]
         assert back[0]["qa"][0]["verification"] == rows[0]["qa"][0]["verification"]
         assert back[0]["clean_meta"] == rows[0]["clean_meta"]
+
+
+def test_clean_meta_records_each_items_purity_rule_and_mcq_rewrite() -> None:
+    item = make_item(
+        family="MMBench", protocol="mc", references=["B"], options={"A": "cat", "B": "dog"}
+    )
+    mcq = {"status": "normalised", "original_question": "Cat or dog?", "original_answer": "dog"}
+    item = item.model_copy(
+        update={"clean_meta": item.clean_meta | {"purity": "origin", "mcq": mcq}}
+    )
+    (entry,) = assemble_rows([accepted(item, "B")])["MMBench_RS_nothink"][0]["clean_meta"][
+        "provenance"
+    ]
+    assert entry["purity"] == "origin" and json.loads(entry["mcq"]) == mcq
+    plain = assemble_rows([accepted(make_item())])["SynthWords_RS_nothink"][0]
+    assert plain["clean_meta"]["provenance"][0]["mcq"] is None
