@@ -15,6 +15,7 @@ import pytest
 from rsieve.adapters.exports import export_dataset
 from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import S3Store
+from rsieve.settings import DECIDING
 from rsieve_cli.client import submit, wait_for_run
 from rsieve_cli.local.stack import Stack
 from tests.conftest import stack_settings
@@ -166,6 +167,9 @@ def test_the_export_rechecks_from_its_files_alone(export: tuple[str, Path]) -> N
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads(done.stdout)
     assert summary["agreement"] == 1.0 and summary["decisions"] >= 8
+    spec = json.loads((path / "run_spec.json").read_text())
+    assert set(spec["settings"]) == DECIDING and spec["settings"]["generator_model"] == "replay"
+    assert spec["models"]["generator"]["replay"]["interfaces"]
     assert summary["differences"] == [] and summary["hold_back_checked"] >= 1
 
     tampered = path.parent / "tampered"
