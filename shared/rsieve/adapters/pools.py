@@ -55,6 +55,18 @@ class PoolFiles:
         data = self.files[name]
         return data if isinstance(data, bytes) else data.read_bytes()
 
+    def take(self, folder: Path, path: str) -> None:
+        """The image file `path` of the pool in `folder`: uploaded when it is a file inside
+        the folder, refused when it is a symbolic link leaving it, neither when absent
+        (the cleaner says missing_image). Taken once."""
+        if path in self.files or path in self.refused:
+            return
+        file, why = _inside(folder, path)
+        if file is not None:
+            self.files[path] = file
+        elif why is not None:
+            self.refused[path] = why
+
     def size(self, name: str) -> int:
         data = self.files[name]
         return len(data) if isinstance(data, bytes) else data.stat().st_size
@@ -130,13 +142,8 @@ def _folder(folder: Path) -> PoolFiles:
         except (ValueError, AttributeError):
             continue
         path = pool_image_path(image) if isinstance(image, str) else None
-        if path is None or path in pool.files or path in pool.refused:
-            continue
-        file, why = _inside(folder, path)
-        if file is not None:
-            pool.files[path] = file
-        elif why is not None:
-            pool.refused[path] = why
+        if path is not None:
+            pool.take(folder, path)
     return pool
 
 
@@ -189,11 +196,7 @@ def _parquet(folder: Path, family: str | None) -> PoolFiles:
                 pool.files[name] = data
                 rec["image"] = name
             elif isinstance(hint, str) and (path := pool_image_path(hint)):
-                file_in, why = _inside(folder, path)
-                if file_in is not None:
-                    pool.files[path] = file_in
-                elif why is not None:
-                    pool.refused[path] = why
+                pool.take(folder, path)
                 rec["image"] = path
             rec.setdefault("id", f"{file.stem}-{row_number}")
             if family and "family" not in rec:
@@ -221,12 +224,8 @@ def _infinitymm(folder: Path, family: str | None) -> PoolFiles:
         if isinstance(image, str):  # beside its record, else relative to the pool folder
             beside = (file.parent / Path(image).name).relative_to(folder).as_posix()
             path = beside if (folder / beside).exists() else pool_image_path(image)
-        if path is not None and path not in pool.files:
-            file_in, why = _inside(folder, path)
-            if file_in is not None:
-                pool.files[path] = file_in
-            elif why is not None:
-                pool.refused[path] = why
+        if path is not None:
+            pool.take(folder, path)
         tag = rec.get("source")
         turns = [t for t in rec["conversations"] if isinstance(t, dict)]
         pairs = [
@@ -440,12 +439,7 @@ def _place_image(pool: PoolFiles, folder: Path, file: Path, image: Any) -> str |
             path = beside
     if path is None:
         return hint  # leaves the pool folder: the cleaner says image_outside_pool
-    if path not in pool.files and path not in pool.refused:
-        file_in, why = _inside(folder, path)
-        if file_in is not None:
-            pool.files[path] = file_in
-        elif why is not None:
-            pool.refused[path] = why
+    pool.take(folder, path)
     return path
 
 
