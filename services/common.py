@@ -4,6 +4,7 @@ entry point. Services stay one screen each."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ from rsieve.adapters.model import Model, TritonModel
 from rsieve.adapters.queues import enqueue, make_celery
 from rsieve.adapters.storage import ObjectStore, S3Store, read_images
 from rsieve.audit import plan_reconcile
+from rsieve.decontam import EVALSET_PREFIX
 from rsieve.errors import NotFoundError, RetryableError
 from rsieve.schemas import STAGES, Item, Quarantined, RunSpec, ShardOutput, ShardQuarantine
 from rsieve.settings import Settings, get_settings
@@ -96,6 +98,19 @@ class Context:
             return dict(json.loads(self.store.get(key)))
         except NotFoundError:
             return None
+
+    def fingerprint(self) -> dict[str, object]:
+        """A run's decision inputs beside its pool: every DECIDING setting, and the
+        registered evaluation sets by their content's sha256 when there are any (adding or
+        changing a set makes the next submission of a pool a new run)."""
+        sets = {
+            key[len(EVALSET_PREFIX) : -len(".json")]: hashlib.sha256(
+                self.store.get(key)
+            ).hexdigest()
+            for key in self.store.list(EVALSET_PREFIX)
+            if key.endswith(".json")
+        }
+        return self.settings.fingerprint() | ({"evalsets": sets} if sets else {})
 
     def spec(self, run: str) -> RunSpec:
         return RunSpec.model_validate_json(self.store.get(f"runs/{run}/run.json"))

@@ -40,7 +40,8 @@ def submit(ctx: Context, pool_uri: str, dataset: str) -> str:
     if not ctx.store.exists(f"{prefix}_complete"):
         raise HTTPException(404, "pool upload is not complete (no _complete marker)")
     pool_sha = stored_pool_digest(ctx, prefix)
-    run = run_id(pool_sha, dataset, ctx.settings.fingerprint(), protocol_versions())
+    fingerprint = ctx.fingerprint()
+    run = run_id(pool_sha, dataset, fingerprint, protocol_versions())
     spec_key = f"runs/{run}/run.json"
     if not ctx.store.exists(spec_key):
         spec = RunSpec(
@@ -48,7 +49,7 @@ def submit(ctx: Context, pool_uri: str, dataset: str) -> str:
             dataset=dataset,
             pool_uri=pool_uri,
             pool_sha256=pool_sha,
-            settings=ctx.settings.fingerprint(),
+            settings=fingerprint,
             protocols=protocol_versions(),
         )
         ctx.store.put(spec_key, spec.model_dump_json(indent=1).encode())

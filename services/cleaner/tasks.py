@@ -1,11 +1,7 @@
-"""Cleaner: cuts a submitted pool into shards and takes the decisions that need the whole
-pool (exact duplicates, task purity: cleaning.json), then validates each shard's items,
-checks provenance, normalises multiple choice, and hands clean items to the generator.
-The checks are rsieve.cleaning's (`assess_pool`, `clean_line`); this reads and writes.
-
-Images stay in the pool's packs (rsieve.packs): ingest reads the pack index (or packs a
-pool that came without) and gives every line where its image lies; a shard's images are
-then a few ranged GETs, not one object per item."""
+"""Cleaner: cuts a submitted pool into shards, takes the decisions that need the whole pool
+(duplicates, near-duplicates, evaluation sets, task purity: cleaning.json), then checks
+each shard's items (rsieve.cleaning's `assess_pool`, `clean_line`); this reads and writes.
+Images stay in the pool's packs (rsieve.packs): a shard's images are a few ranged GETs."""
 
 from __future__ import annotations
 
@@ -20,12 +16,12 @@ from rsieve.cleaning import assess_pool, clean_line, line_image_path, poisoned_l
 from rsieve.provenance import verify_source
 from rsieve.schemas import Item, Quarantined, ShardOutput
 from rsieve.shards import ShardInput, split_pool
+from rsieve.submission import REFUSED
+from services.cleaner.screen import load_screen
 from services.cleaner.sources import pack_index, resolver
 from services.cleaner.sweep import register_sweep
 from services.cleaner.watch import register_watch
 from services.common import Context
-
-REFUSED = "_refused.json"  # written by the client's upload: image path -> why not uploaded
 
 
 def register(ctx: Context) -> None:
@@ -49,6 +45,8 @@ def register(ctx: Context) -> None:
                 purity_origins=s.purity_origins,
                 embed=_lazy_embed if s.purity_embedding else None,
                 provenance=lambda src, sha: verify_source(src, sha, s.provenance_policy, sources),
+                screen=load_screen(ctx, spec.dataset),
+                image_phash=lambda path: ref.phash if (ref := packs.images.get(path)) else None,
             )
             assessment.report["policy"]["provenance_roots"] = list(s.provenance_roots)
             store.put(

@@ -103,7 +103,7 @@ def _take(ctx: Context, folder: str, sizes: dict[str, int]) -> dict[str, Any]:
         except PermanentError as exc:  # not a pool: taken once, with the reason
             return marker | {"error": str(exc)[:500]}
     pool_sha = pool_uri.rstrip("/").rsplit("/", 1)[1]
-    dataset, fingerprint, protocols = s.watch_dataset, s.fingerprint(), protocol_versions()
+    dataset, fingerprint, protocols = s.watch_dataset, ctx.fingerprint(), protocol_versions()
     run = run_id(pool_sha, dataset, fingerprint, protocols)
     if not store.exists(f"runs/{run}/run.json"):  # as POST /runs (services/api/runs.py)
         spec = RunSpec(

@@ -17,8 +17,9 @@ from PIL import Image
 from rsieve.adapters.parquet import upload_splits
 from rsieve.adapters.storage import PackReader
 from rsieve.calibration import CalibrationRecord, CalibrationShard, calibration_key
-from rsieve.commit import Examples, added_keys, commit_files, plan_compaction
+from rsieve.commit import Examples, added_keys, commit_files, near_keys, plan_compaction
 from rsieve.compaction import next_manifest
+from rsieve.decontam import near_keys_key
 from rsieve.errors import NotFoundError
 from rsieve.images import IMAGE_FORMATS
 from rsieve.rows import assemble_rows
@@ -56,6 +57,7 @@ def register(ctx: Context) -> None:
             rows = assemble_rows(plan.added, run)
             shards = upload_splits(ctx.store, prefix, run, rows, reader.get, s)
             ctx.store.put(f"{prefix}keys/{run}.json", added_keys(plan.added))
+            ctx.store.put(near_keys_key(spec.dataset, run), near_keys(plan.added))
             manifest = next_manifest(
                 previous,
                 dataset=spec.dataset,

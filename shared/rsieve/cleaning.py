@@ -16,7 +16,7 @@ import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PIL import Image
 from pydantic import ValidationError
@@ -39,6 +39,9 @@ from rsieve.purity import (
 from rsieve.schemas import Item, PoolItem, Quarantined
 from rsieve.shards import PoolLine, ShardInput, shard_label
 from rsieve.verify import PROTOCOLS
+
+if TYPE_CHECKING:  # rsieve.decontam reads pool paths with this module's pool_image_path
+    from rsieve.decontam import Screen
 
 __all__ = [
     "POLICY_VERSION",
@@ -356,6 +359,8 @@ def assess_pool(
     embed: Embedder | None,
     provenance: Callable[[Any, str], tuple[bool, str]] | None = None,
     purity_origins: Mapping[str, Sequence[str]] | None = None,
+    screen: Screen | None = None,
+    image_phash: Callable[[str], str | None] | None = None,
 ) -> PoolAssessment:
     """Exact duplicates and task purity over every line of a pool.
 
@@ -368,7 +373,9 @@ def assess_pool(
     (a local or s3 location is then unresolved: refused under strict, admitted under
     lenient), the one provenance decision. `purity_origins` (the setting): family -> the
     origins (source dataset names) accepted as its benchmark; a family it does not name
-    takes its dominant origin (rsieve.purity)."""
+    takes its dominant origin (rsieve.purity). `screen` (rsieve.decontam) with
+    `image_phash` (path -> the image's perceptual hash): evaluation-set matches are
+    `contaminated`, near-duplicate images with the same question `duplicate_item`."""
     verdicts: dict[int, tuple[str, str]] = {}
     first_of: dict[tuple[str, str], int] = {}
     by_family: dict[str, list[PurityQuestion]] = defaultdict(list)
@@ -404,6 +411,13 @@ def assess_pool(
             verdicts[pl.line] = ("duplicate_item", f"same image and question as line {first}")
             duplicates[item.family] += 1
             continue
+        if screen is not None and image_phash is not None:
+            answers = [item.answer] if isinstance(item.answer, str) else item.answer
+            found = screen.check(pl.line, image_phash(path), item.question, answers)
+            if found is not None:
+                verdicts[pl.line] = found
+                duplicates[item.family] += found[0] == "duplicate_item"
+                continue
         mcq_status = None
         if protocol == "mc":
             mcq_status = normalise_mcq(item.question, item.answer, item.options).status
@@ -456,6 +470,8 @@ def assess_pool(
         "files_refused": dict(sorted(refused.items())),
         "families": dict(sorted(families.items())),
     }
+    if screen is not None:
+        report["screen"] = screen.summary()
     return PoolAssessment(
         verdicts=dict(sorted(verdicts.items())), rules=dict(sorted(rules.items())), report=report
     )
@@ -563,4 +579,24 @@ def render_cleaning(report: Mapping[str, Any]) -> list[str]:
             f"Files refused at upload: {len(report['files_refused'])} "
             "(symbolic links leaving the pool folder, or images over the byte limit).",
         ]
+    screen = report.get("screen")
+    if screen:
+        sets = screen.get("evalsets") or {}
+        out += [
+            "",
+            "### Decontamination and near-duplicates",
+            "",
+            "Each image's perceptual hash was compared, before any model call, with the "
+            "images of every registered evaluation set and with the pool's earlier lines and "
+            f"the {screen.get('committed_runs', 0)} run(s) already in the dataset: within "
+            f"{screen.get('near_duplicate_distance')} of 64 bits is a match. An evaluation-set "
+            f"match ({screen.get('evalset_match')}) is quarantined `contaminated`; the same "
+            "question on a near-duplicate image, `duplicate_item`.",
+            "",
+        ]
+        if sets:
+            out += ["| evaluation set | items quarantined |", "|---|---|"]
+            out += [f"| {name} | {n} |" for name, n in sets.items()]
+        else:
+            out.append("No evaluation set was registered.")
     return out

@@ -23,6 +23,7 @@ from rsieve.calibration import (
 from rsieve.card import render_card
 from rsieve.cleaning import render_cleaning
 from rsieve.compaction import dedupe, qa_key
+from rsieve.decontam import answer_key, dataset_keys, question_key
 from rsieve.report import run_report
 from rsieve.rows import split_name
 from rsieve.schemas import Outcome, Quarantined, RunSpec
@@ -30,6 +31,7 @@ from rsieve.schemas import Outcome, Quarantined, RunSpec
 __all__ = [
     "CompactionPlan",
     "added_keys",
+    "near_keys",
     "commit_files",
     "plan_compaction",
     "run_spec",
@@ -79,6 +81,25 @@ def plan_compaction(
     if cleaning is not None:
         report["cleaning"] = cleaning
     return CompactionPlan(outcomes, added, quarantined, report, summary, cleaning, bound)
+
+
+def near_keys(added: Iterable[Outcome]) -> bytes:
+    """keys/<run>.near.json: the (image hash, question key, answer key) of every item a run
+    adds, which later runs' ingest screens against (rsieve.decontam), before any model call.
+    The answer key is the pool's own answer (the references before any rewrite)."""
+    keys = []
+    for o in added:
+        item = o.generation.item
+        mcq = item.clean_meta.get("mcq") or {}
+        answer = mcq.get("original_answer", item.references)
+        keys.append(
+            (
+                item.image_at.phash if item.image_at else None,
+                question_key(item.pool_question),
+                answer_key([answer] if isinstance(answer, str) else answer),
+            )
+        )
+    return dataset_keys(keys)
 
 
 def added_keys(added: Iterable[Outcome]) -> bytes:

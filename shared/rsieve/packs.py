@@ -19,7 +19,18 @@ from hashlib import sha256
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["INDEX", "ImageRef", "PackIndex", "PackWriter", "Read", "plan_reads", "slice_read"]
+from rsieve.hashindex import hash_hex, informative, perceptual_hash
+
+__all__ = [
+    "INDEX",
+    "ImageRef",
+    "PackIndex",
+    "PackWriter",
+    "Read",
+    "image_phash",
+    "plan_reads",
+    "slice_read",
+]
 
 INDEX = "_packs/index.json"  # under the pool's prefix, written after its packs
 PACK_BYTES = 64 * 1024 * 1024  # a pack is closed once it passes this size
@@ -34,6 +45,9 @@ class ImageRef(BaseModel):
     offset: int
     length: int
     sha256: str
+    # The image's perceptual hash (rsieve.hashindex, 16 hex), for near-duplicates and
+    # evaluation sets (rsieve.decontam); None when the bytes are no image rsieve reads.
+    phash: str | None = None
 
 
 class PackIndex(BaseModel):
@@ -43,6 +57,21 @@ class PackIndex(BaseModel):
 
     version: int = 1
     images: dict[str, ImageRef] = {}
+
+
+# Larger images get no hash: the cleaner quarantines them (image_too_large) unread.
+PHASH_MAX_PIXELS = 40_000_000
+
+
+def image_phash(data: bytes) -> str | None:
+    """The perceptual hash of an image's bytes (16 hex), or None for bytes Pillow cannot
+    read as an accepted format, an image over PHASH_MAX_PIXELS (by its header, before any
+    decode), or a degenerate hash (a flat image: rsieve.hashindex.informative)."""
+    try:
+        h = perceptual_hash(data, max_pixels=PHASH_MAX_PIXELS)
+    except ValueError:
+        return None
+    return hash_hex(h) if informative(h) else None
 
 
 @dataclass
@@ -68,7 +97,13 @@ class PackWriter:
         if digest in self._by_sha:
             self.index.images[path] = self._by_sha[digest]
             return None
-        ref = ImageRef(pack=self._key(), offset=self._size, length=len(data), sha256=digest)
+        ref = ImageRef(
+            pack=self._key(),
+            offset=self._size,
+            length=len(data),
+            sha256=digest,
+            phash=image_phash(data),
+        )
         self.index.images[path] = self._by_sha[digest] = ref
         self._parts.append(data)
         self._size += len(data)

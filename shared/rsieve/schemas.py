@@ -55,7 +55,11 @@ QUARANTINE_REASONS: dict[str, str] = {
     "image_too_large": "the image exceeds the pixel or byte limit",
     "provenance": "the recorded source does not resolve to the attached image",
     "image_symlink": "the image is a symbolic link that leaves the pool folder (not uploaded)",
-    "duplicate_item": "an earlier line has the same image (sha256) and the same question",
+    "duplicate_item": (
+        "an earlier line, or a run already in the dataset, has the same question on the "
+        "same image (sha256) or a near-duplicate of it (perceptual hash)"
+    ),
+    "contaminated": "the image matches an image of a registered evaluation set (rsieve evalset)",
     "off_task": "the family measured off-task above the policy threshold and this item is "
     "not its benchmark task (cleaning.json has the measurement)",
     "model_error": "the model call failed after retries (infrastructure, never a verdict)",

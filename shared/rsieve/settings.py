@@ -147,6 +147,13 @@ class Settings(BaseSettings):
     # benchmark origin (JSON, e.g. {"TextVQA": ["textvqa"]}); an item of another origin is
     # off-task. A family not named here takes its dominant origin, if it has one.
     purity_origins: dict[str, list[str]] = {}
+    # Near-duplicate images and evaluation sets (docs/cleaning.md, "Decontamination"): two
+    # images match when their perceptual hashes differ in at most this many of 64 bits
+    # (bench/bench_phash.py on 352 real images: no false match below 12).
+    near_duplicate_distance: int = Field(8, ge=0, le=16)
+    # What makes an item `contaminated`: its image alone matching an image of a registered
+    # evaluation set ("image"), or the image and the question ("image_and_question").
+    evalset_match: Literal["image", "image_and_question"] = "image"
 
     # Judge calibration (docs/judge.md): accepted items probed per family (a deterministic
     # hash-ranked sample), the fraction of accepted items eligible for it, and the bound on
@@ -249,6 +256,8 @@ DECIDING = frozenset(
         "purity_min_items",
         "purity_embedding",
         "purity_origins",
+        "near_duplicate_distance",
+        "evalset_match",
         # The judge's calibration and hold-back.
         "judge_calibration_size",
         "judge_calibration_rate",

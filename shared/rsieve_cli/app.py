@@ -25,6 +25,10 @@ from rsieve.schemas import STAGES
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False)
 stack_app = typer.Typer(help="The local stack (Redis, SeaweedFS, Triton, workers, API).")
 app.add_typer(stack_app, name="stack")
+evalset_app = typer.Typer(
+    help="Evaluation sets: pools whose images no later run may train on (docs/cleaning.md)."
+)
+app.add_typer(evalset_app, name="evalset")
 console = Console(stderr=True)
 
 
@@ -224,6 +228,71 @@ def stack_status(as_json: Annotated[bool, typer.Option("--json")] = False) -> No
         typer.echo(json.dumps(status))
     else:
         _print_status(status)
+
+
+@evalset_app.command("add")
+@friendly
+def evalset_add(
+    name: Annotated[str, typer.Argument(help="the set's name (letters, digits, . _ -)")],
+    pool: Annotated[Path, typer.Argument(help="the evaluation pool, in any pool format")],
+) -> None:
+    """Register POOL as evaluation set NAME (replacing one of that name): every later run
+    quarantines an item whose image matches one of its images as `contaminated`."""
+    from rsieve.adapters.pools import read_pool
+    from rsieve.decontam import build_evalset, evalset_key
+
+    files = read_pool(pool)
+
+    def image_bytes(path: str) -> bytes | None:
+        return files.read(path) if path in files.files else None
+
+    try:
+        evalset, figures = build_evalset(name, files.items, image_bytes)
+    except ValueError as exc:
+        raise Failure(str(exc)) from None
+    _context().store.put(evalset_key(name), evalset.to_json(), content_type="application/json")
+    console.print(
+        f"evaluation set {name}: {figures['hashed']} of {figures['lines']} lines hashed "
+        f"({len({h for h, _ in evalset.items})} distinct images); {figures['left_out']} left "
+        "out (no readable image)"
+    )
+
+
+@evalset_app.command("list")
+@friendly
+def evalset_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """The registered evaluation sets and their sizes."""
+    from rsieve.decontam import EVALSET_PREFIX, EvalSet
+
+    store = _context().store
+    sets = [
+        EvalSet.from_json(store.get(k)) for k in store.list(EVALSET_PREFIX) if k.endswith(".json")
+    ]
+    rows = [
+        {"name": es.name, "items": len(es.items), "images": len({h for h, _ in es.items})}
+        for es in sets
+    ]
+    if as_json:
+        typer.echo(json.dumps(rows))
+        return
+    table = Table("evaluation set", "items", "images")
+    for row in rows:
+        table.add_row(str(row["name"]), str(row["items"]), str(row["images"]))
+    Console().print(table)
+
+
+@evalset_app.command("remove")
+@friendly
+def evalset_remove(name: Annotated[str, typer.Argument(help="the set's name")]) -> None:
+    """Stop checking runs against evaluation set NAME (runs already made keep their
+    decisions; the next submission of a pool is a new run)."""
+    from rsieve.decontam import evalset_key
+
+    store = _context().store
+    if not store.exists(evalset_key(name)):
+        raise Failure(f"no evaluation set {name!r}", "`rsieve evalset list` shows them")
+    store.delete(evalset_key(name))
+    console.print(f"evaluation set {name} removed")
 
 
 def _print_status(status: dict[str, int | None]) -> None:

@@ -1,6 +1,7 @@
-"""The dataset grows run by run: a second pool overlapping the first adds only what is
-new; a compactor that dies before its commit leaves the published dataset as it was, and
-the rerun completes it; recompacting the same inputs gives byte-identical shards."""
+"""The dataset grows run by run: a second pool overlapping the first adds only what is new
+(the overlap is quarantined at ingest, before any model call); a compactor that dies
+before its commit leaves the published dataset as it was, and the rerun completes it;
+recompacting the same inputs gives byte-identical shards."""
 
 from __future__ import annotations
 
@@ -115,8 +116,12 @@ def test_growth_crash_and_recompaction(setup: tuple[Stack, Path, Path], tmp_path
     assert ids == sorted([f"grow-{i:03d}" for i in range(8)] + [f"more-{i:03d}" for i in range(4)])
     manifest_b = json.loads(store.get(f"datasets/{DATASET}/manifest.json"))
     assert manifest_b["runs"] == [run_a, run_b]
-    report = json.loads((after / "run_report.json").read_text())
-    assert sorted(report["already_in_dataset"]) == [f"again-{i:03d}" for i in range(4)]
+    # The repeated items never reached the model: ingest found them in the dataset.
+    quarantine = [json.loads(x) for x in (after / "quarantine.jsonl").read_text().splitlines()]
+    repeated = {q["id"]: q for q in quarantine if q["reason"] == "duplicate_item"}
+    assert sorted(repeated) == [f"again-{i:03d}" for i in range(4)]
+    assert all("already in the dataset" in q["detail"] for q in repeated.values())
+    assert json.loads((after / "run_report.json").read_text())["already_in_dataset"] == []
     rows = datasets.load_dataset(str(after))["SynthWords_RS_think"]
     assert {r["clean_meta"]["run"] for r in rows} == {run_a, run_b}
 

@@ -35,7 +35,14 @@ def _another_value(name: str) -> Any:
     elif isinstance(default, dict):
         candidates = [{"Fam": ["other"]}]
     elif isinstance(default, str):
-        candidates = ["lenient", "other-model", "vllm", "test", default + "-other"]
+        candidates = [
+            "lenient",
+            "other-model",
+            "vllm",
+            "test",
+            "image_and_question",
+            default + "-other",
+        ]
     else:  # None: an optional URL or token
         candidates = ["http://127.0.0.1:9/metrics", "x" * 40]
     for value in candidates:

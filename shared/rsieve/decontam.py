@@ -1,0 +1,203 @@
+"""Decontamination and near-duplicates, decided at ingest, before any GPU time.
+
+Every pool image has a 64-bit perceptual hash (rsieve.hashindex.perceptual_hash: the DCT
+hash), computed once as the upload packs it and kept in the pack index (`ImageRef.phash`).
+Two images are near-duplicates when their hashes lie within `near_duplicate_distance`
+bits (Hamming); docs/cleaning.md gives the measured recall and false matches. A question
+is compared normalised (`question_key`: case and spacing folded, hashed).
+
+For each line the cleaner would admit, in pool order (`Screen.check`):
+- `contaminated`: its image is a near-duplicate of an image of a registered evaluation
+  set (`rsieve evalset add`), or, with `evalset_match = "image_and_question"`, of one
+  asked the same question. The detail names the set.
+- `duplicate_item`: the same question on a near-duplicate of an earlier line's image
+  (byte-identical images are caught before, by sha256), or of an image already committed
+  to the same dataset by an earlier run (`keys/<run>.near.json`, written by the
+  compactor). So a second run of an overlapping pool spends no model call on the overlap.
+
+Pure: the cleaner loads the evaluation sets and the dataset's keys (services/cleaner)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rsieve.cleaning import pool_image_path
+from rsieve.hashindex import HashIndex, hash_hex, informative, parse_hash, reference_hashes
+from rsieve.packs import PHASH_MAX_PIXELS
+
+__all__ = [
+    "EVALSET_PATTERN",
+    "EVALSET_PREFIX",
+    "EvalSet",
+    "answer_key",
+    "build_evalset",
+    "Screen",
+    "dataset_keys",
+    "evalset_key",
+    "near_keys_key",
+    "question_key",
+]
+
+EVALSET_PREFIX = "evalsets/"  # evalsets/<name>.json: one registered evaluation set
+EVALSET_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+MAX_RADIUS = 16  # the largest near_duplicate_distance the indexes answer
+
+EvalsetMatch = Literal["image", "image_and_question"]
+
+
+def question_key(question: str) -> str:
+    """A question compared across pools: case and whitespace folded, sha256, 16 hex."""
+    return hashlib.sha256(" ".join(question.casefold().split()).encode()).hexdigest()[:16]
+
+
+def answer_key(references: Iterable[str]) -> str:
+    """An item's references compared across pools: each folded as a question is, sorted,
+    sha256, 16 hex. Two items on near-duplicate images with the same question are one item
+    only when their references agree too: crops of two different words on the same plain
+    background hash alike, and their answers tell them apart."""
+    folded = sorted({" ".join(str(r).casefold().split()) for r in references})
+    return hashlib.sha256(json.dumps(folded).encode()).hexdigest()[:16]
+
+
+def evalset_key(name: str) -> str:
+    return f"{EVALSET_PREFIX}{name}.json"
+
+
+def near_keys_key(dataset: str, run: str) -> str:
+    """Where the compactor lists a committed run's (image hash, question key) pairs."""
+    return f"datasets/{dataset}/keys/{run}.near.json"
+
+
+def dataset_keys(keys: Iterable[tuple[str | None, str, str]]) -> bytes:
+    """keys/<run>.near.json: the sorted, distinct [image hash, question key, answer key]
+    of every item a run committed (images without a hash are left out)."""
+    return json.dumps(sorted({(h, q, a) for h, q, a in keys if h})).encode()
+
+
+@dataclass
+class EvalSet:
+    """A registered evaluation set: its images' hashes, each with the question keys asked
+    of it. Stored as JSON: {"name", "items": [[hash hex, question key], ...]}."""
+
+    name: str
+    items: list[tuple[str, str]]
+
+    def to_json(self) -> bytes:
+        return json.dumps({"name": self.name, "items": sorted(set(self.items))}).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> EvalSet:
+        raw = json.loads(data)
+        return cls(str(raw["name"]), [(str(h), str(q)) for h, q in raw["items"]])
+
+
+@dataclass
+class Screen:
+    """The near-duplicate and evaluation-set checks of one pool. `evalsets` and `committed`
+    (each run's pairs, by run) come from storage; the pool's own lines are added as they
+    are checked, so only an earlier line counts."""
+
+    distance: int
+    evalsets: Mapping[str, EvalSet] = field(default_factory=dict)
+    committed: Mapping[str, Iterable[tuple[str, str, str]]] = field(default_factory=dict)
+    match: EvalsetMatch = "image"
+    counts: Counter[str] = field(default_factory=Counter)  # evaluation set -> items matched
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.distance <= MAX_RADIUS:
+            raise ValueError(f"near_duplicate_distance must lie in [0, {MAX_RADIUS}]")
+        self._evalsets = HashIndex(max_radius=MAX_RADIUS)
+        for name, es in sorted(self.evalsets.items()):
+            for h, q in es.items:
+                self._evalsets.add(parse_hash(h), f"{name}\t{q}")
+        self._seen = HashIndex(max_radius=MAX_RADIUS)
+        for run, keys in sorted(self.committed.items()):
+            for h, q, a in keys:
+                self._seen.add(parse_hash(h), f"{q}\t{a}\trun {run}")
+
+    def check(
+        self, line: int, image_hash: str | None, question: str, references: Iterable[str]
+    ) -> tuple[str, str] | None:
+        """The verdict for a line (reason, detail), or None; the line is remembered."""
+        if image_hash is None:
+            return None
+        h, q, a = parse_hash(image_hash), question_key(question), answer_key(references)
+        for key, d in self._evalsets.near(h, self.distance):
+            name, asked = key.split("\t", 1)
+            if self.match == "image" or asked == q:
+                self.counts[name] += 1
+                return "contaminated", (
+                    f"evaluation set {name}: image within {d} bits of one of its images"
+                    + ("" if self.match == "image" else ", same question")
+                )
+        for key, d in self._seen.near(h, self.distance):
+            asked, answered, where = key.split("\t", 2)
+            if (asked, answered) != (q, a):
+                continue
+            if where.startswith("run "):
+                return "duplicate_item", (
+                    f"already in the dataset: the same question and answer on an image "
+                    f"within {d} bits of one that {where} committed"
+                )
+            return "duplicate_item", (
+                f"the same question and answer on an image within {d} bits of {where}'s"
+            )
+        self._seen.add(h, f"{q}\t{a}\tline {line}")
+        return None
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "near_duplicate_distance": self.distance,
+            "evalset_match": self.match,
+            "evalsets": {name: self.counts.get(name, 0) for name in sorted(self.evalsets)},
+            "committed_runs": len(self.committed),
+        }
+
+
+def build_evalset(
+    name: str, items: bytes, image_bytes: Callable[[str], bytes | None]
+) -> tuple[EvalSet, dict[str, int]]:
+    """An evaluation set from a pool's items.jsonl (any format read to it) and its images
+    (`image_bytes(path)`, None when absent): each line's image hashes (the image and two
+    crops of it, rsieve.hashindex.REFERENCE_CROPS) with its question key.
+    The figures: lines, hashed, and lines left out (unparsable, no image, unreadable)."""
+    if not re.fullmatch(EVALSET_PATTERN, name):
+        raise ValueError(f"an evaluation set's name matches {EVALSET_PATTERN}: {name!r}")
+    pairs: list[tuple[str, str]] = []
+    hashes: dict[str, list[str]] = {}
+    figures = Counter({"lines": 0, "hashed": 0, "left_out": 0})
+    for raw in items.splitlines():
+        if not raw.strip():
+            continue
+        figures["lines"] += 1
+        try:
+            rec = json.loads(raw)
+            path = pool_image_path(rec["image"])
+            question = str(rec.get("question") or "")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            path = None
+        if path is not None and path not in hashes:
+            hashes[path] = _reference_hashes(image_bytes(path))
+        found = hashes.get(path, []) if path is not None else []
+        if not found:
+            figures["left_out"] += 1
+            continue
+        figures["hashed"] += 1
+        pairs += [(h, question_key(question)) for h in found]
+    return EvalSet(name, sorted(set(pairs))), dict(figures)
+
+
+def _reference_hashes(data: bytes | None) -> list[str]:
+    if data is None:
+        return []
+    try:
+        found = reference_hashes(data, max_pixels=PHASH_MAX_PIXELS)
+    except ValueError:
+        return []
+    return [hash_hex(h) for h in found if informative(h)]

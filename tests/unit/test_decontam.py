@@ -1,0 +1,227 @@
+"""Near-duplicates and evaluation sets (rsieve.decontam), decided at ingest: the rules on
+hashes, an evaluation set built from a pool, and the whole path through the services'
+logic on fakes (a second run of an overlapping pool, a registered set)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import fakeredis
+import pytest
+from PIL import Image, ImageDraw, ImageEnhance
+
+from rsieve.decontam import EvalSet, Screen, answer_key, build_evalset, question_key
+from rsieve.hashindex import hash_hex, parse_hash
+from rsieve.packs import image_phash
+from rsieve.settings import Settings
+from services.common import bootstrap
+from tests.fakes import MemoryStore, Sent
+
+H = "f0f0f0f0f0f0f0f0"
+NEAR = hash_hex(parse_hash(H) ^ 0b111)  # 3 bits away
+FAR = hash_hex(parse_hash(H) ^ (2**40 - 1))  # 40 bits away
+
+
+def test_question_key_folds_case_and_spacing() -> None:
+    assert question_key("What  word is SHOWN?") == question_key("what word is shown?")
+    assert question_key("What word?") != question_key("Which word?")
+
+
+def test_a_near_duplicate_with_the_same_question_is_a_duplicate_item() -> None:
+    screen = Screen(distance=4)
+    assert screen.check(1, H, "What word?", ["x"]) is None
+    reason, detail = screen.check(2, NEAR, "what  WORD?", ["x"]) or ("", "")
+    assert reason == "duplicate_item" and "3 bits of line 1" in detail
+    assert screen.check(3, NEAR, "Another question?", ["x"]) is None  # same image, other question
+    # Same question, another answer: two different words on look-alike crops, both kept.
+    assert screen.check(6, NEAR, "What word?", ["y"]) is None
+    assert screen.check(4, FAR, "What word?", ["x"]) is None
+    assert Screen(distance=2).check(1, H, "q", ["x"]) is None
+    assert screen.check(5, None, "What word?", ["x"]) is None  # no hash: nothing to compare
+
+
+def test_what_an_earlier_run_committed_is_already_in_the_dataset() -> None:
+    screen = Screen(
+        distance=4, committed={"ds-aaa": [(H, question_key("What word?"), answer_key(["X"]))]}
+    )
+    reason, detail = screen.check(1, NEAR, "What word?", ["x"]) or ("", "")
+    assert reason == "duplicate_item" and "already in the dataset" in detail and "ds-aaa" in detail
+    assert screen.check(2, NEAR, "Other?", ["x"]) is None
+
+
+def test_an_evaluation_set_image_makes_an_item_contaminated() -> None:
+    es = EvalSet("iiit5k-test", [(H, question_key("What word?"))])
+    screen = Screen(distance=4, evalsets={"iiit5k-test": es})
+    reason, detail = screen.check(1, NEAR, "Any question at all?", ["x"]) or ("", "")
+    assert reason == "contaminated" and "iiit5k-test" in detail
+    assert screen.check(2, FAR, "What word?", ["x"]) is None
+    strict = Screen(distance=4, evalsets={"iiit5k-test": es}, match="image_and_question")
+    assert strict.check(1, NEAR, "Any question at all?", ["x"]) is None
+    assert (strict.check(2, NEAR, "what word?", ["x"]) or ("",))[0] == "contaminated"
+    assert screen.summary()["evalsets"] == {"iiit5k-test": 1}
+    with pytest.raises(ValueError):
+        Screen(distance=17)
+
+
+def _sign(text: str, size: tuple[int, int] = (200, 80)) -> Image.Image:
+    """A picture of its own per text: blocks placed and coloured from the text's seed."""
+    import random
+
+    rng = random.Random(text)
+    img = Image.new("RGB", size, (230, 220, 200))
+    draw = ImageDraw.Draw(img)
+    for _ in range(12):
+        x, y = rng.randrange(size[0] - 40), rng.randrange(size[1] - 20)
+        fill = (rng.randrange(256), rng.randrange(256), rng.randrange(256))
+        draw.rectangle((x, y, x + rng.randrange(20, 60), y + rng.randrange(10, 40)), fill=fill)
+    draw.text((30, 30), text, fill=(20, 20, 20))
+    return img
+
+
+def _bytes(img: Image.Image, fmt: str = "PNG", **kw: object) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, format=fmt, **kw)
+    return buf.getvalue()
+
+
+def test_a_re_encoded_resized_brightened_copy_keeps_a_near_hash() -> None:
+    original = _sign("EXIT")
+    h = parse_hash(image_phash(_bytes(original)) or "")
+    copies = [
+        _bytes(original.convert("RGB"), "JPEG", quality=75),
+        _bytes(original.resize((300, 120))),
+        _bytes(ImageEnhance.Brightness(original).enhance(1.1)),
+    ]
+    for data in copies:
+        assert (h ^ parse_hash(image_phash(data) or "")).bit_count() <= 10
+
+
+def test_build_evalset_hashes_each_line_and_counts_what_it_left_out() -> None:
+    data = _bytes(_sign("STOP"))
+    items = (
+        b"\n".join(
+            json.dumps(r).encode()
+            for r in [
+                {"id": "1", "image": "a.png", "question": "What word?"},
+                {"id": "2", "image": "missing.png", "question": "What word?"},
+                {"id": "3", "image": "junk.png", "question": "What word?"},
+            ]
+        )
+        + b"\n{broken\n"
+    )
+    found = {"a.png": data, "junk.png": b"not an image"}
+    es, figures = build_evalset("test-set", items, found.get)
+    assert figures == {"lines": 4, "hashed": 1, "left_out": 3}
+    assert (image_phash(data), question_key("What word?")) in es.items
+    assert 2 <= len(es.items) <= 3  # the image and its crops (rsieve.hashindex.REFERENCE_CROPS)
+    assert EvalSet.from_json(es.to_json()) == es
+    with pytest.raises(ValueError):
+        build_evalset("../escape", items, found.get)
+
+
+def _pool(folder: Path, images: dict[str, bytes], question: str = "What word?") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for n, (name, data) in enumerate(sorted(images.items())):
+        (folder / name).write_bytes(data)
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"{folder.name}-{n}",
+                    "family": "SynthWords",
+                    "image": name,
+                    "question": question,
+                    "answer": "x",
+                    "source": {"dataset": "signs"},
+                }
+            )
+        )
+    (folder / "items.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_ingest_screens_against_evaluation_sets_and_the_dataset(tmp_path: Path) -> None:
+    """Through the services' logic on fakes: a registered set quarantines the copies of its
+    images `contaminated`; a second run whose pool overlaps the first (re-encoded copies)
+    quarantines the overlap `duplicate_item` at ingest, before any model call."""
+    from rsieve.adapters.pools import upload_pool
+    from rsieve.decontam import dataset_keys, evalset_key, near_keys_key
+    from services.api.runs import submit
+    from services.cleaner.tasks import register as clean_tasks
+
+    store, sent = MemoryStore(), Sent()
+    ctx = bootstrap(
+        Settings(purity_embedding=False),
+        store=store,
+        redis_client=fakeredis.FakeRedis(),
+        send=sent,
+    )
+    clean_tasks(ctx)
+    words = ["OPEN", "EXIT", "STOP", "SALE", "PUSH", "PULL"]
+    originals = {f"{w.lower()}.png": _bytes(_sign(w)) for w in words}
+    copies = {
+        f"copy-{w.lower()}.jpg": _bytes(_sign(w).resize((260, 104)), "JPEG", quality=80)
+        for w in words
+    }
+
+    def quarantined(run: str) -> dict[str, str]:
+        ctx.app.tasks["rsieve.ingest"](run=run)
+        out: dict[str, str] = {}
+        for task, kw in list(sent.tasks):
+            if task == "rsieve.clean" and kw["run"] == run:
+                for pl in json.loads(store.get(f"runs/{run}/input/{kw['shard']}.json"))["lines"]:
+                    if pl.get("verdict"):
+                        out[json.loads(pl["raw"])["id"]] = pl["verdict"][0]
+        return out
+
+    # No set registered: nothing is contaminated.
+    first_uri = upload_pool(store, _pool(tmp_path / "first", originals))
+    first_pool = first_uri.rstrip("/").rsplit("/", 1)[1]
+    first = submit(ctx, first_uri, "signs")
+    assert quarantined(first) == {}
+
+    # The first run's items committed to the dataset: the pairs the compactor writes.
+    index = json.loads(store.get(f"pools/{first_pool}/_packs/index.json"))
+    assert all(ref["phash"] for ref in index["images"].values())
+    pairs = [
+        (ref["phash"], question_key("What word?"), answer_key(["x"]))
+        for ref in index["images"].values()
+    ]
+    store.put(near_keys_key("signs", first), dataset_keys(pairs))
+    second = submit(ctx, upload_pool(store, _pool(tmp_path / "second", copies)), "signs")
+    assert set(quarantined(second).values()) == {"duplicate_item"}
+    assert len(quarantined(second)) == len(words)
+
+    # A registered evaluation set of the originals: the copies are contaminated, in any
+    # dataset, and registering it makes a new run of the same pool and dataset.
+    second_uri = upload_pool(store, tmp_path / "second")
+    before = submit(ctx, second_uri, "other-dataset")
+    es, _ = build_evalset(
+        "signs-test", (tmp_path / "first" / "items.jsonl").read_bytes(), originals.get
+    )
+    store.put(evalset_key("signs-test"), es.to_json())
+    third = submit(ctx, second_uri, "other-dataset")
+    assert third != before
+    assert set(quarantined(third).values()) == {"contaminated"}
+    cleaning = json.loads(store.get(f"runs/{third}/cleaning.json"))
+    assert cleaning["screen"]["evalsets"] == {"signs-test": len(words)}
+    from rsieve.cleaning import render_cleaning
+
+    card = "\n".join(render_cleaning(cleaning))
+    assert "| signs-test | 6 |" in card and "`contaminated`" in card
+
+
+def test_the_compactor_lists_each_added_items_image_hash_and_question() -> None:
+    from rsieve.commit import near_keys
+    from rsieve.packs import ImageRef
+    from tests.unit._records import accepted, make_item
+
+    item = make_item(question="What word?")
+    ref = ImageRef(pack="p", offset=0, length=1, sha256="a" * 64, phash=H)
+    with_ref = item.model_copy(update={"image_at": ref, "pool_question": "What  WORD?"})
+    without = make_item("other", image="img-b")
+    assert json.loads(near_keys([accepted(with_ref), accepted(without)])) == [
+        [H, question_key("what word?"), answer_key(["coffee"])]
+    ]
