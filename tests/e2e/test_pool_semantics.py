@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,15 @@ FOREIGN_QUESTIONS = ["What color is the sign?", "Is it daytime?"]
 
 
 def _png(text: str) -> bytes:
+    """A sign of its own per text (blocks from the text's seed, then the text)."""
+    rng = random.Random(text)
     img = Image.new("RGB", (96, 32), "white")
-    ImageDraw.Draw(img).text((6, 10), text, fill="black")
+    draw = ImageDraw.Draw(img)
+    for _ in range(6):
+        x, y = rng.randrange(70), rng.randrange(20)
+        colour = (rng.randrange(256), rng.randrange(256), rng.randrange(256))
+        draw.rectangle((x, y, x + rng.randrange(8, 30), y + rng.randrange(4, 14)), fill=colour)
+    draw.text((6, 10), text, fill="black")
     buf = io.BytesIO()
     img.save(buf, format="PNG")
     return buf.getvalue()

@@ -23,7 +23,7 @@ from botocore.config import Config
 
 REPO = Path(__file__).resolve().parents[2]
 KEY, SECRET, BUCKET = "compose-key-0123456789", "compose-secret-0123456789", "rsieve"
-GATEWAY, GATEWAY_GRPC, FILER, MASTER = 8333, 18333, 8888, 9333
+GATEWAY, GATEWAY_GRPC, FILER, MASTER = 8333, 18433, 8888, 9333
 
 
 def _outside_address() -> str:
