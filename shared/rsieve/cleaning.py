@@ -591,7 +591,7 @@ def render_cleaning(report: Mapping[str, Any]) -> list[str]:
             f"the {screen.get('committed_runs', 0)} run(s) already in the dataset: within "
             f"{screen.get('near_duplicate_distance')} of 64 bits is a match. An evaluation-set "
             f"match ({screen.get('evalset_match')}) is quarantined `contaminated`; the same "
-            "question on a near-duplicate image, `duplicate_item`.",
+            "question and answer on a near-duplicate image, `duplicate_item`.",
             "",
         ]
         if sets:

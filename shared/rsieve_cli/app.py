@@ -253,8 +253,8 @@ def evalset_add(
     _context().store.put(evalset_key(name), evalset.to_json(), content_type="application/json")
     console.print(
         f"evaluation set {name}: {figures['hashed']} of {figures['lines']} lines hashed "
-        f"({len({h for h, _ in evalset.items})} distinct images); {figures['left_out']} left "
-        "out (no readable image)"
+        f"({len({h for h, _ in evalset.items})} hashes: each image and two crops of it); "
+        f"{figures['left_out']} left out (no readable image)"
     )
 
 
@@ -269,15 +269,15 @@ def evalset_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> No
         EvalSet.from_json(store.get(k)) for k in store.list(EVALSET_PREFIX) if k.endswith(".json")
     ]
     rows = [
-        {"name": es.name, "items": len(es.items), "images": len({h for h, _ in es.items})}
+        {"name": es.name, "keys": len(es.items), "hashes": len({h for h, _ in es.items})}
         for es in sets
     ]
     if as_json:
         typer.echo(json.dumps(rows))
         return
-    table = Table("evaluation set", "items", "images")
+    table = Table("evaluation set", "keys (hash, question)", "hashes")
     for row in rows:
-        table.add_row(str(row["name"]), str(row["items"]), str(row["images"]))
+        table.add_row(str(row["name"]), str(row["keys"]), str(row["hashes"]))
     Console().print(table)
 
 
