@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import random
 from pathlib import Path
 
 from PIL import Image, ImageDraw
@@ -12,6 +13,24 @@ from PIL import Image, ImageDraw
 from rsieve_cli.local.replay import replay_key
 
 QUESTION = "What word is shown? Answer with the text only."
+
+
+def picture(seed: str | int, size: tuple[int, int], text: str = "", blocks: int = 8) -> Image.Image:
+    """A picture of its own per seed: coloured blocks placed from the seed, then `text`.
+    Renders of a few characters on a blank canvas hash alike (docs/cleaning.md,
+    near-duplicates); these do not."""
+    rng = random.Random(seed)
+    img = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(img)
+    w, h = size
+    for _ in range(blocks):
+        x, y = rng.randrange(max(1, w - w // 4)), rng.randrange(max(1, h - h // 4))
+        colour = (rng.randrange(256), rng.randrange(256), rng.randrange(256))
+        dx, dy = rng.randrange(w // 12 + 1, w // 3 + 2), rng.randrange(h // 8 + 1, h // 2 + 2)
+        draw.rectangle((x, y, x + dx, y + dy), fill=colour)
+    if text:
+        draw.text((6, min(10, h // 4)), text, fill="black")
+    return img
 
 
 def png(text: str) -> bytes:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import random
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 import datasets
 import pytest
-from PIL import Image, ImageDraw
+from PIL import Image
 
 from rsieve.adapters.exports import export_dataset
 from rsieve.adapters.pools import upload_pool
@@ -25,6 +24,7 @@ from rsieve.schemas import ShardOutput
 from rsieve_cli.client import submit, wait_for_run
 from rsieve_cli.local.stack import Stack
 from tests.conftest import stack_settings
+from tests.e2e.pools import picture
 
 QUESTION = "What word is shown in the image? Answer with the text only."
 ITEMS = 24
@@ -32,18 +32,8 @@ MAX_SIDE = 256
 
 
 def _png(text: str, size: tuple[int, int]) -> bytes:
-    """A picture of its own per text (blocks from the text's seed): near-identical renders
-    with the same question and answer would be one item (docs/cleaning.md)."""
-    rng = random.Random(text)
-    img = Image.new("RGB", size, "white")
-    draw = ImageDraw.Draw(img)
-    for _ in range(8):
-        x, y = rng.randrange(size[0] - 30), rng.randrange(size[1] - 10)
-        colour = (rng.randrange(256), rng.randrange(256), rng.randrange(256))
-        draw.rectangle((x, y, x + rng.randrange(10, 40), y + rng.randrange(5, 30)), fill=colour)
-    draw.text((8, 8), text, fill="black")
     buf = io.BytesIO()
-    img.save(buf, format="PNG")
+    picture(text, size, text).save(buf, format="PNG")
     return buf.getvalue()
 
 

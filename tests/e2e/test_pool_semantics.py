@@ -8,19 +8,18 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import random
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from PIL import Image, ImageDraw
 
 from rsieve.adapters.storage import S3Store
 from rsieve_cli.client import upload, wait_for_run
 from rsieve_cli.local.stack import Stack
 from tests.conftest import stack_settings
+from tests.e2e.pools import picture
 
 SIGNS = ["OPEN", "EXIT", "STOP", "SALE", "PUSH", "PULL", "BANK", "CAFE"]
 GENUINE_QUESTIONS = [
@@ -32,17 +31,8 @@ FOREIGN_QUESTIONS = ["What color is the sign?", "Is it daytime?"]
 
 
 def _png(text: str) -> bytes:
-    """A sign of its own per text (blocks from the text's seed, then the text)."""
-    rng = random.Random(text)
-    img = Image.new("RGB", (96, 32), "white")
-    draw = ImageDraw.Draw(img)
-    for _ in range(6):
-        x, y = rng.randrange(70), rng.randrange(20)
-        colour = (rng.randrange(256), rng.randrange(256), rng.randrange(256))
-        draw.rectangle((x, y, x + rng.randrange(8, 30), y + rng.randrange(4, 14)), fill=colour)
-    draw.text((6, 10), text, fill="black")
     buf = io.BytesIO()
-    img.save(buf, format="PNG")
+    picture(text, (96, 32), text, blocks=6).save(buf, format="PNG")
     return buf.getvalue()
 
 
