@@ -412,8 +412,7 @@ def assess_pool(
             duplicates[item.family] += 1
             continue
         if screen is not None and image_phash is not None:
-            answers = [item.answer] if isinstance(item.answer, str) else item.answer
-            found = screen.check(pl.line, image_phash(path), item.question, answers)
+            found = screen.check(pl.line, image_phash(path), item.question, item.answer)
             if found is not None:
                 verdicts[pl.line] = found
                 duplicates[item.family] += found[0] == "duplicate_item"

@@ -96,7 +96,7 @@ def near_keys(added: Iterable[Outcome]) -> bytes:
             (
                 item.image_at.phash if item.image_at else None,
                 question_key(item.pool_question),
-                answer_key([answer] if isinstance(answer, str) else answer),
+                answer_key(answer),
             )
         )
     return dataset_keys(keys)

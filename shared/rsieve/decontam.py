@@ -56,12 +56,14 @@ def question_key(question: str) -> str:
     return hashlib.sha256(" ".join(question.casefold().split()).encode()).hexdigest()[:16]
 
 
-def answer_key(references: Iterable[str]) -> str:
-    """An item's references compared across pools: each folded as a question is, sorted,
+def answer_key(references: str | Iterable[str]) -> str:
+    """An item's references (one, or a list) compared across pools: each folded as a
+    question is, sorted,
     sha256, 16 hex. Two items on near-duplicate images with the same question are one item
     only when their references agree too: crops of two different words on the same plain
     background hash alike, and their answers tell them apart."""
-    folded = sorted({" ".join(str(r).casefold().split()) for r in references})
+    listed = [references] if isinstance(references, str) else references
+    folded = sorted({" ".join(str(r).casefold().split()) for r in listed})
     return hashlib.sha256(json.dumps(folded).encode()).hexdigest()[:16]
 
 
@@ -122,7 +124,7 @@ class Screen:
                 self._seen.add(parse_hash(h), f"{q}\t{a}\trun {run}")
 
     def check(
-        self, line: int, image_hash: str | None, question: str, references: Iterable[str]
+        self, line: int, image_hash: str | None, question: str, references: str | Iterable[str]
     ) -> tuple[str, str] | None:
         """The verdict for a line (reason, detail), or None; the line is remembered."""
         if image_hash is None:

@@ -22,11 +22,14 @@ from dataclasses import dataclass
 
 from PIL import Image, ImageOps
 
-__all__ = ["IMAGE_FORMATS", "ImageError", "PreparedImage", "prepare_image"]
+__all__ = ["IMAGE_FORMATS", "MAX_PIXELS", "ImageError", "PreparedImage", "prepare_image"]
 
 # The only formats Pillow may open for rsieve (its other decoders are attack surface no pool
 # needs); anything else is `unreadable_image`.
 IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")
+# The pixel count above which an image is image_too_large (the default of the setting
+# image_max_pixels), read from its header before any decode.
+MAX_PIXELS = 40_000_000
 
 _AS_IS_FORMATS = {"PNG", "JPEG"}
 _AS_IS_MODES = {"RGB", "L"}

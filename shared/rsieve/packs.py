@@ -20,6 +20,7 @@ from hashlib import sha256
 from pydantic import BaseModel, ConfigDict
 
 from rsieve.hashindex import hash_hex, informative, perceptual_hash
+from rsieve.images import MAX_PIXELS
 
 __all__ = [
     "INDEX",
@@ -60,7 +61,7 @@ class PackIndex(BaseModel):
 
 
 # Larger images get no hash: the cleaner quarantines them (image_too_large) unread.
-PHASH_MAX_PIXELS = 40_000_000
+PHASH_MAX_PIXELS = MAX_PIXELS
 
 
 def image_phash(data: bytes) -> str | None:

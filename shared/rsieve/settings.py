@@ -13,6 +13,7 @@ from typing import Literal, get_origin
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from rsieve.images import MAX_PIXELS
 from rsieve.schemas import DATASET_PATTERN
 
 __all__ = [
@@ -118,7 +119,7 @@ class Settings(BaseSettings):
 
     # Work units and limits.
     shard_size: int = Field(128, ge=1, description="pool lines per shard message")
-    image_max_pixels: int = 40_000_000
+    image_max_pixels: int = MAX_PIXELS
     image_max_bytes: int = 32 * 1024 * 1024
     text_max_chars: int = 16_384
     provenance_policy: Literal["strict", "lenient"] = "strict"

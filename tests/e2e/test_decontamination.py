@@ -122,6 +122,18 @@ def _requests(stack: Stack) -> float:
     )
 
 
+def _cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    """The operator's command line on the stack (RSIEVE_STACK_DIR)."""
+    return subprocess.run(
+        [sys.executable, "-m", "rsieve_cli.app", *args],
+        env={**os.environ, "RSIEVE_STACK_DIR": str(stack.dir)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+    )
+
+
 def _quarantined(stack: Stack, run: str) -> dict[str, str]:
     store = S3Store(stack_settings(stack))
     return {
@@ -144,15 +156,7 @@ def test_evaluation_sets_and_overlapping_runs(stack: Stack, tmp_path: Path) -> N
     assert "contaminated" not in _quarantined(stack, run).values()
 
     # The originals as an evaluation set, registered by the operator's command.
-    env = {**os.environ, "RSIEVE_STACK_DIR": str(stack.dir)}
-    added = subprocess.run(
-        [sys.executable, "-m", "rsieve_cli.app", "evalset", "add", "pictures-test", str(first)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO_ROOT,
-    )
+    added = _cli(stack, "evalset", "add", "pictures-test", str(first))
     assert added.returncode == 0, added.stderr[-2000:]
     assert f"{COUNT} of {COUNT} lines hashed" in added.stderr.replace("\n", " ")
     before = _requests(stack)
@@ -164,25 +168,11 @@ def test_evaluation_sets_and_overlapping_runs(stack: Stack, tmp_path: Path) -> N
     # At most a generation and a judgement per item that went on; none for the rest.
     assert _requests(stack) - before <= 2 * (COUNT - len(contaminated))
     export = tmp_path / "export"
-    listed = subprocess.run(
-        [sys.executable, "-m", "rsieve_cli.app", "export", run, "--to", str(export)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO_ROOT,
-    )
+    listed = _cli(stack, "export", run, "--to", str(export))
     assert listed.returncode == 0, listed.stderr[-2000:]
     assert "| pictures-test |" in (export / "free" / "README.md").read_text()
 
-    removed = subprocess.run(
-        [sys.executable, "-m", "rsieve_cli.app", "evalset", "remove", "pictures-test"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO_ROOT,
-    )
+    removed = _cli(stack, "evalset", "remove", "pictures-test")
     assert removed.returncode == 0, removed.stderr[-2000:]
 
     # Two runs into one dataset: the second pool holds copies of the first's images.
