@@ -21,7 +21,7 @@ from celery.exceptions import Reject
 from kombu.exceptions import OperationalError
 
 from rsieve.adapters.metrics import JsonFormatter, RedisMetrics, log_context
-from rsieve.adapters.model import Model, TritonModel
+from rsieve.adapters.model import Model, open_model
 from rsieve.adapters.queues import enqueue, make_celery
 from rsieve.adapters.storage import ObjectStore, S3Store, read_images
 from rsieve.audit import plan_reconcile
@@ -76,17 +76,11 @@ class Context:
         return ItemGuard(self, task, run, shard)
 
     def judge_model(self, name: str) -> Model:
-        """The judge's model, on the judge's engine (one engine per role)."""
+        """The judge's model, on the judge's engine (one engine per role): Triton, or an
+        OpenAI-compatible server (settings.judge_interface)."""
         if self.judge_model_of is not None:
             return self.judge_model_of(name)
-        s = self.settings
-        return TritonModel.from_settings(
-            s,
-            name,
-            tokenizer=s.judge_tokenizer,
-            max_new_tokens=s.judge_max_new_tokens,
-            url=s.judge_triton_grpc_url or s.triton_grpc_url,
-        )
+        return open_model(self.settings, "judge")
 
     def images(self, items: Iterable[Item]) -> dict[str, bytes]:
         """sha256 -> bytes of the items' images: ranged reads of the pool's packs."""

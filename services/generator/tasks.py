@@ -1,7 +1,7 @@
-"""Generator: asks the VLM behind Triton every clean item's question, at temperature 0
-with reasoning on, keeping the engine full; stores the raw output, its parse and what
-answered (model version, sampling, tokens, latency, the exact image bytes sent). The
-records are rsieve.generation's (`ready_items`, `record_generations`).
+"""Generator: asks the VLM (behind Triton, or an OpenAI-compatible server) every clean
+item's question, at temperature 0 with reasoning on, keeping the engine full; stores the
+raw output, its parse and what answered (model version, sampling, tokens, latency, the
+exact image bytes sent). The records are rsieve.generation's (`ready_items`, `record_generations`).
 
 The worker runs Celery's thread pool, `generator_concurrency` shards open at once, and
 every shard's requests go through one feeder (feeder.py): one loop, one FIFO gate sized
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rsieve.adapters.model import ModelInfo, ModelRequest, TritonModel
+from rsieve.adapters.model import ModelInfo, ModelRequest, engine_url, open_model
 from rsieve.adapters.tokenizer import preload_chat_template
 from rsieve.generation import poisoned_item, ready_items, record_generations
 from rsieve.images import ImageError, PreparedImage, prepare_image
@@ -68,12 +68,10 @@ def register(ctx: Context) -> None:
         )
 
         def on_ready(info: ModelInfo) -> None:
-            feeder.sized(s.triton_grpc_url, info)
+            feeder.sized(engine_url(s, "generator"), info)
             arrived()
 
-        model = TritonModel.from_settings(
-            s, s.generator_model, feeder.gate, tokenizer=s.generator_tokenizer, on_ready=on_ready
-        )
+        model = open_model(s, "generator", feeder.gate, on_ready=on_ready)
         replies = ctx.guard("generate", run, shard).batch(
             ready,
             lambda batch: feeder.run(

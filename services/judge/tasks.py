@@ -6,6 +6,7 @@ output marks the shard done. The last shard judged triggers compaction."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from rsieve.adapters.model import ModelRequest
 from rsieve.adapters.tokenizer import preload_chat_template
@@ -44,26 +45,23 @@ def register(ctx: Context) -> None:
                 for p, r in zip(prompts, replies, strict=True)
             ]
 
-            def reply(k: int) -> tuple[str | None, str, str | None]:
-                r = replies[k]  # (raw output, finish reason, failure)
+            def reply(k: int) -> dict[str, Any]:
+                r = replies[k]  # raw output, finish reason, failure, token counts
                 if isinstance(r, Exception):
-                    return None, "stop", str(r)
-                return r.text, r.finish_reason, None
+                    return {"raw_output": None, "finish_reason": "stop", "failure": str(r)}
+                return {
+                    "raw_output": r.text,
+                    "finish_reason": r.finish_reason,
+                    "input_tokens": r.input_tokens,
+                    "output_tokens": r.output_tokens,
+                }
 
-            records = []
-            for k, probe in enumerate(probes, start=len(pending)):
-                raw, finish, failure = reply(k)
-                records.append(
-                    calibration_record(
-                        probe,
-                        model=model,
-                        prompt=prompts[k],
-                        raw_output=raw,
-                        finish_reason=finish,
-                        failure=failure,
-                        model_kind=kind,
-                    )
+            records = [
+                calibration_record(
+                    probe, model=model, prompt=prompts[k], model_kind=kind, **reply(k)
                 )
+                for k, probe in enumerate(probes, start=len(pending))
+            ]
             ctx.store.put(
                 calibration_key(run, shard),
                 CalibrationShard(
@@ -79,15 +77,8 @@ def register(ctx: Context) -> None:
             )
             outcomes = list(verified)
             for k, i in enumerate(pending):
-                raw, finish, failure = reply(k)
                 outcomes[i] = apply_verdict(
-                    verified[i],
-                    model=model,
-                    prompt=prompts[k],
-                    raw_output=raw,
-                    finish_reason=finish,
-                    failure=failure,
-                    model_kind=kind,
+                    verified[i], model=model, prompt=prompts[k], model_kind=kind, **reply(k)
                 )
             ctx.save(
                 ShardOutput(run=run, shard=shard, stage="judge", lines=lines, outcomes=outcomes)

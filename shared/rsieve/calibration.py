@@ -115,6 +115,9 @@ class CalibrationRecord(_Model):
     verdict: Literal["CORRECT", "WRONG", "UNSURE", "FAILED"]
     cause: str | None
     failed: bool
+    # Token counts when the judge's server returned them (the run report's `tokens`).
+    input_tokens: int | None = None
+    output_tokens: int | None = None
 
 
 class CalibrationShard(_Model):
@@ -267,8 +270,11 @@ def calibration_record(
     finish_reason: str | None = "stop",
     failure: str | None = None,
     model_kind: str | None = None,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
 ) -> CalibrationRecord:
-    """What the judge said on a probe, read exactly as a real verdict (`read_verdict`)."""
+    """What the judge said on a probe, read exactly as a real verdict (`read_verdict`),
+    with the call's token counts when its server returned them."""
     parsed = read_verdict(raw_output, finish_reason or "stop", failure)
     return CalibrationRecord(
         probe=probe,
@@ -282,6 +288,8 @@ def calibration_record(
         verdict=parsed.verdict,
         cause=parsed.cause,
         failed=parsed.failed,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
     )
 
 

@@ -1,6 +1,6 @@
 """The dataset card (README.md): YAML `configs` and `dataset_info` for every split, then how
 the data was produced, the rules with their constants, the judge and its calibration, the
-cleaning, the counts and example rows with their images."""
+cleaning, the counts, the tokens the run used, and example rows with their images."""
 
 from __future__ import annotations
 
@@ -242,6 +242,57 @@ def _verdicts_md(report: dict[str, Any]) -> list[str]:
     ]
 
 
+def _tokens(usage: dict[str, Any]) -> str:
+    return f"{usage['calls']:,} | {usage['prompt_tokens']:,} | {usage['completion_tokens']:,}"
+
+
+def _cost_md(report: dict[str, Any]) -> list[str]:
+    """The latest run's token usage per model and per family, calibration apart, and a
+    sentence when calls came back without usage."""
+    out = ["## Cost", ""]
+    tokens = report.get("tokens")
+    if not tokens:  # a report written before token usage was counted
+        return out + ["Token usage was not recorded for this run."]
+    out += [
+        f"Tokens used by the latest run `{report['run']}`, as the model servers reported "
+        "them: one call per answer and per judge verdict, and the judge's calibration "
+        "probes counted apart; calls that failed are not counted.",
+        "",
+        "| model | role | calls | prompt tokens | completion tokens | calls without usage |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m in tokens["by_model"]:
+        parts = [(m["role"], m)]
+        if m["role"] == "judge" and m["calibration"]["calls"]:
+            parts.append(("judge calibration", m["calibration"]))
+        out += [
+            f"| `{_cell(m['model'])}` | {role} | {_tokens(u)} | {u['calls_without_usage']:,} |"
+            for role, u in parts
+        ]
+    every = tokens["total"]["all"]
+    out += [
+        f"| all | | {_tokens(every)} | {every['calls_without_usage']:,} |",
+        "",
+        "| family | generator calls | generator prompt tokens | generator completion tokens "
+        "| judge calls | judge prompt tokens | judge completion tokens | calibration calls | "
+        "calibration prompt tokens | calibration completion tokens |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for fam, u in tokens["by_family"].items():
+        out.append(
+            f"| {_cell(fam)} | {_tokens(u['generator'])} | {_tokens(u['judge'])} | "
+            f"{_tokens(u['judge']['calibration'])} |"
+        )
+    if every["calls_without_usage"]:
+        out += [
+            "",
+            f"{every['calls_without_usage']:,} of {every['calls']:,} calls came back without "
+            "token usage (their server returned no prompt or no completion token count): the "
+            "sums hold only the counts returned, so they are lower bounds.",
+        ]
+    return out
+
+
 def render_card(
     *,
     dataset: str,
@@ -390,9 +441,8 @@ def render_card(
         "replaced by `_`: "
         + ", ".join(f"`{s}` ← {_cell(f)}" for s, f in sorted(split_families.items())),
         "",
-        "## Examples",
-        "",
     ]
+    out += _cost_md(report) + ["", "## Examples", ""]
     for split, rows in sorted(examples.items()):
         out += [f"### {split}", ""]
         for qa, image_path in rows:

@@ -94,11 +94,14 @@ def apply_verdict(
     finish_reason: str = "stop",
     failure: str | None = None,
     model_kind: str | None = None,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
 ) -> Outcome:
     """Only CORRECT promotes. WRONG: `wrong_answer`; UNSURE (the judge said so):
     `judge_unsure`; FAILED (the call failed, or the output was empty, unparsable or cut
     off; the cause is recorded): `judge_failed`, never WRONG, never UNSURE. `model_kind`:
-    what the judge model is (rsieve.schemas.MODEL_KINDS), None when undeclared."""
+    what the judge model is (rsieve.schemas.MODEL_KINDS), None when undeclared; the token
+    counts: the call's, when its server returned them."""
     parsed = read_verdict(raw_output, finish_reason, failure)
     verdict, cause = parsed.verdict, parsed.cause
     record = Verdict(
@@ -110,6 +113,8 @@ def apply_verdict(
         template_sha256=TEMPLATE_SHA256,
         prompt=prompt,
         raw_output=raw_output or "",
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
     )
     if verdict == "CORRECT":
         return outcome.model_copy(

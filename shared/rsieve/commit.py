@@ -72,6 +72,7 @@ def plan_compaction(
         outcomes=outcomes,
         quarantined=quarantined,
         blank_lines=index["blank_lines"],
+        calibration=calibration_records,
     )
     report["calibration"] = summary
     report["judge_false_promotion_bound"] = bound  # what `rsieve recheck DIR` holds back by

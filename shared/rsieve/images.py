@@ -22,7 +22,14 @@ from dataclasses import dataclass
 
 from PIL import Image, ImageOps
 
-__all__ = ["IMAGE_FORMATS", "MAX_PIXELS", "ImageError", "PreparedImage", "prepare_image"]
+__all__ = [
+    "IMAGE_FORMATS",
+    "MAX_PIXELS",
+    "ImageError",
+    "PreparedImage",
+    "image_mime",
+    "prepare_image",
+]
 
 # The only formats Pillow may open for rsieve (its other decoders are attack surface no pool
 # needs); anything else is `unreadable_image`.
@@ -106,3 +113,25 @@ def prepare_image(data: bytes, *, max_side: int, max_pixels: int) -> PreparedIma
     buf = io.BytesIO()
     img.save(buf, format="PNG")
     return _done(buf.getvalue(), img, "PNG", reencoded=True)
+
+
+# Leading bytes of the formats an image may be sent in, and their media types.
+_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF8", "image/gif"),
+    (b"BM", "image/bmp"),
+    (b"II*\x00", "image/tiff"),
+    (b"MM\x00*", "image/tiff"),
+)
+
+
+def image_mime(data: bytes) -> str:
+    """The media type of encoded image bytes, from their leading bytes (a `data:` URL's
+    type); application/octet-stream when none is known."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    for magic, mime in _MAGIC:
+        if data.startswith(magic):
+            return mime
+    return "application/octet-stream"

@@ -4,19 +4,29 @@ proves it per family (in = accepted + rejected + quarantined).
 Beside the accounting, per family: the judge's verdicts (CORRECT / WRONG / UNSURE /
 FAILED, with the failure causes), the model outputs by reasoning form (`closed`, `absent`,
 `unclosed`) and the accepted items without reasoning; for the run: the thinking modes the
-prompts were rendered with, and the models that answered and judged, with their kinds."""
+prompts were rendered with, the models that answered and judged, with their kinds, and
+the tokens they used (`token_usage`)."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from typing import Any
 
+from rsieve.calibration import CalibrationRecord, record_state
 from rsieve.cascade import verdict_state
 from rsieve.judge import VERDICTS
 from rsieve.rows import split_kinds
 from rsieve.schemas import Generation, Outcome, Quarantined
 
-__all__ = ["REASONING_FORMS", "UNRECORDED", "reasoning_form", "run_report"]
+__all__ = [
+    "REASONING_FORMS",
+    "TOKEN_ROLES",
+    "UNRECORDED",
+    "reasoning_form",
+    "run_report",
+    "token_usage",
+]
 
 UNKNOWN_FAMILY = "(unknown)"
 # A generation's thinking mode when its record has none (written before it was recorded).
@@ -59,6 +69,66 @@ def _models(seen: Counter[tuple[str, str | None]], count: str) -> list[dict[str,
     return [{"model": m, "kind": kinds[m], count: totals[m]} for m in sorted(totals)]
 
 
+TOKEN_ROLES = ("generator", "judge")
+_USAGE = ("calls", "prompt_tokens", "completion_tokens", "calls_without_usage")
+
+
+def _usage(role: str) -> dict[str, Any]:
+    usage: dict[str, Any] = dict.fromkeys(_USAGE, 0)
+    return usage | {"calibration": dict.fromkeys(_USAGE, 0)} if role == "judge" else usage
+
+
+def _count(usage: dict[str, Any], prompt: int | None, completion: int | None) -> None:
+    usage["calls"] += 1
+    usage["prompt_tokens"] += prompt or 0
+    usage["completion_tokens"] += completion or 0
+    if prompt is None or completion is None:
+        usage["calls_without_usage"] += 1
+
+
+def token_usage(
+    outcomes: Iterable[Outcome], calibration: Iterable[CalibrationRecord] = ()
+) -> dict[str, Any]:
+    """The tokens the run's answered calls used, as the model servers reported them: one
+    generator call per outcome; one judge call per verdict; one per calibration record,
+    counted apart (`calibration` inside every judge entry). A judge call that failed (no
+    reply: cause `call_failed`) is not counted, nor is an item quarantined as
+    `model_error` (it has no outcome). A usage is `{calls, prompt_tokens,
+    completion_tokens, calls_without_usage}`: a call whose server returned no prompt or no
+    completion token count is counted in `calls_without_usage`, and the sums hold only the
+    counts returned (lower bounds when `calls_without_usage` is not 0).
+
+    `by_model`: `[{model, role, **usage}]` (judges with `calibration`), generators first;
+    `by_family`: family -> `{generator: usage, judge: usage}`; `total`: the same per role,
+    and `all`, every call of the run, calibration included."""
+    calls: list[tuple[str, str, str, bool, int | None, int | None]] = []
+    for o in outcomes:
+        g, v = o.generation, o.verdict
+        calls.append(("generator", g.model, g.item.family, False, g.input_tokens, g.output_tokens))
+        if v is not None and verdict_state(v.verdict, v.cause)[1] != "call_failed":
+            calls.append(("judge", v.model, g.item.family, False, v.input_tokens, v.output_tokens))
+    for r in calibration:
+        if record_state(r)[1] != "call_failed":
+            calls.append(("judge", r.model, r.probe.family, True, r.input_tokens, r.output_tokens))
+    by_model: dict[tuple[int, str], dict[str, Any]] = {}
+    by_family: dict[str, dict[str, dict[str, Any]]] = {}
+    total: dict[str, dict[str, Any]] = {role: _usage(role) for role in TOKEN_ROLES}
+    every = dict.fromkeys(_USAGE, 0)
+    for role, model, family, calibrating, prompt, completion in calls:
+        entry = by_model.setdefault(
+            (TOKEN_ROLES.index(role), model), {"model": model, "role": role} | _usage(role)
+        )
+        fam = by_family.setdefault(family, {r: _usage(r) for r in TOKEN_ROLES})
+        for usage in (entry, fam[role], total[role]):
+            _count(usage["calibration"] if calibrating else usage, prompt, completion)
+        _count(every, prompt, completion)
+    return {
+        "by_model": [by_model[k] for k in sorted(by_model)],
+        "by_family": dict(sorted(by_family.items())),
+        "total": total | {"all": every},
+    }
+
+
 def run_report(
     *,
     run: str,
@@ -66,9 +136,11 @@ def run_report(
     outcomes: list[Outcome],
     quarantined: list[Quarantined],
     blank_lines: list[int] | None = None,
+    calibration: Iterable[CalibrationRecord] = (),
 ) -> dict[str, Any]:
     """`lines` items entered (non-blank lines); `blank_lines` are the pool's blank line
-    numbers, which hold no item. Every other line from 1 on must be placed exactly once."""
+    numbers, which hold no item. Every other line from 1 on must be placed exactly once.
+    `calibration`: the judge's calibration records, for the token usage (`tokens`)."""
     families: dict[str, dict[str, Any]] = defaultdict(_family)
     ids: Counter[str] = Counter()
     placed_lines: Counter[int] = Counter()
@@ -130,6 +202,7 @@ def run_report(
             "generators": _models(generators, "outputs"),
             "judges": _models(judges, "verdicts"),
         },
+        "tokens": token_usage(outcomes, calibration),
         "duplicate_ids": duplicate_ids,
         "lines_placed_twice": lines_twice,
         "lines_missing": missing[:100],

@@ -138,7 +138,12 @@ def _qa(outcome: Outcome, kind: str) -> dict[str, Any]:
         decision = outcome.decision.model_dump(exclude={"constants"}) | {
             "constants": json.dumps(outcome.decision.constants, sort_keys=True)
         }
-    judge = outcome.verdict.model_dump(exclude={"prompt"}) if outcome.verdict else None
+    # The verdict's token counts are the run report's (cost), not the row's.
+    judge = (
+        outcome.verdict.model_dump(exclude={"prompt", "input_tokens", "output_tokens"})
+        if outcome.verdict
+        else None
+    )
     entry: dict[str, Any] = {
         "id": item.id,
         "question": item.question,

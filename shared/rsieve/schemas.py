@@ -77,6 +77,8 @@ MODEL_KINDS: dict[str, str] = {
     "stand-in": "a stand-in that is not a model (named for what it does)",
 }
 
+ModelKind = Literal["vlm", "llm", "ocr-engine", "stand-in"]
+
 # What a checkpoint's chat template does for reasoning (rsieve.chat, docs/models.md):
 # "switch": it has a thinking switch (`enable_thinking`); "opens": it opens `<think>` for
 # the assistant itself; "none": it has no thinking mode; "server": the model server
@@ -213,6 +215,10 @@ class Verdict(_Model):
     template_sha256: str
     prompt: str
     raw_output: str
+    # Token counts when the judge's server returned them (the run report's `tokens`); not
+    # in the dataset rows (rsieve.rows.FEATURES).
+    input_tokens: int | None = None
+    output_tokens: int | None = None
 
 
 class Outcome(_Model):

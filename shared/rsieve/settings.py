@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Literal, get_origin
+from typing import Any, Literal, get_origin
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rsieve.images import MAX_PIXELS
-from rsieve.schemas import DATASET_PATTERN
+from rsieve.schemas import DATASET_PATTERN, ModelKind
 
 __all__ = [
     "API_TOKEN_MIN_CHARS",
@@ -81,9 +81,31 @@ class Settings(BaseSettings):
     # CPU stack's SmolLM2) needs a few tokens, and every token is CPU time there.
     judge_max_new_tokens: int = Field(1024, ge=1)
     temperature: float = 0.0
+    # Nucleus sampling (1.0: off); sent to the vLLM and OpenAI-compatible interfaces.
+    top_p: float = Field(1.0, gt=0, le=1)
     # "rsieve" (prompt/image -> text/finish_reason), "vllm" (Triton's vLLM backend, chat
-    # template rendered client side), or "auto" (read from the model's metadata).
-    model_interface: Literal["auto", "rsieve", "vllm"] = "auto"
+    # template rendered client side), "auto" (read from the model's metadata), or "openai":
+    # an OpenAI-compatible server's /chat/completions (vLLM's `vllm serve`, SGLang, TGI,
+    # llama.cpp's server, `transformers serve`, a hosted API; docs/models.md), which renders
+    # the chat template itself. The generator's interface, and the judge's unless
+    # judge_interface names its own.
+    model_interface: Literal["auto", "rsieve", "vllm", "openai"] = "auto"
+    judge_interface: Literal["", "auto", "rsieve", "vllm", "openai"] = ""
+    # The OpenAI-compatible endpoints (interface "openai"): each role's base URL, ending in
+    # /v1 (the judge's empty: the generator's), and the API key sent as a bearer token
+    # (never logged; the judge's empty: the generator's).
+    generator_openai_url: str = ""
+    judge_openai_url: str = ""
+    generator_openai_key: SecretStr = SecretStr("")
+    judge_openai_key: SecretStr = SecretStr("")
+    # Fields merged into every OpenAI-compatible request, for what a server takes beyond
+    # the standard ones, e.g. {"chat_template_kwargs": {"enable_thinking": true}} for a
+    # Qwen3 checkpoint on vLLM or SGLang (rsieve's own fields win on a clash).
+    openai_extra_body: dict[str, Any] = {}
+    # What each endpoint's model is (rsieve.schemas.MODEL_KINDS) for the card: an
+    # OpenAI-compatible server cannot declare it as a Triton config does.
+    generator_kind: ModelKind = "vlm"
+    judge_kind: ModelKind = "llm"
     # Each model's tokenizer files: its checkpoint folder (or .gguf), read without weights
     # (docs/models.md). The client renders the checkpoint's own chat template from them for
     # the vLLM interface (required there), and on every interface neutralises the
@@ -201,6 +223,34 @@ class Settings(BaseSettings):
             raise ValueError("production needs real S3 credentials (RSIEVE_S3_ACCESS_KEY/..)")
         return self
 
+    @model_validator(mode="after")
+    def _openai_needs_an_endpoint(self) -> Settings:
+        for role in ("generator", "judge"):
+            if self.interface_of(role) == "openai" and not self.openai_url_of(role):
+                raise ValueError(
+                    f"the {role}'s interface is openai but no endpoint is set "
+                    f"(RSIEVE_{role.upper()}_OPENAI_URL, the base URL ending in /v1)"
+                )
+        return self
+
+    def interface_of(self, role: Literal["generator", "judge"]) -> str:
+        """The role's model interface: the judge's own, else the generator's."""
+        return (
+            (self.judge_interface or self.model_interface)
+            if role == "judge"
+            else (self.model_interface)
+        )
+
+    def openai_url_of(self, role: Literal["generator", "judge"]) -> str:
+        if role == "judge":
+            return self.judge_openai_url or self.generator_openai_url
+        return self.generator_openai_url
+
+    def openai_key_of(self, role: Literal["generator", "judge"]) -> SecretStr:
+        if role == "judge" and self.judge_openai_key.get_secret_value():
+            return self.judge_openai_key
+        return self.generator_openai_key
+
     @classmethod
     def from_env_map(cls, env: dict[str, str]) -> Settings:
         """Settings from RSIEVE_* variables given as a mapping (a stack's environment),
@@ -239,6 +289,11 @@ DECIDING = frozenset(
         "generator_model",
         "judge_model",
         "model_interface",
+        "judge_interface",
+        "openai_extra_body",
+        "generator_kind",
+        "judge_kind",
+        "top_p",
         "generator_tokenizer",
         "judge_tokenizer",
         "reasoning",
@@ -281,6 +336,10 @@ OPERATIONAL = frozenset(
         "s3_secret_key",
         "triton_grpc_url",
         "judge_triton_grpc_url",
+        "generator_openai_url",
+        "judge_openai_url",
+        "generator_openai_key",
+        "judge_openai_key",
         "max_inflight",
         "request_items",
         "model_timeout_s",

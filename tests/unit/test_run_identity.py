@@ -41,6 +41,7 @@ def _another_value(name: str) -> Any:
             "vllm",
             "test",
             "image_and_question",
+            "stand-in",
             default + "-other",
         ]
     else:  # None: an optional URL or token

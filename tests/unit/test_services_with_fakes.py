@@ -44,7 +44,12 @@ class TableJudge:
         self.info = JUDGE
         self.asked += len(requests)
         return [
-            ModelReply(text="CORRECT" if self.accept in r.prompt else "WRONG", finish_reason="stop")
+            ModelReply(
+                text="CORRECT" if self.accept in r.prompt else "WRONG",
+                finish_reason="stop",
+                input_tokens=len(r.prompt.split()),
+                output_tokens=1,
+            )
             for r in requests
         ]
 
@@ -154,6 +159,16 @@ def test_the_example_pool_through_every_stage_but_the_model(
     assert audit_run(index, outputs).ok
     card = store.get("datasets/fakes/README.md").decode()
     assert "fakes" in card and "No judge promotion has been reviewed by a person yet." in card
+    # Token usage: the judge's counts passed through to the verdicts and summed; the fake
+    # generator returned none, so its calls are counted without usage, never as 0 tokens.
+    verdicts = [o.verdict for o in judged if o.verdict is not None]
+    assert verdicts and all(v.input_tokens == len(v.prompt.split()) for v in verdicts)
+    tokens = json.loads(store.get("datasets/fakes/run_report.json"))["tokens"]["total"]
+    assert tokens["judge"]["calls"] == len(verdicts) == tokens["judge"]["completion_tokens"]
+    assert tokens["judge"]["prompt_tokens"] == sum(len(v.prompt.split()) for v in verdicts)
+    assert tokens["judge"]["calls_without_usage"] == 0
+    assert tokens["generator"]["calls"] == tokens["generator"]["calls_without_usage"] == len(judged)
+    assert "## Cost" in card and "calls came back without token usage" in card
 
     # A second delivery of every message changes nothing (stages skip stored outputs).
     before = dict(store.objects)

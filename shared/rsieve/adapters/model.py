@@ -52,7 +52,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import grpc
 import numpy as np
@@ -67,7 +67,19 @@ from rsieve.errors import RetryableError
 from rsieve.generation import Model, ModelInfo, ModelReply, ModelRequest
 from rsieve.settings import Settings
 
-__all__ = ["Interface", "Model", "ModelInfo", "ModelReply", "ModelRequest", "TritonModel"]
+if TYPE_CHECKING:
+    from rsieve.adapters.openai_compat import OpenAIModel
+
+__all__ = [
+    "Interface",
+    "Model",
+    "ModelInfo",
+    "ModelReply",
+    "ModelRequest",
+    "TritonModel",
+    "engine_url",
+    "open_model",
+]
 
 Interface = Literal["auto", "rsieve", "vllm"]
 
@@ -120,6 +132,7 @@ class TritonModel:
         interface: Interface = "auto",
         max_new_tokens: int | None = 1024,
         temperature: float = 0.0,
+        top_p: float = 1.0,
         seed: int | None = 0,
         tokenizer: str = "",
         reasoning: bool = True,
@@ -136,6 +149,7 @@ class TritonModel:
         self.retries, self.backoff_s = retries, backoff_s
         self.interface: Interface = interface
         self.max_new_tokens, self.temperature, self.seed = max_new_tokens, temperature, seed
+        self.top_p = top_p
         # The checkpoint's tokenizer files (folder or .gguf): its chat template and special
         # tokens. Required for the vLLM interface; optional (neutralising only) otherwise.
         self.tokenizer, self.reasoning = tokenizer, reasoning
@@ -155,6 +169,7 @@ class TritonModel:
         max_new_tokens: int | None = None,
         url: str | None = None,
         on_ready: Callable[[ModelInfo], None] | None = None,
+        interface: Interface | None = None,
     ) -> TritonModel:
         """`tokenizer`: the model's checkpoint files (settings.generator_tokenizer or
         settings.judge_tokenizer); `max_new_tokens`: the budget, when not
@@ -171,7 +186,8 @@ class TritonModel:
             timeout_s=s.model_timeout_s,
             retries=s.model_retries,
             backoff_s=s.model_backoff_s,
-            interface=s.model_interface,
+            interface=interface or cast(Interface, s.interface_of("generator")),
+            top_p=s.top_p,
             max_new_tokens=max_new_tokens or s.max_new_tokens,
             temperature=s.temperature,
             tokenizer=tokenizer,
@@ -292,6 +308,8 @@ class TritonModel:
     def _sampling(self, interface: str) -> dict[str, Any]:
         if interface == "vllm":
             params: dict[str, Any] = {"temperature": self.temperature, "n": 1}
+            if self.top_p != 1.0:
+                params["top_p"] = self.top_p
             if self.max_new_tokens is not None:
                 params["max_tokens"] = self.max_new_tokens
             if self.seed is not None:
@@ -502,3 +520,45 @@ def _ints(array: np.ndarray | None, n: int) -> list[int | None]:
     if array is None or array.size != n:
         return [None] * n
     return [int(v) for v in array.reshape(-1)]
+
+
+Role = Literal["generator", "judge"]
+
+
+def open_model(
+    settings: Settings,
+    role: Role,
+    gate: EngineGate | None = None,
+    on_ready: Callable[[ModelInfo], None] | None = None,
+) -> TritonModel | OpenAIModel:
+    """The role's model as settings name it: on an OpenAI-compatible server (interface
+    "openai", rsieve.adapters.openai_compat), else on Triton (the role's own engine)."""
+    from rsieve.adapters.openai_compat import OpenAIModel
+
+    s = settings
+    if s.interface_of(role) == "openai":
+        return OpenAIModel.from_settings(s, role, gate=gate, on_ready=on_ready)
+    if role == "judge":
+        return TritonModel.from_settings(
+            s,
+            s.judge_model,
+            gate=gate,
+            tokenizer=s.judge_tokenizer,
+            max_new_tokens=s.judge_max_new_tokens,
+            url=s.judge_triton_grpc_url or s.triton_grpc_url,
+            on_ready=on_ready,
+            interface=cast(Interface, s.interface_of("judge")),
+        )
+    return TritonModel.from_settings(
+        s, s.generator_model, gate, tokenizer=s.generator_tokenizer, on_ready=on_ready
+    )
+
+
+def engine_url(settings: Settings, role: Role) -> str:
+    """Where the role's engine is: its OpenAI-compatible base URL or its Triton server."""
+    s = settings
+    if s.interface_of(role) == "openai":
+        return s.openai_url_of(role)
+    if role == "judge":
+        return s.judge_triton_grpc_url or s.triton_grpc_url
+    return s.triton_grpc_url
