@@ -498,14 +498,55 @@ def _published(ctx: Any, run_id: str) -> Any:
 @friendly
 def export_run(
     run_id: Annotated[str, typer.Argument(metavar="RUN", help="run id")],
-    to: Annotated[Path, typer.Option("--to", help="folder; the dataset goes to TO/<dataset>")],
+    to: Annotated[
+        Path,
+        typer.Option(
+            "--to",
+            help="folder; the dataset goes to TO/<dataset> (messages: TO/<dataset>-messages)",
+        ),
+    ],
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="card: the dataset as published; messages: one row per question in TRL's "
+            "conversational format, splits think/nothink (docs/operations.md)",
+        ),
+    ] = "card",
+    include_rejected: Annotated[
+        bool,
+        typer.Option(
+            "--include-rejected", help="messages: also a `rejected` split (the reference answers)"
+        ),
+    ] = False,
 ) -> None:
-    """Copy RUN's published dataset (Parquet, card, run_report.json, quarantine.jsonl)."""
-    from rsieve.adapters.exports import export_dataset
+    """Copy RUN's published dataset (Parquet, card, run_report.json, quarantine.jsonl), or
+    write it for trainers (`--format messages`)."""
+    from rsieve.adapters.exports import EmptyExport, export_dataset, export_messages
 
+    if fmt not in ("card", "messages"):
+        raise Failure(f"unknown format {fmt!r}", "use --format card or --format messages")
+    if include_rejected and fmt != "messages":
+        raise Failure(
+            "--include-rejected applies to --format messages only",
+            "the card format always holds the rejected splits",
+        )
     ctx = _context()
     spec = _published(ctx, run_id)
-    target = export_dataset(ctx.store, spec.dataset, to)
+    if fmt == "card":
+        target = export_dataset(ctx.store, spec.dataset, to)
+    else:
+        try:
+            target = export_messages(
+                ctx.store,
+                spec.dataset,
+                to,
+                include_rejected=include_rejected,
+                group_rows=ctx.settings.parquet_row_group_rows,
+                shard_bytes=ctx.settings.parquet_shard_bytes,
+            )
+        except EmptyExport as exc:
+            raise Failure(str(exc), "add --include-rejected to export the rejected split") from exc
     typer.echo(str(target))
 
 

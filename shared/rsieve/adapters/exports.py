@@ -1,16 +1,37 @@
-"""A dataset's committed files out of object storage: the export to a folder, and where a
-committed run's manifest and files are."""
+"""A dataset's committed files out of object storage: the export to a folder (the card
+format as committed, or the trainer format: rsieve.trainer), and where a committed run's
+manifest and files are."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from rsieve.adapters.storage import ObjectStore
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-__all__ = ["export_dataset", "run_file_key", "run_manifest"]
+from rsieve.adapters.storage import ObjectStore
+from rsieve.errors import NotFoundError
+from rsieve.trainer import (
+    MESSAGES_FEATURES,
+    TRAINER_SPLITS,
+    family_of,
+    messages_front_matter,
+    messages_rows,
+    render_messages_card,
+    trainer_split,
+)
+
+__all__ = ["EmptyExport", "export_dataset", "export_messages", "run_file_key", "run_manifest"]
+
+_CHUNK = 16 << 20  # bytes per ranged read when a shard is copied to a local file
+
+
+class EmptyExport(ValueError):
+    """No row of the dataset goes to any split of the export."""
 
 
 def export_dataset(store: ObjectStore, dataset: str, dest: Path) -> Path:
@@ -47,3 +68,133 @@ def run_file_key(store: ObjectStore, dataset: str, run: str, name: str) -> str:
     prefix = f"datasets/{dataset}/"
     key = f"{prefix}commits/{run}/{name}"
     return key if store.exists(key) else prefix + name
+
+
+class _SplitWriter:
+    """One trainer split's Parquet parts under `folder`, each closed once it passes
+    `shard_bytes`; named `<split>-<i>-of-<n>.parquet` when the count is known."""
+
+    def __init__(self, folder: Path, split: str, shard_bytes: int) -> None:
+        self.folder, self.split, self.shard_bytes = folder, split, shard_bytes
+        self.parts: list[Path] = []
+        self.rows = 0
+        self._writer: pq.ParquetWriter | None = None
+        self._size = 0
+
+    def write(self, rows: list[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        table = pa.Table.from_pylist(rows, schema=MESSAGES_FEATURES.arrow_schema)
+        if self._writer is None:
+            self.parts.append(self.folder / f".{self.split}-{len(self.parts)}.parquet")
+            self._writer = pq.ParquetWriter(self.parts[-1], table.schema)
+        self._writer.write_table(table)
+        self.rows += len(rows)
+        self._size += table.nbytes
+        if self._size >= self.shard_bytes:
+            self.close()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer, self._size = None, 0
+
+    def finish(self) -> list[str]:
+        """Close and rename the parts to their final names: data/ paths in the export."""
+        self.close()
+        names = []
+        for i, part in enumerate(self.parts):
+            name = f"data/{self.split}-{i:05d}-of-{len(self.parts):05d}.parquet"
+            part.rename(self.folder.parent / name)
+            names.append(name)
+        return names
+
+
+def _download(store: ObjectStore, key: str, path: Path) -> None:
+    """Copy one stored object to `path` in ranged reads (never the whole object in memory)."""
+    size = store.size(key)
+    if size is None:
+        raise NotFoundError(key)
+    with path.open("wb") as fh:
+        for start in range(0, size, _CHUNK):
+            fh.write(store.get_range(key, start, min(start + _CHUNK, size)))
+
+
+def _families(store: ObjectStore, prefix: str, manifest: dict[str, Any]) -> list[str]:
+    """Every family named in the committed runs' reports (for split name -> family)."""
+    families: set[str] = set()
+    for run in manifest.get("runs") or [manifest.get("run")]:
+        key = manifest["files"].get(f"reports/{run}.json")
+        try:
+            report = json.loads(store.get(prefix + key)) if key else {}
+        except NotFoundError:
+            report = {}
+        families.update(report.get("families") or {})
+    return sorted(families)
+
+
+def export_messages(
+    store: ObjectStore,
+    dataset: str,
+    dest: Path,
+    *,
+    include_rejected: bool = False,
+    group_rows: int = 256,
+    shard_bytes: int = 256 << 20,
+) -> Path:
+    """Write the dataset's committed rows in the trainer format (rsieve.trainer) to
+    dest/<dataset>-messages/, replacing what was there: `data/<split>-<i>-of-<n>.parquet`
+    for the splits `think`, `nothink` (and `rejected` when asked) with a README.md whose
+    YAML lists them, so `datasets.load_dataset(folder)` gives those splits.
+
+    Streaming: one committed shard at a time is copied to a temporary file and read
+    `group_rows` card rows at a time; output parts close past `shard_bytes`. Raises
+    EmptyExport when no row goes to any split (nothing accepted, rejected not asked for)."""
+    prefix = f"datasets/{dataset}/"
+    manifest = json.loads(store.get(prefix + "manifest.json"))
+    families = _families(store, prefix, manifest)
+    name = f"{dataset}-messages"
+    target = dest / name
+    staging = dest / f".{name}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging / "data").mkdir(parents=True)
+    wanted = [s for s in TRAINER_SPLITS.values() if include_rejected or s != "rejected"]
+    writers = {s: _SplitWriter(staging / "data", s, shard_bytes) for s in wanted}
+    counts: dict[str, dict[str, int]] = {}
+    with tempfile.TemporaryDirectory(prefix="rsieve-export-") as tmp:
+        local = Path(tmp) / "shard.parquet"
+        for shard in manifest["shards"]:
+            split = trainer_split(shard["split"])
+            if split not in writers:
+                continue
+            family = family_of(shard["split"], families)
+            _download(store, prefix + manifest["files"].get(shard["path"], shard["path"]), local)
+            with pq.ParquetFile(local) as parquet:
+                for batch in parquet.iter_batches(batch_size=group_rows):
+                    rows = [
+                        r
+                        for row in batch.to_pylist()
+                        for r in messages_rows(
+                            row, shard["split"], family=family, include_rejected=include_rejected
+                        )
+                    ]
+                    writers[split].write(rows)
+                    by_family = counts.setdefault(split, {})
+                    by_family[family] = by_family.get(family, 0) + len(rows)
+                    del rows, batch
+    files = {s: names for s, w in writers.items() if (names := w.finish())}
+    if not files:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise EmptyExport(f"dataset {dataset} has no accepted rows to export")
+    rows_per_split = {s: writers[s].rows for s in files}
+    card = render_messages_card(
+        dataset,
+        list(manifest.get("runs") or [manifest.get("run")]),
+        {s: c for s, c in counts.items() if s in files},
+        include_rejected=include_rejected,
+        front_matter=messages_front_matter(files, rows_per_split),
+    )
+    (staging / "README.md").write_text(card)
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target
