@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import datasets
 import pytest
 
 from rsieve.schemas import ShardOutput
@@ -24,68 +22,17 @@ from rsieve_cli.client import upload, wait_for_run
 from rsieve_cli.local.checkpoints import smollm2_checkpoint
 from rsieve_cli.local.stack import REPO_ROOT, SMOLLM2_MAX_NEW_TOKENS, Stack
 from tests.conftest import stack_settings
+from tests.e2e.openai_server import Server
 
 POOL = REPO_ROOT / "examples" / "pool"
 SERVED = "SmolLM2-135M-Instruct"  # the id `transformers serve` gives the folder it serves
 KEY = "sk-rsieve-test-9f8e7d6c5b4a39281706f5e4d3c2b1a0"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Server:
-    """`transformers serve` on one port, started, killed and started again."""
-
-    def __init__(self, root: Path, port: int) -> None:
-        self.root, self.port = root, port
-        self.url = f"http://127.0.0.1:{port}/v1"
-        (root / SERVED).symlink_to(smollm2_checkpoint(), target_is_directory=True)
-        self.log = root / "serve.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        exe = Path(sys.executable).with_name("transformers")
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [exe, "serve", SERVED, "--host", "127.0.0.1", "--port", str(self.port)]
-                + ["--device", "cpu", "--log-level", "info"],
-                cwd=self.root,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"},
-            )
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log.read_text()[-3000:]
-            try:
-                if httpx.get(f"{self.url}/models", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        raise AssertionError(f"transformers serve did not start: {self.log.read_text()[-3000:]}")
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-
-    def completions(self) -> int:
-        """Chat completions the server has answered (its access log)."""
-        return self.log.read_text().count('"POST /v1/chat/completions HTTP/1.1" 200')
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = Server(tmp_path_factory.mktemp("serve"), _free_port())
-    srv.start()
-    yield srv
-    if srv.proc is not None and srv.proc.poll() is None:
-        srv.proc.terminate()
-        srv.proc.wait(30)
+    with Server.serving(tmp_path_factory.mktemp("serve"), SERVED, smollm2_checkpoint()) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +108,15 @@ def test_the_example_pool_is_judged_over_the_openai_interface(
     ]
     assert len(verdict_records) == judged
     assert all(v.input_tokens and v.raw_output is not None for v in verdict_records)
+    # The trainer export of this run loads as a dataset, one row per accepted qa entry.
+    out = tmp_path / "trainer"
+    result = _cli(stack, "export", run, "--to", str(out), "--format", "messages")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = datasets.load_dataset(str(out / "ex-messages"))
+    accepted = sum(f["accepted"] for f in report["families"].values())
+    assert rows["nothink"].num_rows == accepted > 0
+    first = rows["nothink"][0]
+    assert first["messages"][0]["content"][0]["type"] == "image" and len(first["images"]) == 1
     # The key never reaches a log.
     for log in (stack.dir / "logs").iterdir():
         assert KEY not in log.read_text(errors="replace"), log.name

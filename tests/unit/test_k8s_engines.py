@@ -42,7 +42,8 @@ from tests.unit.test_k8s_watch import INVARIANTS, kubectl_render
 
 WEIGHTS = "../../components/weights"
 SCALE_TO_ZERO = "../../components/judge-scale-to-zero"
-COMPONENTS = (WEIGHTS, SCALE_TO_ZERO)
+ENDPOINT = "../../components/judge-endpoint"
+COMPONENTS = (WEIGHTS, SCALE_TO_ZERO, ENDPOINT)
 VLLM = REPO / "deploy" / "triton" / "vllm"
 PVC = "triton-models"
 
@@ -76,6 +77,35 @@ def weights(overlays: dict[str, Path]) -> Objs:
 @pytest.fixture(scope="module")
 def zero(overlays: dict[str, Path]) -> Objs:
     return k8s.render(overlays[SCALE_TO_ZERO])
+
+
+ENDPOINT_URL = "https://llm.example.org/v1"
+
+
+@pytest.fixture(scope="module")
+def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Objs:
+    """The gpu overlay with the judge-endpoint component and the patch its comment tells
+    the operator to add (the endpoint's URL and the model it serves)."""
+    overlay = with_component(tmp_path_factory.mktemp("endpoint-named"), ENDPOINT)
+    path = overlay / "kustomization.yaml"
+    kust = yaml.safe_load(path.read_text())
+    kust["patches"].append(
+        {
+            "target": {"kind": "ConfigMap", "name": "rsieve-config"},
+            "patch": yaml.safe_dump(
+                [
+                    {
+                        "op": "replace",
+                        "path": "/data/RSIEVE_JUDGE_OPENAI_URL",
+                        "value": ENDPOINT_URL,
+                    },
+                    {"op": "replace", "path": "/data/RSIEVE_JUDGE_MODEL", "value": "Qwen/Qwen3-8B"},
+                ]
+            ),
+        }
+    )
+    path.write_text(yaml.safe_dump(kust, sort_keys=False))
+    return k8s.render(overlay)
 
 
 def job_container(objs: Objs) -> dict[str, Any]:
@@ -373,3 +403,65 @@ def test_judge_scale_to_zero(zero: Objs, rendered: dict[str, Objs]) -> None:  # 
     shipped = get(rendered["gpu"], "Deployment", "judge")["spec"]["template"]["spec"]
     assert {k: v for k, v in judge.items() if k != "initContainers"} == shipped
     assert find(rendered["gpu"], "Deployment", "judge") is not None
+
+
+# ---------------------------------------------------------------------------- judge endpoint
+
+
+# The invariants about the judge's own Triton engine, which this component removes; what
+# replaces each is asserted in test_the_judge_endpoint_replaces_the_judges_engine.
+ABOUT_THE_JUDGES_ENGINE = {
+    "test_every_service_has_a_deployment": "triton-judge is gone",
+    "test_gpus_only_where_intended": "one GPU Deployment left (triton-vlm)",
+    "test_probes": "triton-judge's probes are gone with it",
+    "test_s3_and_triton_endpoints": "no Service triton-judge to point at",
+    "test_images_agree_with_compose": "compose runs both engines",
+    "test_clients_read_the_tokenizer_of_the_served_checkpoint": "the endpoint serves it",
+    "test_the_judges_are_language_models": "the endpoint's model, named by the overlay",
+}
+
+
+@pytest.mark.parametrize("check", [c for c in INVARIANTS if c not in ABOUT_THE_JUDGES_ENGINE])
+def test_the_judge_endpoint_component_keeps_the_other_invariants(
+    check: str,
+    endpoint: Objs,
+    rendered: dict[str, Objs],  # noqa: F811
+) -> None:
+    getattr(k8s, check)({"cpu": rendered["cpu"], "gpu": endpoint})
+
+
+def test_the_judge_endpoint_replaces_the_judges_engine(
+    endpoint: Objs, overlays: dict[str, Path]
+) -> None:
+    from rsieve.adapters.model import open_model
+    from rsieve.adapters.openai_compat import OpenAIModel
+    from rsieve.settings import Settings
+
+    gone = [
+        (o["kind"], o["metadata"]["name"])
+        for o in endpoint
+        if "triton-judge" in o["metadata"]["name"]
+        or "triton-judge" in json.dumps(o.get("spec", {}))
+    ]
+    assert gone == []
+    assert find(endpoint, "Deployment", "triton-vlm") is not None  # the generator's stays
+    judge = get(endpoint, "Deployment", "judge")
+    (container,) = judge["spec"]["template"]["spec"]["containers"]
+    [key] = [e for e in container["env"] if e["name"] == "RSIEVE_JUDGE_OPENAI_KEY"]
+    assert key["valueFrom"]["secretKeyRef"] == {
+        "name": "rsieve-secrets",
+        "key": "JUDGE_OPENAI_KEY",
+        "optional": True,
+    }
+    config = config_data(endpoint, "rsieve-config")
+    assert config["RSIEVE_JUDGE_INTERFACE"] == "openai"
+    assert "RSIEVE_JUDGE_OPENAI_KEY" not in config  # the key lives in the Secret only
+    # As the judge pod sees it: the ConfigMap and the Secret (placeholders here).
+    secrets = {"RSIEVE_S3_ACCESS_KEY": "k" * 20, "RSIEVE_S3_SECRET_KEY": "s" * 40}
+    model = open_model(Settings.from_env_map(config | secrets), "judge")
+    assert isinstance(model, OpenAIModel)
+    assert (model.base_url, model.model) == (ENDPOINT_URL, "Qwen/Qwen3-8B")
+    # Until the overlay names the endpoint, the judge refuses to start, saying what to set.
+    bare = config_data(k8s.render(overlays[ENDPOINT]), "rsieve-config")
+    with pytest.raises(ValueError, match="RSIEVE_JUDGE_OPENAI_URL"):
+        Settings.from_env_map(bare | secrets)
