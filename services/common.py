@@ -20,6 +20,7 @@ from celery import Celery, Task
 from celery.exceptions import Reject
 from kombu.exceptions import OperationalError
 
+from rsieve.adapters.gate import EngineGate
 from rsieve.adapters.metrics import JsonFormatter, RedisMetrics, log_context
 from rsieve.adapters.model import Model, open_model
 from rsieve.adapters.queues import enqueue, make_celery
@@ -27,6 +28,7 @@ from rsieve.adapters.storage import ObjectStore, S3Store, read_images
 from rsieve.audit import plan_reconcile
 from rsieve.decontam import EVALSET_PREFIX
 from rsieve.errors import NotFoundError, RetryableError
+from rsieve.generation import AsyncModel, ModelInfo
 from rsieve.schemas import STAGES, Item, Quarantined, RunSpec, ShardOutput, ShardQuarantine
 from rsieve.settings import Settings, get_settings
 
@@ -47,6 +49,9 @@ class Context:
     given_store: ObjectStore | None = None
     given_redis: redis.Redis | None = None
     judge_model_of: Callable[[str], Model] | None = None
+    generator_model_of: Callable[[EngineGate, Callable[[ModelInfo], None]], AsyncModel] | None = (
+        None
+    )
     _pid: int = field(default_factory=os.getpid)
 
     @cached_property
@@ -81,6 +86,15 @@ class Context:
         if self.judge_model_of is not None:
             return self.judge_model_of(name)
         return open_model(self.settings, "judge")
+
+    def generator_model(
+        self, gate: EngineGate, on_ready: Callable[[ModelInfo], None]
+    ) -> AsyncModel:
+        """The generator's model on its engine (Triton or an OpenAI-compatible server),
+        feeding through `gate`; `on_ready` sees what the model is before any request."""
+        if self.generator_model_of is not None:
+            return self.generator_model_of(gate, on_ready)
+        return open_model(self.settings, "generator", gate, on_ready=on_ready)
 
     def images(self, items: Iterable[Item]) -> dict[str, bytes]:
         """sha256 -> bytes of the items' images: ranged reads of the pool's packs."""
@@ -277,6 +291,7 @@ def bootstrap(
     redis_client: redis.Redis | None = None,
     send: Send | None = None,
     judge_model: Callable[[str], Model] | None = None,
+    generator_model: Callable[[EngineGate, Callable[[ModelInfo], None]], AsyncModel] | None = None,
 ) -> Context:
     """The one wiring of a service: real adapters by default (S3, Redis, the Celery app on
     Redis, Triton), or the fakes given, typed by what the services use (`ObjectStore`, a
@@ -290,6 +305,7 @@ def bootstrap(
         given_store=store,
         given_redis=redis_client,
         judge_model_of=judge_model,
+        generator_model_of=generator_model,
     )
 
 

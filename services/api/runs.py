@@ -24,6 +24,7 @@ from rsieve.adapters.storage import parse_s3_uri
 from rsieve.errors import NotFoundError, PermanentError
 from rsieve.packs import INDEX as PACK_INDEX
 from rsieve.packs import ImageRef, PackIndex
+from rsieve.sampling import dataset_conflict
 from rsieve.schemas import DATASET_PATTERN, STAGES, Outcome, RunSpec, ShardOutput
 from rsieve.submission import REFUSED, pool_digest, run_id
 from rsieve.verify import protocol_versions
@@ -43,6 +44,11 @@ def submit(ctx: Context, pool_uri: str, dataset: str) -> str:
     fingerprint = ctx.fingerprint()
     run = run_id(pool_sha, dataset, fingerprint, protocol_versions())
     spec_key = f"runs/{run}/run.json"
+    conflict = dataset_conflict(
+        ctx.load_json(f"datasets/{dataset}/manifest.json"), ctx.settings.samples
+    )
+    if conflict:
+        raise HTTPException(409, conflict)
     if not ctx.store.exists(spec_key):
         spec = RunSpec(
             run=run,

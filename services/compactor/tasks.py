@@ -55,7 +55,9 @@ def register(ctx: Context) -> None:
             refs = [ref for o in plan.outcomes if (ref := o.generation.item.image_at) is not None]
             reader = PackReader(ctx.store, refs)
             rows = assemble_rows(plan.added, run)
-            shards = upload_splits(ctx.store, prefix, run, rows, reader.get, s)
+            # One schema per dataset: its first run's (rsieve.sampling.dataset_conflict).
+            sampled = bool((previous or {}).get("sampled", spec.settings.get("samples", 1) > 1))
+            shards = upload_splits(ctx.store, prefix, run, rows, reader.get, s, sampled)
             ctx.store.put(f"{prefix}keys/{run}.json", added_keys(plan.added))
             ctx.store.put(near_keys_key(spec.dataset, run), near_keys(plan.added))
             manifest = next_manifest(
@@ -64,6 +66,7 @@ def register(ctx: Context) -> None:
                 run=run,
                 shards=shards,
                 adds_up=plan.report["adds_up"],
+                sampled=sampled,
             )
             examples = _examples(ctx, prefix, plan.added, reader.get)
             manifest["files"].update({path: path for rows in examples.values() for _, path in rows})

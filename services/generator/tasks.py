@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rsieve.adapters.model import ModelInfo, ModelRequest, engine_url, open_model
+from rsieve.adapters.model import ModelInfo, ModelRequest, engine_url
 from rsieve.adapters.tokenizer import preload_chat_template
-from rsieve.generation import poisoned_item, ready_items, record_generations
+from rsieve.generation import poisoned_item, ready_items, record_generations, sampled
 from rsieve.images import ImageError, PreparedImage, prepare_image
 from rsieve.schemas import ShardOutput
 from services.common import Context
@@ -71,16 +71,19 @@ def register(ctx: Context) -> None:
             feeder.sized(engine_url(s, "generator"), info)
             arrived()
 
-        model = open_model(s, "generator", feeder.gate, on_ready=on_ready)
+        model = ctx.generator_model(feeder.gate, on_ready)
+        asked, draws = sampled(ready, s.samples, s.seed)  # best-of-n: a seed per sample
         replies = ctx.guard("generate", run, shard).batch(
-            ready,
+            list(zip(asked, draws, strict=True)),
             lambda batch: feeder.run(
-                model.generate_many_async([ModelRequest(i.question, im.data) for i, im in batch])
+                model.generate_many_async(
+                    [ModelRequest(i.question, im.data, d and d.seed) for (i, im), d in batch]
+                )
             ),
-            poisoned=lambda pair: poisoned_item(pair[0]),
-            key=lambda pair: pair[0].line,
+            poisoned=lambda entry: poisoned_item(entry[0][0]),
+            key=lambda entry: entry[0][0].line,
         )
-        generations, failed = record_generations(ready, replies, model.info)
+        generations, failed = record_generations(asked, replies, model.info, draws)
         return ShardOutput(
             run=run,
             shard=shard,

@@ -17,7 +17,8 @@ from rsieve.calibration import (
     calibration_record,
     probe_prompt,
 )
-from rsieve.cascade import apply_verdict, judge_prompt, needs_judge
+from rsieve.cascade import apply_verdict, judge_prompt
+from rsieve.sampling import settle_all, to_judge
 from rsieve.schemas import ShardOutput
 from services.common import Context
 
@@ -30,7 +31,8 @@ def register(ctx: Context) -> None:
         if not ctx.done(run, "judge", shard):
             s, model = ctx.settings, ctx.settings.judge_model
             verified = ctx.load(run, "verify", shard).verified
-            pending = [i for i, o in enumerate(verified) if needs_judge(o)]
+            # Best-of-n: only items none of whose samples passed, the first few samples.
+            pending = to_judge(verified, s.judge_samples)
             probes = calibration_probes(
                 verified, size=s.judge_calibration_size, rate=s.judge_calibration_rate
             )
@@ -80,6 +82,7 @@ def register(ctx: Context) -> None:
                 outcomes[i] = apply_verdict(
                     verified[i], model=model, prompt=prompts[k], model_kind=kind, **reply(k)
                 )
+            outcomes = settle_all(outcomes, s.keep, s.max_kept)  # one per item
             ctx.save(
                 ShardOutput(run=run, shard=shard, stage="judge", lines=lines, outcomes=outcomes)
             )

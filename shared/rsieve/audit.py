@@ -7,10 +7,11 @@ Pure: the shell loads the shard index and the stage outputs and hands them in.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsieve.schemas import QUARANTINE_REASONS, REJECT_REASONS, STAGES, ShardOutput
+from rsieve.schemas import QUARANTINE_REASONS, REJECT_REASONS, STAGES, Generation, ShardOutput
 
 __all__ = ["STAGES", "AuditResult", "audit_run", "plan_reconcile"]
 
@@ -29,6 +30,9 @@ class AuditResult:
     # family -> stage -> {"in": n, "out": n, "quarantined": n}
     families: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     missing: dict[str, list[str]] = field(default_factory=dict)
+    # Best-of-n: the answers generated (samples of every item), counted beside the items;
+    # equal to the items generated with one sample per item.
+    samples: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -36,7 +40,40 @@ class AuditResult:
             "problems": self.problems,
             "families": self.families,
             "missing": self.missing,
+            "samples": self.samples,
         }
+
+
+def _first_per_line(generations: Iterable[Generation]) -> list[Generation]:
+    seen: set[int] = set()
+    first = []
+    for g in generations:
+        if g.item.line not in seen:
+            seen.add(g.item.line)
+            first.append(g)
+    return first
+
+
+def _sample_problems(outputs: dict[str, dict[str, ShardOutput]]) -> tuple[int, list[str]]:
+    """(samples generated, problems): every item's samples verified, and settled with all
+    of them counted (best-of-n)."""
+    counts: dict[str, Counter[int]] = {stage: Counter() for stage in ("generate", "verify")}
+    for out in outputs.get("generate", {}).values():
+        counts["generate"].update(g.item.line for g in out.generations)
+    for out in outputs.get("verify", {}).values():
+        counts["verify"].update(o.generation.item.line for o in out.verified)
+    problems = [
+        f"pool line {line}: {n} samples generated, {counts['verify'][line]} verified"
+        for line, n in sorted(counts["generate"].items())
+        if counts["verify"][line] != n and outputs.get("verify")
+    ]
+    for out in outputs.get("judge", {}).values():
+        for o in out.outcomes:
+            line, n = o.generation.item.line, o.samples.n if o.samples else 1
+            if n != counts["generate"][line]:
+                made = counts["generate"][line]
+                problems.append(f"pool line {line}: settled on {n} samples, {made} generated")
+    return sum(counts["generate"].values()), problems
 
 
 def _stage_counts(out: ShardOutput) -> tuple[list[str | None], list[str | None], list[str]]:
@@ -44,10 +81,10 @@ def _stage_counts(out: ShardOutput) -> tuple[list[str | None], list[str | None],
     passed: list[str | None]
     if out.stage == "clean":
         passed = [i.family for i in out.items]
-    elif out.stage == "generate":
-        passed = [g.item.family for g in out.generations]
+    elif out.stage == "generate":  # an item once, however many samples it has
+        passed = [g.item.family for g in _first_per_line(out.generations)]
     elif out.stage == "verify":
-        passed = [o.generation.item.family for o in out.verified]
+        passed = [g.item.family for g in _first_per_line(o.generation for o in out.verified)]
     else:
         passed = [o.generation.item.family for o in out.outcomes]
     quarantined: list[str | None] = [q.family for q in out.quarantined]
@@ -115,8 +152,12 @@ def audit_run(index: dict[str, Any], outputs: dict[str, dict[str, ShardOutput]])
     placed = sum(by_line.values())
     if not missing and placed != index["lines"]:
         problems.append(f"{placed} items placed, {index['lines']} entered")
+    samples, sample_problems = _sample_problems(outputs)
+    problems += sample_problems
     fams = {f: dict(s) for f, s in sorted(families.items())}
-    return AuditResult(ok=not problems, problems=problems, families=fams, missing=missing)
+    return AuditResult(
+        ok=not problems, problems=problems, families=fams, missing=missing, samples=samples
+    )
 
 
 def plan_reconcile(

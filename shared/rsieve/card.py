@@ -12,7 +12,7 @@ import yaml
 
 from rsieve.judge import TEMPLATE_SHA256, VERDICTS
 from rsieve.report import REASONING_FORMS, UNRECORDED
-from rsieve.rows import FEATURES
+from rsieve.rows import features
 from rsieve.schemas import QUARANTINE_REASONS, REJECT_REASONS
 from rsieve.verify import PROTOCOLS
 
@@ -65,7 +65,7 @@ def card_front_matter(manifest: dict[str, Any]) -> dict[str, Any]:
     files: dict[str, list[str]] = {}
     for shard in manifest["shards"]:
         files.setdefault(shard["split"], []).append(shard["path"])
-    info = datasets.DatasetInfo(features=FEATURES)._to_yaml_dict()
+    info = datasets.DatasetInfo(features=features(bool(manifest.get("sampled"))))._to_yaml_dict()
     info["splits"] = [
         {"name": split, "num_examples": rows} for split, rows in manifest["splits"].items()
     ]

@@ -52,6 +52,7 @@ def next_manifest(
     run: str,
     shards: list[dict[str, Any]],
     adds_up: bool,
+    sampled: bool = False,
 ) -> dict[str, Any]:
     """The manifest after committing `run`: the previous shards plus this run's."""
     kept = [s for s in (previous or {}).get("shards", []) if s["run"] != run]
@@ -60,7 +61,11 @@ def next_manifest(
     for shard in all_shards:
         splits[shard["split"]] = splits.get(shard["split"], 0) + shard["rows"]
     runs = [r for r in (previous or {}).get("runs", []) if r != run] + [run]
+    # A best-of-n dataset says so (its rows have rsieve.rows.SAMPLED_FEATURES); a dataset
+    # keeps the schema of its first run.
+    sampled = bool((previous or {}).get("sampled", sampled))
     return {
+        **({"sampled": True} if sampled else {}),
         "manifest_version": MANIFEST_VERSION,
         "dataset": dataset,
         "run": run,

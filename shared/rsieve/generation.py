@@ -11,10 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rsieve.images import ImageError, PreparedImage
+from rsieve.sampling import Draw
+from rsieve.sampling import draws as sample_draws
 from rsieve.schemas import Generation, Item, Quarantined
 from rsieve.think import parse_output
 
 __all__ = [
+    "AsyncModel",
     "Model",
     "ModelInfo",
     "ModelReply",
@@ -23,6 +26,7 @@ __all__ = [
     "poisoned_item",
     "record_generations",
     "ready_items",
+    "sampled",
 ]
 
 
@@ -30,6 +34,8 @@ __all__ = [
 class ModelRequest:
     prompt: str
     image: bytes | None = None
+    # A best-of-n sample's own seed (rsieve.sampling); None: the model's configured one.
+    seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,17 @@ class Model(Protocol):
     def generate_many(self, requests: Sequence[ModelRequest]) -> list[ModelReply | Exception]: ...
 
 
+class AsyncModel(Protocol):
+    """What the generator asks of its model: answers on the feeder's loop (the adapters'
+    TritonModel and OpenAIModel, or a fake given to `services.common.bootstrap`)."""
+
+    info: ModelInfo | None
+
+    async def generate_many_async(
+        self, requests: Sequence[ModelRequest]
+    ) -> list[ModelReply | Exception]: ...
+
+
 def _quarantine(item: Item, reason: str, detail: str = "") -> Quarantined:
     return Quarantined(
         id=item.id,
@@ -112,22 +129,37 @@ def ready_items(
     return ready, quarantined
 
 
+def sampled(
+    ready: Sequence[tuple[Item, PreparedImage]], samples: int, base_seed: int
+) -> tuple[list[tuple[Item, PreparedImage]], list[Draw | None]]:
+    """Every request of a shard: each ready item once, or once per sample (best-of-n,
+    rsieve.sampling.draws), samples of one item together; and the sample each is."""
+    pairs = [(pair, d) for pair in ready for d in sample_draws(pair[0].id, samples, base_seed)]
+    return [p for p, _ in pairs], [d for _, d in pairs]
+
+
 def record_generations(
     ready: Sequence[tuple[Item, PreparedImage]],
     replies: Sequence[ModelReply | Quarantined | Exception],
     info: ModelInfo | None,
+    draws: Sequence[Draw | None] | None = None,
 ) -> tuple[list[Generation], list[Quarantined]]:
     """Each reply as its `Generation` (the raw output and its parse, with what answered:
-    `info`, None only when the model was never asked); a model error as `model_error`; an
-    item ItemGuard isolated as it was quarantined."""
+    `info`, None only when the model was never asked, and the sample it is); a model error
+    as `model_error`; an item ItemGuard isolated as it was quarantined. With best-of-n
+    (`ready` from `sampled`), an item is quarantined only when none of its samples was
+    answered, once; its failed samples are left out (the pass rate counts the answered).
+    `draws`: the sample each entry of `ready` is (`sampled`), None with one per item."""
     generations: list[Generation] = []
-    quarantined: list[Quarantined] = []
-    for (item, image), reply in zip(ready, replies, strict=True):
+    failed: dict[int, Quarantined] = {}
+    for (item, image), reply, draw in zip(
+        ready, replies, draws or [None] * len(ready), strict=True
+    ):
         if isinstance(reply, Quarantined):
-            quarantined.append(reply)
+            failed.setdefault(item.line, reply)
             continue
         if isinstance(reply, Exception):
-            quarantined.append(_quarantine(item, "model_error", str(reply)))
+            failed.setdefault(item.line, _quarantine(item, "model_error", str(reply)))
             continue
         if info is None:
             raise ValueError("a model reply without the model's info")
@@ -157,6 +189,9 @@ def record_generations(
                 output_tokens=reply.output_tokens,
                 latency_s=reply.latency_s,
                 image_sent=image.meta(),
+                sample=draw.index if draw else None,
+                seed=draw.seed if draw else None,
             )
         )
-    return generations, quarantined
+    answered = {g.item.line for g in generations}
+    return generations, [q for line, q in failed.items() if line not in answered]

@@ -17,6 +17,7 @@ from rsieve.calibration import CalibrationRecord, record_state
 from rsieve.cascade import verdict_state
 from rsieve.judge import VERDICTS
 from rsieve.rows import split_kinds
+from rsieve.sampling import sampling_summary
 from rsieve.schemas import Generation, Outcome, Quarantined
 
 __all__ = [
@@ -102,7 +103,9 @@ def token_usage(
     `by_family`: family -> `{generator: usage, judge: usage}`; `total`: the same per role,
     and `all`, every call of the run, calibration included."""
     calls: list[tuple[str, str, str, bool, int | None, int | None]] = []
-    for o in outcomes:
+    # Best-of-n: every sample's calls, not only the settled one's.
+    sampled = [s for o in outcomes for s in (o, *(o.samples.others if o.samples else ()))]
+    for o in sampled:
         g, v = o.generation, o.verdict
         calls.append(("generator", g.model, g.item.family, False, g.input_tokens, g.output_tokens))
         if v is not None and verdict_state(v.verdict, v.cause)[1] != "call_failed":
@@ -203,6 +206,8 @@ def run_report(
             "judges": _models(judges, "verdicts"),
         },
         "tokens": token_usage(outcomes, calibration),
+        # Best-of-n runs only: per family, pass rates and the yield at n against 1.
+        **({"sampling": sampling} if (sampling := sampling_summary(outcomes)) else {}),
         "duplicate_ids": duplicate_ids,
         "lines_placed_twice": lines_twice,
         "lines_missing": missing[:100],

@@ -20,9 +20,12 @@ from rsieve.verify import variants
 
 __all__ = [
     "FEATURES",
+    "SAMPLED_FEATURES",
+    "SAMPLE_FIELDS",
     "SPLIT_KINDS",
     "assemble_rows",
     "canonical_reference",
+    "features",
     "passed_text",
     "split_kinds",
     "split_name",
@@ -95,6 +98,31 @@ FEATURES = datasets.Features(
         "image_sha256": datasets.Value("string"),
     }
 )
+
+
+# Best-of-n runs (samples > 1; rsieve.sampling) add to every qa entry: which sample it is
+# and its seed, the item's pass rate (`passed` of `samples` answered, and the ratio) and,
+# for a rejected item, every distinct wrong answer (`wrong_vlm` keeps the settled one's).
+# A run with one sample per item writes FEATURES exactly, so its rows are as they were.
+SAMPLE_FIELDS = {
+    "sample": datasets.Value("int64"),
+    "seed": datasets.Value("int64"),
+    "passed": datasets.Value("int64"),
+    "samples": datasets.Value("int64"),
+    "pass_rate": datasets.Value("float64"),
+    "wrong_answers": datasets.List(datasets.Value("string")),
+}
+SAMPLED_FEATURES = datasets.Features(
+    {
+        **FEATURES,
+        "qa": datasets.List({**FEATURES["qa"].feature, **SAMPLE_FIELDS}),
+    }
+)
+
+
+def features(sampled: bool) -> datasets.Features:
+    """The rows' features: SAMPLED_FEATURES for a best-of-n run, else FEATURES."""
+    return SAMPLED_FEATURES if sampled else FEATURES
 
 
 def split_name(family: str, kind: str) -> str:
@@ -178,6 +206,52 @@ def _qa(outcome: Outcome, kind: str) -> dict[str, Any]:
     return entry
 
 
+def _sample_fields(outcome: Outcome, head: Outcome, kind: str) -> dict[str, Any]:
+    """The best-of-n fields of one qa entry: `outcome` is the sample the entry holds,
+    `head` the item's settled outcome (its `samples` record)."""
+    record = head.samples
+    assert record is not None
+    gen = outcome.generation
+    return {
+        "sample": gen.sample,
+        "seed": gen.seed,
+        "passed": len(record.passed),
+        "samples": record.n,
+        "pass_rate": len(record.passed) / record.n,
+        "wrong_answers": list(record.wrong) if kind == "rejected" else None,
+    }
+
+
+def _entries(outcome: Outcome, kind: str) -> list[dict[str, Any]]:
+    """The qa entries of an item in a split: one, or with best-of-n one per kept sample
+    (accepted splits; the settled sample first, then the others in sample order)."""
+    if outcome.samples is None:
+        return [_qa(outcome, kind)]
+    if kind == "rejected":
+        return [_qa(outcome, kind) | _sample_fields(outcome, outcome, kind)]
+    return [
+        _qa(o, kind) | _sample_fields(o, outcome, kind)
+        for o in _kept(outcome)
+        if kind in split_kinds(o)
+    ]
+
+
+def _kept(outcome: Outcome) -> list[Outcome]:
+    """An accepted item's kept samples: the settled one first, then the others kept."""
+    if outcome.samples is None:
+        return [outcome]
+    others = {o.generation.sample: o for o in outcome.samples.others}
+    return [outcome] + [others[k] for k in outcome.samples.kept[1:] if k in others]
+
+
+def _item_kinds(outcome: Outcome) -> list[str]:
+    """The splits an item's qa entries go to: its kept samples' (split_kinds), together."""
+    if outcome.place != "accepted":
+        return ["rejected"]
+    kinds = {k for o in _kept(outcome) for k in split_kinds(o)}
+    return [k for k in SPLIT_KINDS if k in kinds]
+
+
 def _json_or_none(value: Any) -> str | None:
     return None if value is None else json.dumps(value, sort_keys=True, ensure_ascii=False)
 
@@ -209,8 +283,7 @@ def assemble_rows(outcomes: list[Outcome], run: str = "") -> dict[str, list[dict
     groups: dict[tuple[str, str], list[Outcome]] = defaultdict(list)
     for outcome in sorted(outcomes, key=lambda o: o.generation.item.line):
         family = outcome.generation.item.family
-        kinds = split_kinds(outcome)
-        for kind in kinds:
+        for kind in _item_kinds(outcome):
             groups[(split_name(family, kind), outcome.generation.item.image_sha256)].append(outcome)
     splits: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for (split, sha), members in groups.items():
@@ -218,7 +291,7 @@ def assemble_rows(outcomes: list[Outcome], run: str = "") -> dict[str, list[dict
         splits[split].append(
             {
                 "image_sha256": sha,
-                "qa": [_qa(o, kind) for o in members],
+                "qa": [entry for o in members for entry in _entries(o, kind)],
                 "clean_meta": _clean_meta(members, run),
             }
         )

@@ -26,6 +26,7 @@ __all__ = [
     "Quarantined",
     "RunRequest",
     "RunSpec",
+    "Samples",
     "ShardOutput",
     "ShardQuarantine",
     "ShardTask",
@@ -184,6 +185,10 @@ class Generation(_Model):
     output_tokens: int | None = None
     latency_s: float | None = None
     image_sent: dict[str, Any] | None = None
+    # Best-of-n (rsieve.sampling): which sample of the item this is and the seed it was
+    # asked with; None with one sample per item.
+    sample: int | None = None
+    seed: int | None = None
 
 
 class Decision(_Model):
@@ -222,7 +227,9 @@ class Verdict(_Model):
 
 
 class Outcome(_Model):
-    """Where an item that got an answer ends: accepted (think + nothink) or rejected."""
+    """Where an item that got an answer ends: accepted (think + nothink) or rejected.
+    With best-of-n, one sample's outcome, or (settled, rsieve.sampling.settle) the item's:
+    the sample it is, with `samples` recording every sample."""
 
     generation: Generation
     decision: Decision | None
@@ -230,6 +237,17 @@ class Outcome(_Model):
     place: Literal["accepted", "rejected"]
     reason: str | None
     promoted_by: Literal["verifier", "judge"] | None
+    samples: Samples | None = None
+
+
+class Samples(_Model):
+    """An item's samples (best-of-n), beside the outcome that settled it."""
+
+    n: int  # samples answered
+    passed: list[int]  # indexes of the samples accepted (verifier or judge)
+    kept: list[int]  # indexes of the accepted samples kept (the outcome's own first)
+    wrong: list[str]  # the rejected samples' answers, distinct, in sample order
+    others: list[Outcome]  # every sample's outcome but the settled one's
 
 
 class ShardOutput(_Model):
@@ -275,3 +293,6 @@ class RunSpec(_Model):
     pool_sha256: str
     settings: dict[str, Any]
     protocols: dict[str, str]
+
+
+Outcome.model_rebuild()

@@ -20,9 +20,11 @@ __all__ = [
     "API_TOKEN_MIN_CHARS",
     "DECIDING",
     "OPERATIONAL",
+    "SINCE_FIRST_IDS",
     "Settings",
     "api_token_problem",
     "get_settings",
+    "identity",
 ]
 
 _DEV_ACCESS_KEY = "rsieve-local"
@@ -83,6 +85,18 @@ class Settings(BaseSettings):
     temperature: float = 0.0
     # Nucleus sampling (1.0: off); sent to the vLLM and OpenAI-compatible interfaces.
     top_p: float = Field(1.0, gt=0, le=1)
+    # Best-of-n (docs/sampling.md): answers asked per question. 1, at temperature 0, is the
+    # card's process; more need a temperature above 0. Sample k of an item is asked with
+    # seed sample_seed(seed, item id, k), so a rerun asks exactly the same.
+    samples: int = Field(1, ge=1, le=64)
+    seed: int = Field(0, ge=0, lt=2**31)
+    # Accepted answers kept per item: `first` keeps the first; `distinct` every one whose
+    # answer the protocol does not match to a kept one's and whose reasoning differs.
+    keep: Literal["first", "distinct"] = "first"
+    max_kept: int = Field(1, ge=1)
+    # When no sample of an item passed the verifier: judge calls for it, at most (its
+    # first rejected samples).
+    judge_samples: int = Field(1, ge=1)
     # "rsieve" (prompt/image -> text/finish_reason), "vllm" (Triton's vLLM backend, chat
     # template rendered client side), "auto" (read from the model's metadata), or "openai":
     # an OpenAI-compatible server's /chat/completions (vLLM's `vllm serve`, SGLang, TGI,
@@ -224,6 +238,15 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _samples_need_a_temperature(self) -> Settings:
+        if self.samples > 1 and self.temperature <= 0:
+            raise ValueError(
+                f"samples={self.samples} at temperature 0 asks the same greedy answer "
+                f"{self.samples} times: set RSIEVE_TEMPERATURE above 0 (e.g. 0.7)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _openai_needs_an_endpoint(self) -> Settings:
         for role in ("generator", "judge"):
             if self.interface_of(role) == "openai" and not self.openai_url_of(role):
@@ -294,6 +317,11 @@ DECIDING = frozenset(
         "generator_kind",
         "judge_kind",
         "top_p",
+        "samples",
+        "seed",
+        "keep",
+        "max_kept",
+        "judge_samples",
         "generator_tokenizer",
         "judge_tokenizer",
         "reasoning",
@@ -320,6 +348,36 @@ DECIDING = frozenset(
         "judge_false_promotion_bound",
     }
 )
+# DECIDING fields added after run ids were first given out. Each enters a run's id only
+# when set to something other than its default, so a pool submitted with the defaults keeps
+# the id it had before the field existed (run_spec.json records every field).
+SINCE_FIRST_IDS = frozenset(
+    {
+        "judge_interface",
+        "openai_extra_body",
+        "generator_kind",
+        "judge_kind",
+        "top_p",
+        "samples",
+        "seed",
+        "keep",
+        "max_kept",
+        "judge_samples",
+    }
+)
+
+
+def identity(fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """What of a fingerprint names the run: every field but those of SINCE_FIRST_IDS left
+    at their default."""
+    return {
+        name: value
+        for name, value in fingerprint.items()
+        if name not in SINCE_FIRST_IDS
+        or value != _plain(Settings.model_fields[name].get_default(call_default_factory=True))
+    }
+
+
 OPERATIONAL = frozenset(
     {
         "environment",

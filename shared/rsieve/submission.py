@@ -10,6 +10,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from rsieve.settings import identity
+
 __all__ = ["ITEMS", "RECORD_SUFFIXES", "REFUSED", "pool_digest", "run_id"]
 
 ITEMS, REFUSED = "items.jsonl", "_refused.json"
@@ -38,5 +40,5 @@ def run_id(
 ) -> str:
     """The run's name; `fingerprint` is Settings.fingerprint(), `protocols` the verifier's
     protocol versions."""
-    key = json.dumps([pool_sha256, dataset, fingerprint, protocols], sort_keys=True)
+    key = json.dumps([pool_sha256, dataset, identity(dict(fingerprint)), protocols], sort_keys=True)
     return f"{dataset}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"

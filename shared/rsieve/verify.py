@@ -20,7 +20,15 @@ from rapidfuzz.distance import Levenshtein
 
 from rsieve.schemas import Decision
 
-__all__ = ["PROTOCOLS", "Protocol", "protocol_versions", "register", "variants", "verify"]
+__all__ = [
+    "PROTOCOLS",
+    "Protocol",
+    "canonical",
+    "protocol_versions",
+    "register",
+    "variants",
+    "verify",
+]
 
 ProtocolFn = Callable[..., float]
 
@@ -581,3 +589,26 @@ def _decision_for(
         variant=variant,
         threshold=proto.threshold,
     )
+
+
+# The form a protocol reads an answer as: two answers with the same form are the same
+# answer to it (best-of-n's `distinct`, rsieve.sampling). Each is the protocol's own
+# normalisation; a protocol without one (math: equivalence, not a form) has none.
+_CANONICAL: dict[str, Callable[[str, dict[str, str] | None], str | None]] = {
+    "alnum": lambda text, _: alnum_norm(text),
+    "exact": lambda text, _: _normalise(text),
+    "anls": lambda text, _: anls_norm(text),
+    "vqa": lambda text, _: vqa_norm(text),
+    "number": lambda text, _: None if (n := parse_number(text)) is None else repr(n),
+    "relaxed": lambda text, _: (
+        text.strip().lower() if (f := relaxed_float(text)) is None else repr(f)
+    ),
+    "mc": lambda text, options: extract_letter(text, options),
+}
+
+
+def canonical(protocol: str, answer: str, options: dict[str, str] | None = None) -> str | None:
+    """The answer in the protocol's normal form; None when the protocol has none or the
+    answer has no such form (no number, no letter)."""
+    form = _CANONICAL.get(protocol)
+    return form(answer, options) if form is not None else None

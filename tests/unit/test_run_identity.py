@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from rsieve.settings import DECIDING, OPERATIONAL, Settings
+from rsieve.settings import DECIDING, OPERATIONAL, SINCE_FIRST_IDS, Settings
 from rsieve.submission import run_id
 from rsieve.verify import protocol_versions
 
@@ -42,6 +42,7 @@ def _another_value(name: str) -> Any:
             "test",
             "image_and_question",
             "stand-in",
+            "distinct",
             default + "-other",
         ]
     else:  # None: an optional URL or token
@@ -76,7 +77,29 @@ def test_no_secret_is_part_of_a_runs_identity() -> None:
 
 @pytest.mark.parametrize("name", sorted(DECIDING))
 def test_every_deciding_field_changes_the_run_id(name: str) -> None:
+    if name == "samples":  # several samples need a temperature above 0
+        warm = Settings(temperature=0.5)
+        assert _rid(Settings(samples=2, temperature=0.5)) != _rid(warm)
+        return
     assert _rid(Settings(**{name: _another_value(name)})) != _rid(Settings()), name
+
+
+def test_fields_added_since_the_first_ids_keep_the_ids_at_their_defaults() -> None:
+    """A pool submitted with the defaults keeps its run id across the fields added later:
+    the id is what it was from the fingerprint without them."""
+    assert SINCE_FIRST_IDS <= DECIDING
+    full = Settings().fingerprint()
+    before = {k: v for k, v in full.items() if k not in SINCE_FIRST_IDS}
+    assert run_id(POOL, "ds", full, protocol_versions()) == run_id(
+        POOL, "ds", before, protocol_versions()
+    )
+    # ... while the run spec records them all.
+    assert SINCE_FIRST_IDS <= set(full)
+
+
+def test_several_samples_at_temperature_0_are_refused() -> None:
+    with pytest.raises(ValidationError, match="RSIEVE_TEMPERATURE"):
+        Settings(samples=4)
 
 
 @pytest.mark.parametrize(

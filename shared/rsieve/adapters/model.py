@@ -188,6 +188,7 @@ class TritonModel:
             backoff_s=s.model_backoff_s,
             interface=interface or cast(Interface, s.interface_of("generator")),
             top_p=s.top_p,
+            seed=s.seed,
             max_new_tokens=max_new_tokens or s.max_new_tokens,
             temperature=s.temperature,
             tokenizer=tokenizer,
@@ -315,8 +316,9 @@ class TritonModel:
             if self.seed is not None:
                 params["seed"] = self.seed
             return params
-        # The rsieve interface is greedy by contract; the budget is sent when accepted.
-        params = {"temperature": 0.0}
+        # The rsieve interface is greedy unless the model takes a `temperature` (and then a
+        # per-sample `seed`, best-of-n); the budget is sent when accepted.
+        params = {"temperature": self.temperature if "temperature" in self._inputs else 0.0}
         if self.max_new_tokens is not None and "max_new_tokens" in self._inputs:
             params["max_new_tokens"] = self.max_new_tokens
         return params
@@ -381,6 +383,15 @@ class TritonModel:
             budget = grpcclient.InferInput("max_new_tokens", [n, 1], "INT32")
             budget.set_data_from_numpy(np.full((n, 1), self.max_new_tokens, dtype=np.int32))
             inputs.append(budget)
+        if "temperature" in self._inputs:
+            temperature = grpcclient.InferInput("temperature", [n, 1], "FP32")
+            temperature.set_data_from_numpy(np.full((n, 1), self.temperature, dtype=np.float32))
+            inputs.append(temperature)
+        if "seed" in self._inputs:
+            seeds = [r.seed if r.seed is not None else (self.seed or 0) for r in reqs]
+            seed = grpcclient.InferInput("seed", [n, 1], "INT64")
+            seed.set_data_from_numpy(np.array(seeds, dtype=np.int64).reshape(n, 1))
+            inputs.append(seed)
         names = ["text", "finish_reason"] + [
             n for n in ("num_input_tokens", "num_output_tokens") if n in self._outputs
         ]
@@ -447,6 +458,14 @@ class TritonModel:
             req.prompt, has_image=req.image is not None, reasoning=self.reasoning
         )
         fixed, names = self._vllm_fixed()
+        if req.seed is not None:  # a best-of-n sample: its own seed in its parameters
+            sampling = json.dumps(self.info.sampling | {"seed": req.seed}).encode()
+            fixed = [
+                _tensor("sampling_parameters", [sampling], [1], "BYTES")
+                if t.name() == "sampling_parameters"
+                else t
+                for t in fixed
+            ]
         inputs = [_tensor("text_input", [chat.text.encode("utf-8")], [1], "BYTES"), *fixed]
         if req.image is not None:
             inputs.append(_tensor("image", [base64.b64encode(req.image)], [1], "BYTES"))

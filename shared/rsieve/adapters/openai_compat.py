@@ -171,6 +171,7 @@ class OpenAIModel:
             max_new_tokens=s.judge_max_new_tokens if judge else s.max_new_tokens,
             temperature=s.temperature,
             top_p=s.top_p,
+            seed=s.seed,
             extra_body=s.openai_extra_body,
             tokenizer=s.judge_tokenizer if judge else s.generator_tokenizer,
             kind=s.judge_kind if judge else s.generator_kind,
@@ -281,6 +282,8 @@ class OpenAIModel:
     async def _one(self, client: httpx.AsyncClient, req: ModelRequest) -> ModelReply | Exception:
         user = self.template.neutralise(req.prompt) if self.template else req.prompt
         body = self._body(user, req.image)
+        if req.seed is not None:  # a best-of-n sample's own seed
+            body["seed"] = req.seed
         last = ""
         for attempt in range(self.retries + 1):
             start = time.monotonic()

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rsieve.compaction import shard_name
-from rsieve.rows import FEATURES
+from rsieve.rows import features
 from rsieve.settings import Settings
 
 if TYPE_CHECKING:
@@ -30,9 +30,11 @@ def write_split_parts(
     image_of: Callable[[str], bytes],
     shard_bytes: int,
     group_rows: int,
+    sampled: bool = False,
 ) -> list[tuple[Path, int]]:
-    """Write `rows` (without image bytes) as Parquet parts under `folder`: (path, rows)."""
-    schema = FEATURES.arrow_schema
+    """Write `rows` (without image bytes) as Parquet parts under `folder`: (path, rows).
+    `sampled`: in the best-of-n schema (rsieve.rows.SAMPLED_FEATURES)."""
+    schema = features(sampled).arrow_schema
     parts: list[tuple[Path, int]] = []
     writer: pq.ParquetWriter | None = None
     path = folder / f"{split}-{len(parts):05d}.parquet"
@@ -70,6 +72,7 @@ def upload_splits(
     splits: dict[str, list[dict[str, Any]]],
     image_of: Callable[[str], bytes],
     settings: Settings,
+    sampled: bool = False,
 ) -> list[dict[str, Any]]:
     """Each split's rows into Parquet files of bounded size (settings.parquet_shard_bytes,
     row groups of settings.parquet_row_group_rows), uploaded under their final names
@@ -84,6 +87,7 @@ def upload_splits(
                 image_of=image_of,
                 shard_bytes=settings.parquet_shard_bytes,
                 group_rows=settings.parquet_row_group_rows,
+                sampled=sampled,
             )
             for i, (path, n) in enumerate(parts):
                 name = shard_name(split, run, i, len(parts))

@@ -1,0 +1,219 @@
+"""Best-of-n (docs/sampling.md): several answers per question, each verified, settled into
+one place per item with its pass rate. Pure.
+
+- `draws`: the samples an item is asked, each with its own seed, derived from the run's
+  base seed, the item's id and the sample's index, so a rerun asks exactly the same and a
+  sample's seed does not depend on which other items share its batch.
+- `to_judge`: which rejected samples the judge sees: only those of items no sample of
+  which passed the verifier, the first `judge_samples` of each.
+- `settle`: the samples of one item (after the verifier and the judge) as the item's one
+  `Outcome`: accepted when any sample was accepted (the first accepted, with the others
+  kept as `keep` says), else rejected (its first judged sample); `Outcome.samples` records
+  every sample, which were accepted and which were kept.
+
+With one sample (the default) nothing here changes anything: `draws` is `[None]`, and
+`settle` returns the one outcome as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from rsieve.rows import passed_text
+from rsieve.schemas import Outcome, Samples
+from rsieve.verify import canonical, verify
+
+__all__ = [
+    "Draw",
+    "dataset_conflict",
+    "draws",
+    "kept_samples",
+    "pass_rate",
+    "sample_seed",
+    "sampling_summary",
+    "settle",
+    "settle_all",
+    "to_judge",
+]
+
+Keep = Literal["first", "distinct"]
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One sample of an item: its index (0..n-1) and the seed it is asked with."""
+
+    index: int
+    seed: int
+
+
+def sample_seed(base: int, item_id: str, index: int) -> int:
+    """The seed of sample `index` of an item: 31 bits of sha256(base, id, index)."""
+    digest = hashlib.sha256(f"{base}\0{item_id}\0{index}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def draws(item_id: str, samples: int, base_seed: int) -> list[Draw | None]:
+    """The samples to ask for an item: `[None]` for one (the request as without
+    best-of-n), else one Draw per sample."""
+    if samples <= 1:
+        return [None]
+    return [Draw(k, sample_seed(base_seed, item_id, k)) for k in range(samples)]
+
+
+def to_judge(verified: Sequence[Outcome], judge_samples: int) -> list[int]:
+    """Indexes into `verified` (every sample of a shard, items' samples together) of the
+    rejected samples the judge is asked about: those pending a verdict, of items none of
+    whose samples the verifier accepted, the first `judge_samples` per item."""
+    accepted_lines = {o.generation.item.line for o in verified if o.place == "accepted"}
+    asked: dict[int, int] = {}
+    chosen: list[int] = []
+    for i, o in enumerate(verified):
+        line = o.generation.item.line
+        if o.place != "rejected" or o.reason is not None or line in accepted_lines:
+            continue
+        if o.generation.sample is not None and asked.get(line, 0) >= judge_samples:
+            continue
+        asked[line] = asked.get(line, 0) + 1
+        chosen.append(i)
+    return chosen
+
+
+def _folded(text: str | None) -> str:
+    return re.sub(r"\s+", " ", text or "").strip()
+
+
+def _same_answer(a: Outcome, b: Outcome) -> bool:
+    """Whether two accepted answers normalise the same under the item's protocol
+    (rsieve.verify.canonical); for a protocol without a normal form, whether it matches
+    each to the other as its reference."""
+    item = a.generation.item
+
+    def text(o: Outcome) -> str:
+        decision = o.decision if o.promoted_by == "verifier" else None
+        return passed_text(o.generation.answer or "", decision.variant if decision else None)
+
+    ta, tb = text(a), text(b)
+    fa, fb = canonical(item.protocol, ta, item.options), canonical(item.protocol, tb, item.options)
+    if fa is not None and fb is not None:
+        return fa == fb
+    options = {"options": item.options} if item.options else {}
+    return (
+        verify(item.protocol, ta, [tb], **options).accepted
+        and verify(item.protocol, tb, [ta], **options).accepted
+    )
+
+
+def kept_samples(accepted: Sequence[Outcome], keep: Keep, max_kept: int) -> list[Outcome]:
+    """The accepted samples an item keeps, in sample order: `first`, the first; `distinct`,
+    each whose answer the protocol does not match to a kept one's and whose reasoning
+    (spacing folded) differs from every kept one's; at most `max_kept`."""
+    if not accepted:
+        return []
+    if keep == "first":
+        return [accepted[0]]
+    kept: list[Outcome] = []
+    for o in accepted:
+        if len(kept) >= max_kept:
+            break
+        reasoning = _folded(o.generation.reasoning)
+        if any(_same_answer(o, k) or _folded(k.generation.reasoning) == reasoning for k in kept):
+            continue
+        kept.append(o)
+    return kept
+
+
+def _wrong(o: Outcome) -> str:
+    gen = o.generation
+    return gen.answer if gen.answer is not None else gen.raw_output
+
+
+def settle(samples: Sequence[Outcome], keep: Keep = "first", max_kept: int = 1) -> Outcome:
+    """The samples of one item (sample order) as the item's one Outcome."""
+    if len(samples) == 1 and samples[0].generation.sample is None:
+        return samples[0]  # one sample: the card's process, untouched
+    ordered = sorted(samples, key=lambda o: o.generation.sample or 0)
+    accepted = [o for o in ordered if o.place == "accepted"]
+    kept = kept_samples(accepted, keep, max_kept)
+    if kept:
+        head = kept[0]
+    else:  # rejected: the first sample the judge saw, else the first sample
+        head = next((o for o in ordered if o.verdict is not None), ordered[0])
+    wrong: list[str] = []
+    for o in ordered:
+        if o.place == "rejected" and _wrong(o) not in wrong:
+            wrong.append(_wrong(o))
+    record = Samples(
+        n=len(ordered),
+        passed=[o.generation.sample or 0 for o in accepted],
+        kept=[o.generation.sample or 0 for o in kept],
+        wrong=wrong,
+        others=[o for o in ordered if o is not head],
+    )
+    return head.model_copy(update={"samples": record})
+
+
+def settle_all(
+    outcomes: Sequence[Outcome], keep: Keep = "first", max_kept: int = 1
+) -> list[Outcome]:
+    """A shard's sample outcomes settled item by item (`settle`), in the order the items
+    first appear: one outcome per item."""
+    by_line: dict[int, list[Outcome]] = {}
+    for o in outcomes:
+        by_line.setdefault(o.generation.item.line, []).append(o)
+    return [settle(group, keep, max_kept) for group in by_line.values()]
+
+
+def dataset_conflict(manifest: dict[str, object] | None, samples: int) -> str | None:
+    """Why a run cannot join a dataset (None when it can): a dataset's rows have one schema,
+    with the best-of-n fields (its runs asked several samples) or without."""
+    if manifest is None or bool(manifest.get("sampled")) == (samples > 1):
+        return None
+    has = "with" if manifest.get("sampled") else "without"
+    return (
+        f"dataset {manifest.get('dataset')} holds rows {has} the best-of-n fields; a run "
+        f"with samples={samples} goes to another dataset"
+    )
+
+
+def pass_rate(outcome: Outcome) -> tuple[int, int]:
+    """(samples accepted, samples answered) of an item's settled outcome; (1, 1) or (0, 1)
+    with one sample."""
+    if outcome.samples is None:
+        return (1 if outcome.place == "accepted" else 0), 1
+    return len(outcome.samples.passed), outcome.samples.n
+
+
+def sampling_summary(outcomes: Sequence[Outcome]) -> dict[str, dict[str, Any]]:
+    """Per family, for a best-of-n run (empty otherwise): items settled, samples
+    answered, the pass-rate histogram (`"k/n"` -> items), and the yield: items accepted
+    at n, and at 1 (sample 0 accepted; the judge saw sample 0 only when no sample passed
+    the verifier, so this is a lower bound of what one sample would have yielded)."""
+    counts: dict[str, Counter[str]] = {}
+    histograms: dict[str, Counter[tuple[int, int]]] = {}
+    for o in outcomes:
+        if o.samples is None:
+            continue
+        family = o.generation.item.family
+        passed, n = pass_rate(o)
+        c = counts.setdefault(family, Counter())
+        c["items"] += 1
+        c["samples"] += n
+        c["accepted_at_n"] += o.place == "accepted"
+        c["accepted_at_1"] += 0 in o.samples.passed
+        histograms.setdefault(family, Counter())[(passed, n)] += 1
+    return {
+        family: {
+            "items": c["items"],
+            "samples": c["samples"],
+            "pass_histogram": {f"{k}/{n}": v for (k, n), v in sorted(histograms[family].items())},
+            "accepted_at_n": c["accepted_at_n"],
+            "accepted_at_1": c["accepted_at_1"],
+        }
+        for family, c in sorted(counts.items())
+    }

@@ -1,0 +1,306 @@
+"""Best-of-n through every stage's registered task, the generator's included, wired by
+`bootstrap` with fakes: a stochastic stand-in model (named as one: not a model) that
+answers right with probability p per sample, drawn from the sample's seed; a judge that
+abstains (UNSURE), so yields come from the verifier alone. Checked: the yield at n
+against 1 - (1 - p)^n, reruns, `distinct`, the judge's gate, the rows, the report and the
+audit."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+import random
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import fakeredis
+import pyarrow.parquet as pq
+import pytest
+
+from rsieve.adapters.gate import EngineGate
+from rsieve.adapters.pools import upload_pool
+from rsieve.audit import audit_run
+from rsieve.generation import ModelInfo, ModelReply, ModelRequest
+from rsieve.rows import FEATURES, SAMPLE_FIELDS
+from rsieve.sampling import dataset_conflict, sample_seed
+from rsieve.schemas import ShardOutput
+from rsieve.settings import Settings
+from rsieve.verify import canonical
+from services.api.runs import submit
+from services.cleaner.tasks import register as clean_tasks
+from services.common import Context, bootstrap
+from services.compactor.tasks import register as compact_tasks
+from services.generator.tasks import register as generate_tasks
+from services.judge.tasks import register as judge_tasks
+from services.verifier.tasks import register as verify_tasks
+from tests.e2e.pools import picture
+from tests.fakes import MemoryStore, Sent
+
+ITEMS = 240
+P = 0.3
+ABSTAIN = ModelInfo(name="abstaining-judge", version="1", interface="rsieve", kind="stand-in")
+
+
+class StochasticStandIn:
+    """A stand-in for a sampled VLM (not a model): right with probability `p` per sample,
+    decided by the sample's seed (or, asked without one, by the question: greedy, the same
+    every time). A right answer takes one of `forms` of the reference; a wrong one is a
+    word of its own. Every answer has reasoning that names its seed."""
+
+    def __init__(self, p: float, forms: Callable[[str, random.Random], str] | None = None):
+        self.p, self.forms = p, forms or (lambda ref, rng: ref)
+        self.info: ModelInfo | None = None
+        self.asked: list[ModelRequest] = []
+
+    def bind(self, gate: EngineGate, on_ready: Callable[[ModelInfo], None]) -> StochasticStandIn:
+        self.on_ready = on_ready
+        return self
+
+    async def generate_many_async(
+        self, requests: Sequence[ModelRequest]
+    ) -> list[ModelReply | Exception]:
+        self.info = ModelInfo(
+            name="stochastic-stand-in", version="1", interface="rsieve", kind="stand-in"
+        )
+        self.on_ready(self.info)
+        self.asked += requests
+        replies: list[ModelReply | Exception] = []
+        for r in requests:
+            seed = (
+                r.seed
+                if r.seed is not None
+                else int(hashlib.sha256(r.prompt.encode()).hexdigest()[:8], 16)
+            )
+            rng = random.Random(seed)
+            named = re.search(r"Say the word (\w+)", r.prompt)  # (make_pool)
+            assert named is not None
+            reference = named[1]
+            answer = self.forms(reference, rng) if rng.random() < self.p else f"wrong{seed % 97}"
+            replies.append(
+                ModelReply(text=f"<think>seed {seed}</think>{answer}", finish_reason="stop")
+            )
+        return replies
+
+
+class Abstain:
+    def __init__(self) -> None:
+        self.info: ModelInfo | None = None
+        self.asked = 0
+
+    def generate_many(self, requests: Sequence[ModelRequest]) -> list[ModelReply | Exception]:
+        self.info = ABSTAIN
+        self.asked += len(requests)
+        return [ModelReply(text="UNSURE", finish_reason="stop") for _ in requests]
+
+
+def make_pool(folder: Path, count: int = ITEMS, protocol: str = "alnum") -> Path:
+    """`count` items on pictures of their own; the question names the answer's word,
+    which the stand-in reads (a test of sampling, not of reading)."""
+    folder.mkdir(parents=True)
+    lines = []
+    for i in range(count):
+        word = f"W{i:04d}X"
+        buf = io.BytesIO()
+        picture(f"bon-{i}", (96, 64)).save(buf, format="PNG")
+        (folder / f"{i}.png").write_bytes(buf.getvalue())
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"bon-{i}",
+                    "family": "SynthWords",
+                    "image": f"{i}.png",
+                    "question": f"Say the word {word}",
+                    "answer": word,
+                    "protocol": protocol,
+                    "source": {"sha256": hashlib.sha256(buf.getvalue()).hexdigest()},
+                }
+            )
+        )
+    (folder / "items.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def pipeline(
+    pool: Path, model: StochasticStandIn, dataset: str = "bon", **settings: Any
+) -> tuple[Context, MemoryStore, str, Abstain]:
+    store, sent, judge = MemoryStore(), Sent(), Abstain()
+    s = Settings(purity_embedding=False, judge_calibration_rate=0.0, shard_size=64, **settings)
+    ctx = bootstrap(
+        s,
+        store=store,
+        redis_client=fakeredis.FakeRedis(),
+        send=sent,
+        judge_model=lambda name: judge,
+        generator_model=model.bind,
+    )
+    for register in (clean_tasks, generate_tasks, verify_tasks, judge_tasks, compact_tasks):
+        register(ctx)
+    run = submit(ctx, upload_pool(store, pool), dataset)
+    ctx.app.tasks["rsieve.ingest"](run=run)
+    for task, kw in list(sent.tasks):
+        if task == "rsieve.clean":
+            for stage in ("clean", "generate", "verify", "judge"):
+                ctx.app.tasks[f"rsieve.{stage}"](**kw)
+    ctx.app.tasks["rsieve.compact"](run=run)
+    return ctx, store, run, judge
+
+
+def outputs(ctx: Context, run: str) -> dict[str, dict[str, ShardOutput]]:
+    index = json.loads(ctx.store.get(f"runs/{run}/shards.json"))
+    return {
+        stage: {shard: ctx.load(run, stage, shard) for shard in index["shards"]}
+        for stage in ("clean", "generate", "verify", "judge")
+    }
+
+
+def report(store: MemoryStore, dataset: str, run: str) -> dict[str, Any]:
+    return dict(json.loads(store.get(f"datasets/{dataset}/commits/{run}/run_report.json")))
+
+
+def rows(store: MemoryStore, dataset: str) -> dict[str, list[dict[str, Any]]]:
+    manifest = json.loads(store.get(f"datasets/{dataset}/manifest.json"))
+    out: dict[str, list[dict[str, Any]]] = {}
+    for shard in manifest["shards"]:
+        table = pq.read_table(io.BytesIO(store.get(f"datasets/{dataset}/{shard['path']}")))
+        out.setdefault(shard["split"], []).extend(table.drop(["image"]).to_pylist())
+    return out
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_pool(tmp_path_factory.mktemp("bon") / "pool")
+
+
+@pytest.fixture(scope="module")
+def runs(pool: Path) -> dict[int, tuple[Context, MemoryStore, str, Abstain, StochasticStandIn]]:
+    done = {}
+    for n in (1, 4, 8):
+        model = StochasticStandIn(P)
+        kw: dict[str, Any] = {} if n == 1 else {"samples": n, "temperature": 0.7}
+        ctx, store, run, judge = pipeline(pool, model, **kw)
+        done[n] = (ctx, store, run, judge, model)
+    return done
+
+
+def test_the_yield_at_n_is_one_minus_the_chance_that_every_sample_fails(
+    runs: dict[int, Any],
+) -> None:
+    for n, (_, store, run, _, model) in runs.items():
+        accepted = report(store, "bon", run)["families"]["SynthWords"]["accepted"]
+        expected = 1 - (1 - P) ** n
+        half = 1.96 * math.sqrt(expected * (1 - expected) / ITEMS)  # 95% binomial interval
+        assert abs(accepted / ITEMS - expected) <= half, (n, accepted / ITEMS, expected)
+        assert len(model.asked) == n * ITEMS
+
+
+def test_every_sample_is_asked_with_its_own_derived_seed(runs: dict[int, Any]) -> None:
+    _, _, _, _, greedy = runs[1]
+    assert all(r.seed is None for r in greedy.asked)  # one sample: the request as before
+    ctx, _, run, _, model = runs[4]
+    seeds = [r.seed for r in model.asked]
+    assert len(set(seeds)) == len(seeds) == 4 * ITEMS
+    gens = [g for out in outputs(ctx, run)["generate"].values() for g in out.generations]
+    for g in gens:
+        assert g.sample is not None and g.seed == sample_seed(0, g.item.id, g.sample)
+
+
+def test_a_rerun_with_the_same_seed_reproduces_every_row(pool: Path, runs: dict[int, Any]) -> None:
+    _, store, _, _, _ = runs[4]
+    _, again, _, _ = pipeline(pool, StochasticStandIn(P), samples=4, temperature=0.7)
+    assert rows(again, "bon") == rows(store, "bon")
+    _, other, _, _ = pipeline(pool, StochasticStandIn(P), samples=4, temperature=0.7, seed=1)
+    assert rows(other, "bon") != rows(store, "bon")
+
+
+def test_rows_carry_the_pass_rate_and_the_samples_only_with_best_of_n(
+    runs: dict[int, Any],
+) -> None:
+    plain = rows(runs[1][1], "bon")
+    assert all(
+        set(qa) == set(FEATURES["qa"].feature)
+        for r in plain.values()
+        for row in r
+        for qa in row["qa"]
+    )
+    sampled = rows(runs[4][1], "bon")
+    accepted = [qa for row in sampled["SynthWords_RS_nothink"] for qa in row["qa"]]
+    rejected = [qa for row in sampled["SynthWords_rejected"] for qa in row["qa"]]
+    assert accepted and rejected
+    for qa in accepted:
+        assert set(SAMPLE_FIELDS) <= set(qa)
+        assert 1 <= qa["passed"] <= qa["samples"] == 4 and qa["pass_rate"] == qa["passed"] / 4
+        assert qa["answer"] == qa["org_answer"]  # the stand-in's right answer is the word
+    for qa in rejected:
+        assert qa["passed"] == 0 and qa["wrong_answers"] and qa["wrong_vlm"] in qa["wrong_answers"]
+    # `first` keeps one entry per item.
+    ids = [qa["id"] for qa in accepted]
+    assert len(ids) == len(set(ids))
+    rep = report(runs[4][1], "bon", runs[4][2])
+    summary = rep["sampling"]["SynthWords"]
+    assert summary["items"] == ITEMS and summary["samples"] == 4 * ITEMS
+    assert sum(summary["pass_histogram"].values()) == ITEMS
+    assert summary["accepted_at_n"] == len(ids)
+    assert summary["accepted_at_1"] < summary["accepted_at_n"]
+    assert "sampling" not in report(runs[1][1], "bon", runs[1][2])
+
+
+def test_the_judge_sees_only_items_no_sample_passed_within_its_cap(runs: dict[int, Any]) -> None:
+    ctx, store, run, judge, _ = runs[4]
+    failed_items = ITEMS - report(store, "bon", run)["families"]["SynthWords"]["accepted"]
+    assert judge.asked == failed_items  # judge_samples 1: one call per such item
+    settled = [o for out in outputs(ctx, run)["judge"].values() for o in out.outcomes]
+    assert len(settled) == ITEMS
+    for o in settled:
+        assert o.samples is not None and o.samples.n == 4
+        assert (o.verdict is not None) == (o.place == "rejected")
+
+
+def test_the_audit_counts_items_and_samples(runs: dict[int, Any]) -> None:
+    for n, (ctx, _, run, _, _) in runs.items():
+        index = json.loads(ctx.store.get(f"runs/{run}/shards.json"))
+        result = audit_run(index, outputs(ctx, run))
+        assert result.ok, result.problems
+        assert result.samples == n * ITEMS
+        assert result.families["SynthWords"]["generate"]["out"] == ITEMS
+    # A lost sample is found.
+    ctx, _, run, _, _ = runs[4]
+    outs = outputs(ctx, run)
+    shard = next(iter(outs["verify"]))
+    outs["verify"][shard] = outs["verify"][shard].model_copy(
+        update={"verified": outs["verify"][shard].verified[1:]}
+    )
+    index = json.loads(ctx.store.get(f"runs/{run}/shards.json"))
+    assert any("samples generated" in p for p in audit_run(index, outs).problems)
+
+
+def test_distinct_never_keeps_two_answers_that_normalise_the_same(tmp_path: Path) -> None:
+    """Right answers come as forms anls normalises together (case, spacing) or as one it
+    does not (a trailing 'S', still accepted: distance 1/7)."""
+
+    def forms(reference: str, rng: random.Random) -> str:
+        return rng.choice([reference.lower(), f"  {reference} ", reference, reference + "S"])
+
+    pool = make_pool(tmp_path / "pool", count=40, protocol="anls")
+    ctx, store, run, _ = pipeline(
+        pool, StochasticStandIn(0.9, forms), samples=8, temperature=0.7, keep="distinct", max_kept=8
+    )
+    accepted = [qa for row in rows(store, "bon")["SynthWords_RS_nothink"] for qa in row["qa"]]
+    by_item: dict[str, list[str]] = {}
+    for qa in accepted:
+        by_item.setdefault(qa["id"], []).append(qa["answer"])
+    folded = {i: [canonical("anls", a) for a in answers] for i, answers in by_item.items()}
+    assert all(len(f) == len(set(f)) for f in folded.values()), folded
+    assert max(len(f) for f in folded.values()) == 2  # both forms kept where both came
+
+
+def test_several_samples_need_a_dataset_of_their_own(runs: dict[int, Any]) -> None:
+    _, store, _, _, _ = runs[1]
+    manifest = json.loads(store.get("datasets/bon/manifest.json"))
+    assert dataset_conflict(manifest, 1) is None
+    assert "another dataset" in (dataset_conflict(manifest, 4) or "")
+    sampled = json.loads(runs[4][1].get("datasets/bon/manifest.json"))
+    assert sampled["sampled"] is True and "sampled" not in manifest
