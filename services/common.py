@@ -30,7 +30,7 @@ from rsieve.decontam import EVALSET_PREFIX
 from rsieve.errors import NotFoundError, RetryableError
 from rsieve.generation import AsyncModel, ModelInfo
 from rsieve.schemas import STAGES, Item, Quarantined, RunSpec, ShardOutput, ShardQuarantine
-from rsieve.settings import Settings, get_settings
+from rsieve.settings import SAMPLING, Settings, get_settings
 
 log = logging.getLogger("rsieve")
 
@@ -53,6 +53,7 @@ class Context:
         None
     )
     _pid: int = field(default_factory=os.getpid)
+    _run_settings: dict[str, Settings] = field(default_factory=dict)
 
     @cached_property
     def store(self) -> ObjectStore:
@@ -88,13 +89,14 @@ class Context:
         return open_model(self.settings, "judge")
 
     def generator_model(
-        self, gate: EngineGate, on_ready: Callable[[ModelInfo], None]
+        self, gate: EngineGate, on_ready: Callable[[ModelInfo], None], settings: Settings
     ) -> AsyncModel:
         """The generator's model on its engine (Triton or an OpenAI-compatible server),
-        feeding through `gate`; `on_ready` sees what the model is before any request."""
+        sampling as `settings` (the run's) say, feeding through `gate`; `on_ready` sees
+        what the model is before any request."""
         if self.generator_model_of is not None:
             return self.generator_model_of(gate, on_ready)
-        return open_model(self.settings, "generator", gate, on_ready=on_ready)
+        return open_model(settings, "generator", gate, on_ready=on_ready)
 
     def images(self, items: Iterable[Item]) -> dict[str, bytes]:
         """sha256 -> bytes of the items' images: ranged reads of the pool's packs."""
@@ -107,10 +109,11 @@ class Context:
         except NotFoundError:
             return None
 
-    def fingerprint(self) -> dict[str, object]:
-        """A run's decision inputs beside its pool: every DECIDING setting, and the
-        registered evaluation sets by their content's sha256 when there are any (adding or
-        changing a set makes the next submission of a pool a new run)."""
+    def fingerprint(self, settings: Settings | None = None) -> dict[str, object]:
+        """A run's decision inputs beside its pool: every DECIDING setting (of `settings`,
+        the run's, when it chose its own sampling), and the registered evaluation sets by
+        their content's sha256 when there are any (adding or changing a set makes the next
+        submission of a pool a new run)."""
         sets = {
             key[len(EVALSET_PREFIX) : -len(".json")]: hashlib.sha256(
                 self.store.get(key)
@@ -118,10 +121,19 @@ class Context:
             for key in self.store.list(EVALSET_PREFIX)
             if key.endswith(".json")
         }
-        return self.settings.fingerprint() | ({"evalsets": sets} if sets else {})
+        return (settings or self.settings).fingerprint() | ({"evalsets": sets} if sets else {})
 
     def spec(self, run: str) -> RunSpec:
         return RunSpec.model_validate_json(self.store.get(f"runs/{run}/run.json"))
+
+    def run_settings(self, run: str) -> Settings:
+        """The service's settings with the run's own sampling, as its spec records it."""
+        if run not in self._run_settings:
+            spec = self.spec(run).settings
+            self._run_settings[run] = self.settings.for_run(
+                {k: spec[k] for k in SAMPLING if k in spec}
+            )
+        return self._run_settings[run]
 
     def output_key(self, run: str, stage: str, shard: str) -> str:
         return f"runs/{run}/{stage}/{shard}.json"

@@ -4,9 +4,28 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from rsieve.schemas import DATASET_PATTERN
+
+
+class Sampling(BaseModel):
+    """A run's own sampling (best-of-n, docs/sampling.md); what is left out is the
+    services' setting. Validated as the settings are (several samples need a temperature
+    above 0)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    samples: int | None = Field(None, ge=1, le=64)
+    temperature: float | None = Field(None, ge=0)
+    top_p: float | None = Field(None, gt=0, le=1)
+    seed: int | None = Field(None, ge=0, lt=2**31)
+    keep: Literal["first", "distinct"] | None = None
+    max_kept: int | None = Field(None, ge=1)
+    judge_samples: int | None = Field(None, ge=1)
+
+    def chosen(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
 
 
 class RunCreate(BaseModel):
@@ -16,6 +35,7 @@ class RunCreate(BaseModel):
     dataset: str = Field(pattern=DATASET_PATTERN)
     pool_uri: str | None = Field(None, description="s3://bucket/prefix/ of an uploaded pool")
     pool_path: str | None = Field(None, description="a pool folder under RSIEVE_API_POOL_ROOTS")
+    sampling: Sampling | None = None
 
 
 class RunCreated(BaseModel):

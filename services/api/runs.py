@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fastapi import HTTPException
+from pydantic import ValidationError
 
 from rsieve.adapters.exports import run_file_key, run_manifest
 from rsieve.adapters.metrics import progress
@@ -34,18 +35,28 @@ from services.common import Context
 INDEX = "index/runs/"  # index/runs/<run>.json: one small object per submitted run
 
 
-def submit(ctx: Context, pool_uri: str, dataset: str) -> str:
+def submit(
+    ctx: Context, pool_uri: str, dataset: str, sampling: dict[str, Any] | None = None
+) -> str:
+    """`sampling`: the run's own choice of the SAMPLING settings (best-of-n), else the
+    services'."""
+    try:
+        settings = ctx.settings.for_run(sampling)
+    except ValidationError as exc:  # what was wrong, never the settings it was checked in
+        raise HTTPException(422, "; ".join(e["msg"] for e in exc.errors())) from None
+    except ValueError as exc:
+        raise HTTPException(422, str(exc)) from None
     bucket, prefix = parse_s3_uri(pool_uri)
     if bucket != ctx.settings.s3_bucket or not prefix.endswith("/"):
         raise HTTPException(422, f"pool_uri must be s3://{ctx.settings.s3_bucket}/<prefix>/")
     if not ctx.store.exists(f"{prefix}_complete"):
         raise HTTPException(404, "pool upload is not complete (no _complete marker)")
     pool_sha = stored_pool_digest(ctx, prefix)
-    fingerprint = ctx.fingerprint()
+    fingerprint = ctx.fingerprint(settings)
     run = run_id(pool_sha, dataset, fingerprint, protocol_versions())
     spec_key = f"runs/{run}/run.json"
     conflict = dataset_conflict(
-        ctx.load_json(f"datasets/{dataset}/manifest.json"), ctx.settings.samples
+        ctx.load_json(f"datasets/{dataset}/manifest.json"), settings.samples
     )
     if conflict:
         raise HTTPException(409, conflict)
@@ -91,12 +102,14 @@ def stored_pool_digest(ctx: Context, prefix: str) -> str:
     return pool_digest(items, files, refused)
 
 
-def submit_folder(ctx: Context, folder: Path, dataset: str) -> str:
+def submit_folder(
+    ctx: Context, folder: Path, dataset: str, sampling: dict[str, Any] | None = None
+) -> str:
     try:
         uri = upload_pool(ctx.store, folder, image_max_bytes=ctx.settings.image_max_bytes)
     except PermanentError as exc:
         raise HTTPException(422, str(exc)) from None
-    return submit(ctx, uri, dataset)
+    return submit(ctx, uri, dataset, sampling)
 
 
 def pool_under_roots(ctx: Context, path: str) -> Path:

@@ -59,7 +59,7 @@ def register(ctx: Context) -> None:
     def generate_shard(
         run: str, shard: str, lines: int, arrived: Callable[[], None]
     ) -> ShardOutput:
-        s = ctx.settings
+        s = ctx.run_settings(run)  # the run's own sampling (best-of-n)
         items = ctx.load(run, "clean", shard).items
         # A few ranged reads of the pool's packs: the model waits on this between shards.
         raw = ctx.images(items)
@@ -71,7 +71,7 @@ def register(ctx: Context) -> None:
             feeder.sized(engine_url(s, "generator"), info)
             arrived()
 
-        model = ctx.generator_model(feeder.gate, on_ready)
+        model = ctx.generator_model(feeder.gate, on_ready, s)
         asked, draws = sampled(ready, s.samples, s.seed)  # best-of-n: a seed per sample
         replies = ctx.guard("generate", run, shard).batch(
             list(zip(asked, draws, strict=True)),

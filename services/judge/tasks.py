@@ -29,7 +29,7 @@ def register(ctx: Context) -> None:
     @ctx.task("rsieve.judge")
     def judge(run: str, shard: str, lines: int) -> None:
         if not ctx.done(run, "judge", shard):
-            s, model = ctx.settings, ctx.settings.judge_model
+            s, model = ctx.run_settings(run), ctx.settings.judge_model
             verified = ctx.load(run, "verify", shard).verified
             # Best-of-n: only items none of whose samples passed, the first few samples.
             pending = to_judge(verified, s.judge_samples)

@@ -152,6 +152,18 @@ def _production(settings: dict[str, Any], report: dict[str, Any]) -> str:
         )
     modes = report.get("thinking_modes") or {}
     text = f"Model {names} answered every question at temperature {settings['temperature']}"
+    if settings.get("samples", 1) > 1:
+        text = (
+            f"Model {names} answered every question {settings['samples']} times (best-of-n) "
+            f"at temperature {settings['temperature']}, top_p {settings.get('top_p', 1.0)}, "
+            f"each sample with its own seed from base seed {settings.get('seed', 0)}; "
+            f"accepted answers kept: `{settings.get('keep', 'first')}`"
+            + (
+                f", at most {settings.get('max_kept', 1)} per question"
+                if settings.get("keep") == "distinct"
+                else ""
+            )
+        )
     if len(modes) == 1:
         mode = next(iter(modes))
         meaning = (
@@ -244,6 +256,32 @@ def _verdicts_md(report: dict[str, Any]) -> list[str]:
 
 def _tokens(usage: dict[str, Any]) -> str:
     return f"{usage['calls']:,} | {usage['prompt_tokens']:,} | {usage['completion_tokens']:,}"
+
+
+def _sampling_md(report: dict[str, Any]) -> list[str]:
+    """Best-of-n runs: per family, the pass rates and the yield at n against one sample."""
+    sampling = report.get("sampling") or {}
+    if not sampling:
+        return []
+    out = [
+        "## Best-of-n",
+        "",
+        "Every sample was verified; the judge saw an item's rejected samples only when none "
+        "passed the verifier. An item's pass rate is its accepted samples over those "
+        "answered. Yield at 1 counts the items whose first sample was accepted: the judge "
+        "saw the first sample only when no sample passed, so it is a lower bound of what "
+        "one sample per question would have given.",
+        "",
+        "| family | items | samples | accepted at n | accepted at 1 | pass rates (k/n: items) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for family, s in sampling.items():
+        histogram = ", ".join(f"{k}: {v}" for k, v in s["pass_histogram"].items())
+        out.append(
+            f"| {_cell(family)} | {s['items']} | {s['samples']} | {s['accepted_at_n']} "
+            f"| {s['accepted_at_1']} | {histogram} |"
+        )
+    return out + [""]
 
 
 def _cost_md(report: dict[str, Any]) -> list[str]:
@@ -442,7 +480,7 @@ def render_card(
         + ", ".join(f"`{s}` ← {_cell(f)}" for s, f in sorted(split_families.items())),
         "",
     ]
-    out += _cost_md(report) + ["", "## Examples", ""]
+    out += _sampling_md(report) + _cost_md(report) + ["", "## Examples", ""]
     for split, rows in sorted(examples.items()):
         out += [f"### {split}", ""]
         for qa, image_path in rows:

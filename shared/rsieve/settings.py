@@ -7,6 +7,7 @@ own with explicit values.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any, Literal, get_origin
 
@@ -20,6 +21,7 @@ __all__ = [
     "API_TOKEN_MIN_CHARS",
     "DECIDING",
     "OPERATIONAL",
+    "SAMPLING",
     "SINCE_FIRST_IDS",
     "Settings",
     "api_token_problem",
@@ -256,6 +258,16 @@ class Settings(BaseSettings):
                 )
         return self
 
+    def for_run(self, sampling: Mapping[str, Any] | None) -> Settings:
+        """These settings with a run's own sampling (SAMPLING fields only: what a
+        submission may choose), validated as any settings are."""
+        if not sampling:
+            return self
+        unknown = sorted(set(sampling) - set(SAMPLING))
+        if unknown:
+            raise ValueError(f"a run may choose only {list(SAMPLING)}, not {unknown}")
+        return type(self)(**{**self.model_dump(), **sampling})
+
     def interface_of(self, role: Literal["generator", "judge"]) -> str:
         """The role's model interface: the judge's own, else the generator's."""
         return (
@@ -348,6 +360,11 @@ DECIDING = frozenset(
         "judge_false_promotion_bound",
     }
 )
+# What a submission may choose for its own run (POST /runs `sampling`, `rsieve run
+# --samples`): the generator's sampling and what best-of-n keeps. The run's spec records
+# them and every stage reads them from there (services.common.Context.run_settings).
+SAMPLING = ("samples", "temperature", "top_p", "seed", "keep", "max_kept", "judge_samples")
+
 # DECIDING fields added after run ids were first given out. Each enters a run's id only
 # when set to something other than its default, so a pool submitted with the defaults keeps
 # the id it had before the field existed (run_spec.json records every field).

@@ -302,6 +302,34 @@ def _print_status(status: dict[str, int | None]) -> None:
     console.print(table)
 
 
+Samples = Annotated[
+    int | None,
+    typer.Option(help="answers per question (best-of-n; more than 1 needs --temperature)"),
+]
+Temperature = Annotated[float | None, typer.Option(help="the generator's sampling temperature")]
+Seed = Annotated[int | None, typer.Option(help="base seed: sample k of an item gets its own")]
+Keep = Annotated[str | None, typer.Option(help="accepted answers kept per item: first|distinct")]
+MaxKept = Annotated[int | None, typer.Option(help="at most this many kept per item (distinct)")]
+
+
+def _sampling(
+    samples: int | None,
+    temperature: float | None,
+    seed: int | None,
+    keep: str | None,
+    max_kept: int | None,
+) -> dict[str, Any] | None:
+    """The run's own sampling, as the API takes it (only what was given)."""
+    chosen = {
+        "samples": samples,
+        "temperature": temperature,
+        "seed": seed,
+        "keep": keep,
+        "max_kept": max_kept,
+    }
+    return {k: v for k, v in chosen.items() if v is not None} or None
+
+
 @app.command()
 @friendly
 def run(
@@ -309,6 +337,11 @@ def run(
     out: Annotated[Path, typer.Option(help="export folder; the dataset goes to OUT/<dataset>")],
     dataset: Annotated[str | None, typer.Option(help="dataset name (default: pool folder)")] = None,
     timeout: Annotated[float, typer.Option(help="seconds to wait for the run")] = 7200,
+    samples: Samples = None,
+    temperature: Temperature = None,
+    seed: Seed = None,
+    keep: Keep = None,
+    max_kept: MaxKept = None,
 ) -> None:
     """Process a pool end to end on the local stack and export its dataset."""
     from rsieve.adapters.exports import export_dataset
@@ -323,7 +356,9 @@ def run(
         settings = Settings.from_env_map(stack.config.env())
         name = dataset or pool.resolve().name
         with console.status(f"uploading {pool}"):
-            run_id = upload(settings, pool, name)
+            run_id = upload(
+                settings, pool, name, sampling=_sampling(samples, temperature, seed, keep, max_kept)
+            )
         console.print(f"run [bold]{run_id}[/] for pool {pool} -> dataset {name}")
         with Progress(
             TextColumn("{task.description:>9}"),
@@ -365,6 +400,11 @@ def submit_pool(
     pool: Annotated[Path, typer.Argument(help="pool folder with items.jsonl and images")],
     dataset: Annotated[str | None, typer.Option(help="dataset name (default: pool folder)")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    samples: Samples = None,
+    temperature: Temperature = None,
+    seed: Seed = None,
+    keep: Keep = None,
+    max_kept: MaxKept = None,
 ) -> None:
     """Upload POOL through the API and submit it; prints the run id (no waiting). Needs
     only the API's address and token (RSIEVE_API_URL, RSIEVE_API_TOKEN)."""
@@ -381,7 +421,9 @@ def submit_pool(
     _api("GET", "/healthz")  # fail fast, before uploading, when the stack is down
     name = dataset or pool.resolve().name
     try:
-        run_id = upload(_settings(), pool, name)
+        run_id = upload(
+            _settings(), pool, name, sampling=_sampling(samples, temperature, seed, keep, max_kept)
+        )
     except PermanentError as exc:
         raise Failure(str(exc)) from None
     if as_json:

@@ -5,6 +5,7 @@ a tar archive through `POST /runs/upload` (docs/security.md)."""
 
 from __future__ import annotations
 
+import json
 import os
 import tarfile
 import tempfile
@@ -57,10 +58,18 @@ def archive_pool(folder: Path, into: Path) -> list[str]:
     return sent
 
 
-def upload(settings: Settings, folder: Path, dataset: str, *, busy_retries: int = 20) -> str:
+def upload(
+    settings: Settings,
+    folder: Path,
+    dataset: str,
+    *,
+    busy_retries: int = 20,
+    sampling: dict[str, Any] | None = None,
+) -> str:
     """Send the pool in `folder` to the API (`POST /runs/upload`) and submit it as
     `dataset`; the run id. The archive is written to a temporary file first and streamed
-    from it. While every upload slot is taken (429), wait as the API's Retry-After says."""
+    from it. While every upload slot is taken (429), wait as the API's Retry-After says.
+    `sampling`: the run's own sampling settings (best-of-n), else the services'."""
     with tempfile.TemporaryDirectory(prefix="rsieve-send-") as tmp:
         archive = Path(tmp) / f"{folder.resolve().name or 'pool'}.tar"
         archive_pool(folder, archive)
@@ -68,7 +77,8 @@ def upload(settings: Settings, folder: Path, dataset: str, *, busy_retries: int 
             with archive.open("rb") as f:
                 resp = httpx.post(
                     f"{settings.api_url}/runs/upload",
-                    data={"dataset": dataset},
+                    data={"dataset": dataset}
+                    | ({"sampling": json.dumps(sampling)} if sampling else {}),
                     files={"pool": (archive.name, f, "application/x-tar")},
                     headers=_headers(settings),
                     # The API answers once the pool is packed into the bucket: minutes for

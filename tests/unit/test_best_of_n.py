@@ -125,8 +125,14 @@ def make_pool(folder: Path, count: int = ITEMS, protocol: str = "alnum") -> Path
 
 
 def pipeline(
-    pool: Path, model: StochasticStandIn, dataset: str = "bon", **settings: Any
+    pool: Path,
+    model: StochasticStandIn,
+    dataset: str = "bon",
+    sampling: dict[str, Any] | None = None,
+    **settings: Any,
 ) -> tuple[Context, MemoryStore, str, Abstain]:
+    """The pool through every task; `settings`: the services', `sampling`: the run's own
+    (as POST /runs takes it)."""
     store, sent, judge = MemoryStore(), Sent(), Abstain()
     s = Settings(purity_embedding=False, judge_calibration_rate=0.0, shard_size=64, **settings)
     ctx = bootstrap(
@@ -139,7 +145,7 @@ def pipeline(
     )
     for register in (clean_tasks, generate_tasks, verify_tasks, judge_tasks, compact_tasks):
         register(ctx)
-    run = submit(ctx, upload_pool(store, pool), dataset)
+    run = submit(ctx, upload_pool(store, pool), dataset, sampling)
     ctx.app.tasks["rsieve.ingest"](run=run)
     for task, kw in list(sent.tasks):
         if task == "rsieve.clean":
@@ -246,6 +252,12 @@ def test_rows_carry_the_pass_rate_and_the_samples_only_with_best_of_n(
     assert summary["accepted_at_n"] == len(ids)
     assert summary["accepted_at_1"] < summary["accepted_at_n"]
     assert "sampling" not in report(runs[1][1], "bon", runs[1][2])
+    card = runs[4][1].get(f"datasets/bon/commits/{runs[4][2]}/README.md").decode()
+    assert "## Best-of-n" in card and "answered every question 4 times" in card
+    row = f"| SynthWords | {ITEMS} | {4 * ITEMS} | {summary['accepted_at_n']} |"
+    assert row in card
+    plain = runs[1][1].get(f"datasets/bon/commits/{runs[1][2]}/README.md").decode()
+    assert "## Best-of-n" not in plain and "times" not in plain.split("## ")[1]
 
 
 def test_the_judge_sees_only_items_no_sample_passed_within_its_cap(runs: dict[int, Any]) -> None:
@@ -304,3 +316,30 @@ def test_several_samples_need_a_dataset_of_their_own(runs: dict[int, Any]) -> No
     assert "another dataset" in (dataset_conflict(manifest, 4) or "")
     sampled = json.loads(runs[4][1].get("datasets/bon/manifest.json"))
     assert sampled["sampled"] is True and "sampled" not in manifest
+
+
+def test_a_run_chooses_its_own_sampling(pool: Path, runs: dict[int, Any]) -> None:
+    """The services at their defaults (one sample); the submission asks for four: every
+    stage reads them from the run's spec, and the rows are those of services set to four."""
+    ctx, store, run, _ = pipeline(
+        pool, StochasticStandIn(P), sampling={"samples": 4, "temperature": 0.7}
+    )
+    assert ctx.settings.samples == 1 and ctx.spec(run).settings["samples"] == 4
+    assert run == runs[4][2]  # the same run id as services set to four
+    assert rows(store, "bon") == rows(runs[4][1], "bon")
+
+
+@pytest.mark.parametrize(
+    ("sampling", "message"),
+    [
+        ({"samples": 4}, "RSIEVE_TEMPERATURE"),
+        ({"samples": 4, "temperature": 0.7, "judge_model": "x"}, "may choose only"),
+    ],
+)
+def test_a_runs_sampling_is_validated(pool: Path, sampling: dict[str, Any], message: str) -> None:
+    from fastapi import HTTPException
+
+    with pytest.raises(HTTPException) as err:
+        pipeline(pool, StochasticStandIn(P), sampling=sampling)
+    assert err.value.status_code == 422 and message in str(err.value.detail)
+    assert "s3_secret_key" not in str(err.value.detail)

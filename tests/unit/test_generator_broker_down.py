@@ -32,6 +32,8 @@ def ctx() -> Iterator[object]:
         "interval_max": 0.1,
     }
     register(context)
+    # No stored run here: its settings are the services' (no sampling of its own).
+    context.run_settings = lambda run: settings  # type: ignore[method-assign]
     yield context
     context.app.close()
 

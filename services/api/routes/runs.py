@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, HTTPException, Query, UploadFile
+from pydantic import ValidationError
 
 from rsieve.calibration import summarise
 from rsieve.schemas import DATASET_PATTERN
@@ -24,6 +25,7 @@ from services.api.models import (
     RunPublic,
     RunsPublic,
     RunSummary,
+    Sampling,
 )
 
 router = APIRouter(prefix="/runs", tags=["runs"])
@@ -37,12 +39,14 @@ def submit(req: RunCreate, ctx: Authorised) -> RunCreated:
     pool root (`pool_path`). The same pool, dataset and settings give the same run."""
     if (req.pool_uri is None) == (req.pool_path is None):
         raise HTTPException(422, "give exactly one of pool_uri and pool_path")
+    sampling = req.sampling.chosen() if req.sampling else None
     if req.pool_uri is not None:
         if not req.pool_uri.startswith("s3://"):
             raise HTTPException(422, "pool_uri must be an s3:// URI")
-        run = runs.submit(ctx, req.pool_uri, req.dataset)
+        run = runs.submit(ctx, req.pool_uri, req.dataset, sampling)
     else:
-        run = runs.submit_folder(ctx, runs.pool_under_roots(ctx, str(req.pool_path)), req.dataset)
+        folder = runs.pool_under_roots(ctx, str(req.pool_path))
+        run = runs.submit_folder(ctx, folder, req.dataset, sampling)
     return RunCreated(run=run, status_url=f"/runs/{run}")
 
 
@@ -51,11 +55,16 @@ def submit_upload(
     ctx: Authorised,
     pool: Annotated[UploadFile, File()],
     dataset: Annotated[str, Form(pattern=DATASET_PATTERN)],
+    sampling: Annotated[str | None, Form(max_length=1024)] = None,
 ) -> RunCreated:
     """Submit a pool as an archive (tar, tar.gz or zip) of its folder (any pool format) at
     the top or in its one folder. Links, absolute names and `..` are refused; an image over
     the byte limit is left out and its lines quarantined (docs/security.md)."""
     s = ctx.settings
+    try:  # the run's own sampling, as JSON (models.Sampling), checked before any extraction
+        chosen = Sampling.model_validate_json(sampling).chosen() if sampling else None
+    except ValidationError as exc:
+        raise HTTPException(422, "; ".join(e["msg"] for e in exc.errors())) from None
     work = Path(tempfile.mkdtemp(prefix="rsieve-upload-"))
     try:
         try:  # the body as the server spooled it (no second copy), bounded by BodyLimit
@@ -69,7 +78,7 @@ def submit_upload(
             )
         except ArchiveError as exc:
             raise HTTPException(422, str(exc)) from None
-        run = runs.submit_folder(ctx, folder, dataset)
+        run = runs.submit_folder(ctx, folder, dataset, chosen)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return RunCreated(run=run, status_url=f"/runs/{run}")

@@ -555,6 +555,8 @@ def open_model(
     from rsieve.adapters.openai_compat import OpenAIModel
 
     s = settings
+    if role == "judge":  # the judge is greedy, whatever the generator samples at
+        s = s.model_copy(update={"temperature": 0.0, "top_p": 1.0})
     if s.interface_of(role) == "openai":
         return OpenAIModel.from_settings(s, role, gate=gate, on_ready=on_ready)
     if role == "judge":
