@@ -28,6 +28,7 @@ TRITON_MODELS = {
     "vllm-mimic": REPO_ROOT / "tests" / "triton_models" / "vllm-mimic",
     "inflight-probe": REPO_ROOT / "tests" / "triton_models" / "inflight-probe",
     "obedient-judge": REPO_ROOT / "tests" / "triton_models" / "obedient-judge",
+    "stochastic-standin": REPO_ROOT / "tests" / "triton_models" / "stochastic-standin",
     # The benchmark's continuous-batching engine stand-in (bench/README.md).
     "vllm-engine-standin": REPO_ROOT / "bench" / "triton_models" / "vllm-engine-standin",
 }

@@ -18,7 +18,7 @@ from rsieve.calibration import (
     probe_prompt,
 )
 from rsieve.cascade import apply_verdict, judge_prompt
-from rsieve.sampling import settle_all, to_judge
+from rsieve.sampling import in_window, settle_all, to_judge
 from rsieve.schemas import ShardOutput
 from services.common import Context
 
@@ -82,9 +82,19 @@ def register(ctx: Context) -> None:
                 outcomes[i] = apply_verdict(
                     verified[i], model=model, prompt=prompts[k], model_kind=kind, **reply(k)
                 )
-            outcomes = settle_all(outcomes, s.keep, s.max_kept)  # one per item
+            # One per item; a pass-rate window (when set) quarantines what lies outside.
+            outcomes, outside = in_window(
+                settle_all(outcomes, s.keep, s.max_kept), s.pass_rate_window
+            )
             ctx.save(
-                ShardOutput(run=run, shard=shard, stage="judge", lines=lines, outcomes=outcomes)
+                ShardOutput(
+                    run=run,
+                    shard=shard,
+                    stage="judge",
+                    lines=lines,
+                    outcomes=outcomes,
+                    quarantined=outside,
+                )
             )
         # Every shard that finishes checks; whichever sees all of them enqueues the
         # compaction (more than one may: compaction is idempotent).

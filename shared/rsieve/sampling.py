@@ -25,13 +25,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from rsieve.rows import passed_text
-from rsieve.schemas import Outcome, Samples
+from rsieve.schemas import Outcome, Quarantined, Samples
 from rsieve.verify import canonical, verify
 
 __all__ = [
     "Draw",
     "dataset_conflict",
     "draws",
+    "in_window",
     "kept_samples",
     "pass_rate",
     "sample_seed",
@@ -156,6 +157,36 @@ def settle(samples: Sequence[Outcome], keep: Keep = "first", max_kept: int = 1) 
         others=[o for o in ordered if o is not head],
     )
     return head.model_copy(update={"samples": record})
+
+
+def in_window(
+    outcomes: Sequence[Outcome], window: Sequence[float]
+) -> tuple[list[Outcome], list[Quarantined]]:
+    """Settled outcomes split by a pass-rate window [low, high] (empty: all kept): an
+    accepted item whose pass rate lies outside is quarantined `pass_rate_window`; rejected
+    items (none accepted) stay in the rejected split, as without a window."""
+    if not window:
+        return list(outcomes), []
+    low, high = window
+    kept: list[Outcome] = []
+    out: list[Quarantined] = []
+    for o in outcomes:
+        passed, n = pass_rate(o)
+        if o.place == "accepted" and not low <= passed / n <= high:
+            item = o.generation.item
+            out.append(
+                Quarantined(
+                    id=item.id,
+                    line=item.line,
+                    family=item.family,
+                    stage="judge",
+                    reason="pass_rate_window",
+                    detail=f"{passed}/{n} accepted, outside [{low}, {high}]",
+                )
+            )
+        else:
+            kept.append(o)
+    return kept, out
 
 
 def settle_all(

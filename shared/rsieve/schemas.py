@@ -64,6 +64,8 @@ QUARANTINE_REASONS: dict[str, str] = {
     "off_task": "the family measured off-task above the policy threshold and this item is "
     "not its benchmark task (cleaning.json has the measurement)",
     "model_error": "the model call failed after retries (infrastructure, never a verdict)",
+    "pass_rate_window": "best-of-n with a pass-rate window: the item was accepted, but the "
+    "share of its samples accepted lies outside the window (too easy or too hard to teach)",
     "max_deliveries": "the item was in flight each time its worker died, beyond the limit",
 }
 

@@ -99,6 +99,9 @@ class Settings(BaseSettings):
     # When no sample of an item passed the verifier: judge calls for it, at most (its
     # first rejected samples).
     judge_samples: int = Field(1, ge=1)
+    # Keep only accepted items whose pass rate lies in [low, high] (e.g. [0.2, 0.8], as
+    # InternVL3.5 does); the others are quarantined `pass_rate_window`. Empty: off.
+    pass_rate_window: list[float] = []
     # "rsieve" (prompt/image -> text/finish_reason), "vllm" (Triton's vLLM backend, chat
     # template rendered client side), "auto" (read from the model's metadata), or "openai":
     # an OpenAI-compatible server's /chat/completions (vLLM's `vllm serve`, SGLang, TGI,
@@ -240,6 +243,15 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _pass_rate_window_is_a_range(self) -> Settings:
+        w = self.pass_rate_window
+        if w and not (len(w) == 2 and 0 <= w[0] <= w[1] <= 1):
+            raise ValueError(f"pass_rate_window {w} is not [low, high] with 0 <= low <= high <= 1")
+        if w and self.samples == 1:
+            raise ValueError("a pass-rate window needs several samples (samples > 1)")
+        return self
+
+    @model_validator(mode="after")
     def _samples_need_a_temperature(self) -> Settings:
         if self.samples > 1 and self.temperature <= 0:
             raise ValueError(
@@ -334,6 +346,7 @@ DECIDING = frozenset(
         "keep",
         "max_kept",
         "judge_samples",
+        "pass_rate_window",
         "generator_tokenizer",
         "judge_tokenizer",
         "reasoning",
@@ -363,7 +376,16 @@ DECIDING = frozenset(
 # What a submission may choose for its own run (POST /runs `sampling`, `rsieve run
 # --samples`): the generator's sampling and what best-of-n keeps. The run's spec records
 # them and every stage reads them from there (services.common.Context.run_settings).
-SAMPLING = ("samples", "temperature", "top_p", "seed", "keep", "max_kept", "judge_samples")
+SAMPLING = (
+    "samples",
+    "temperature",
+    "top_p",
+    "seed",
+    "keep",
+    "max_kept",
+    "judge_samples",
+    "pass_rate_window",
+)
 
 # DECIDING fields added after run ids were first given out. Each enters a run's id only
 # when set to something other than its default, so a pool submitted with the defaults keeps
@@ -380,6 +402,7 @@ SINCE_FIRST_IDS = frozenset(
         "keep",
         "max_kept",
         "judge_samples",
+        "pass_rate_window",
     }
 )
 

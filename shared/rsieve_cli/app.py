@@ -310,6 +310,10 @@ Temperature = Annotated[float | None, typer.Option(help="the generator's samplin
 Seed = Annotated[int | None, typer.Option(help="base seed: sample k of an item gets its own")]
 Keep = Annotated[str | None, typer.Option(help="accepted answers kept per item: first|distinct")]
 MaxKept = Annotated[int | None, typer.Option(help="at most this many kept per item (distinct)")]
+Window = Annotated[
+    str | None,
+    typer.Option(help="LOW,HIGH: keep accepted items whose pass rate lies within (e.g. 0.2,0.8)"),
+]
 
 
 def _sampling(
@@ -318,14 +322,20 @@ def _sampling(
     seed: int | None,
     keep: str | None,
     max_kept: int | None,
+    window: str | None = None,
 ) -> dict[str, Any] | None:
     """The run's own sampling, as the API takes it (only what was given)."""
+    try:
+        bounds = [float(x) for x in window.split(",")] if window else None
+    except ValueError:
+        raise Failure(f"--pass-rate-window {window!r}", "give LOW,HIGH, e.g. 0.2,0.8") from None
     chosen = {
         "samples": samples,
         "temperature": temperature,
         "seed": seed,
         "keep": keep,
         "max_kept": max_kept,
+        "pass_rate_window": bounds,
     }
     return {k: v for k, v in chosen.items() if v is not None} or None
 
@@ -342,6 +352,7 @@ def run(
     seed: Seed = None,
     keep: Keep = None,
     max_kept: MaxKept = None,
+    pass_rate_window: Window = None,
 ) -> None:
     """Process a pool end to end on the local stack and export its dataset."""
     from rsieve.adapters.exports import export_dataset
@@ -357,7 +368,10 @@ def run(
         name = dataset or pool.resolve().name
         with console.status(f"uploading {pool}"):
             run_id = upload(
-                settings, pool, name, sampling=_sampling(samples, temperature, seed, keep, max_kept)
+                settings,
+                pool,
+                name,
+                sampling=_sampling(samples, temperature, seed, keep, max_kept, pass_rate_window),
             )
         console.print(f"run [bold]{run_id}[/] for pool {pool} -> dataset {name}")
         with Progress(
@@ -405,6 +419,7 @@ def submit_pool(
     seed: Seed = None,
     keep: Keep = None,
     max_kept: MaxKept = None,
+    pass_rate_window: Window = None,
 ) -> None:
     """Upload POOL through the API and submit it; prints the run id (no waiting). Needs
     only the API's address and token (RSIEVE_API_URL, RSIEVE_API_TOKEN)."""
@@ -422,7 +437,10 @@ def submit_pool(
     name = dataset or pool.resolve().name
     try:
         run_id = upload(
-            _settings(), pool, name, sampling=_sampling(samples, temperature, seed, keep, max_kept)
+            _settings(),
+            pool,
+            name,
+            sampling=_sampling(samples, temperature, seed, keep, max_kept, pass_rate_window),
         )
     except PermanentError as exc:
         raise Failure(str(exc)) from None

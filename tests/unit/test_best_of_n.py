@@ -343,3 +343,39 @@ def test_a_runs_sampling_is_validated(pool: Path, sampling: dict[str, Any], mess
         pipeline(pool, StochasticStandIn(P), sampling=sampling)
     assert err.value.status_code == 422 and message in str(err.value.detail)
     assert "s3_secret_key" not in str(err.value.detail)
+
+
+def test_a_pass_rate_window_quarantines_accepted_items_outside_it(
+    pool: Path, runs: dict[int, Any]
+) -> None:
+    """The same samples as the n = 8 run (same seeds): the accepted items whose pass rate
+    lies outside [0.2, 0.8] are quarantined, with their own reason; the rest is as it was."""
+    window = [0.2, 0.8]
+    ctx, store, run, _ = pipeline(
+        pool, StochasticStandIn(P), samples=8, temperature=0.7, pass_rate_window=window
+    )
+    histogram = report(runs[8][1], "bon", runs[8][2])["sampling"]["SynthWords"]["pass_histogram"]
+    outside = sum(
+        count
+        for rate, count in histogram.items()
+        if (k := int(rate.split("/")[0])) > 0 and not window[0] <= k / 8 <= window[1]
+    )
+    assert outside > 0
+    fam = report(store, "bon", run)["families"]["SynthWords"]
+    assert fam["quarantined_by_reason"] == {"pass_rate_window": outside}
+    accepted_before = report(runs[8][1], "bon", runs[8][2])["families"]["SynthWords"]["accepted"]
+    assert fam["accepted"] == accepted_before - outside
+    assert fam["adds_up"]
+    index = json.loads(ctx.store.get(f"runs/{run}/shards.json"))
+    assert audit_run(index, outputs(ctx, run)).ok
+    for qa in (q for row in rows(store, "bon")["SynthWords_RS_nothink"] for q in row["qa"]):
+        assert window[0] <= qa["pass_rate"] <= window[1]
+
+
+def test_a_pass_rate_window_needs_several_samples() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="several samples"):
+        Settings(pass_rate_window=[0.2, 0.8])
+    with pytest.raises(ValidationError, match="low <= high"):
+        Settings(samples=4, temperature=0.7, pass_rate_window=[0.8, 0.2])

@@ -1,0 +1,97 @@
+"""Best-of-n through the real stack: `rsieve run --samples 4 --temperature 0.7` on Triton's
+stochastic stand-in (tests/triton_models/stochastic-standin: not a model; right with
+probability 0.3 per sample, decided by the sample's seed, which the client sends as the
+model's optional `seed` input). The same pool once with one sample: the yield grows as
+1 - (1 - p)^n says, every qa entry carries its pass rate, the card shows it, and
+`rsieve audit` counts items and samples."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import datasets
+import pytest
+
+from rsieve_cli.local.stack import REPO_ROOT, Stack
+from tests.unit.test_best_of_n import make_pool
+
+ITEMS = 60
+
+
+@pytest.fixture(scope="module")
+def stack(start_stack: Any) -> Stack:
+    return start_stack(  # type: ignore[no-any-return]
+        ["stochastic-standin", "judge-abstain"],
+        settings_env={
+            "RSIEVE_GENERATOR_MODEL": "stochastic-standin",
+            "RSIEVE_JUDGE_MODEL": "judge-abstain",
+            "RSIEVE_PURITY_EMBEDDING": "false",
+        },
+    )
+
+
+def _cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "RSIEVE_STACK_DIR": str(stack.dir), "COLUMNS": "160"}
+    return subprocess.run(
+        [sys.executable, "-m", "rsieve_cli.app", *args],
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=900,
+        cwd=REPO_ROOT,
+    )
+
+
+def test_four_samples_per_question_through_the_stack(stack: Stack, tmp_path: Path) -> None:
+    pool = make_pool(tmp_path / "pool", count=ITEMS)
+    one = _cli(stack, "run", str(pool), "--out", str(tmp_path / "one"), "--dataset", "one")
+    assert one.returncode == 0, one.stderr[-3000:]
+    four = _cli(
+        stack,
+        "run",
+        str(pool),
+        "--out",
+        str(tmp_path / "four"),
+        "--dataset",
+        "four",
+        "--samples",
+        "4",
+        "--temperature",
+        "0.7",
+    )
+    assert four.returncode == 0, four.stderr[-3000:]
+    reports = {
+        n: json.loads((tmp_path / n / n / "run_report.json").read_text()) for n in ("one", "four")
+    }
+    accepted = {n: r["families"]["SynthWords"]["accepted"] for n, r in reports.items()}
+    assert accepted["one"] < accepted["four"]
+    sampling = reports["four"]["sampling"]["SynthWords"]
+    assert (sampling["items"], sampling["samples"]) == (ITEMS, 4 * ITEMS)
+    assert sampling["accepted_at_n"] == accepted["four"]
+    assert "sampling" not in reports["one"]
+    # Every accepted qa entry carries its item's pass rate; the rejected its wrong answers.
+    ds = datasets.load_dataset(str(tmp_path / "four" / "four"))
+    for row in ds["SynthWords_RS_nothink"]:
+        for qa in row["qa"]:
+            assert qa["samples"] == 4 and qa["pass_rate"] == qa["passed"] / 4 > 0
+            assert qa["seed"] is not None and 0 <= qa["sample"] < 4
+    for row in ds["SynthWords_rejected"]:
+        for qa in row["qa"]:
+            assert qa["passed"] == 0 and len(qa["wrong_answers"]) >= 1
+    card = (tmp_path / "four" / "four" / "README.md").read_text()
+    assert "## Best-of-n" in card and "answered every question 4 times" in card
+    run = reports["four"]["run"]
+    audit = _cli(stack, "audit", run, "--json")
+    assert audit.returncode == 0, audit.stdout[-3000:]
+    result = json.loads(audit.stdout)
+    assert result["ok"] and result["samples"] == 4 * ITEMS
+    # A dataset of single-sample runs refuses a best-of-n run, saying why.
+    mixed = _cli(
+        stack, "submit", str(pool), "--dataset", "one", "--samples", "4", "--temperature", "0.7"
+    )
+    assert mixed.returncode != 0 and "best-of-n" in mixed.stdout + mixed.stderr
