@@ -24,6 +24,7 @@ class Sampling(BaseModel):
     max_kept: int | None = Field(None, ge=1)
     judge_samples: int | None = Field(None, ge=1)
     pass_rate_window: list[float] | None = Field(None, min_length=2, max_length=2)
+    circular: bool | None = None
 
     def chosen(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)

@@ -72,7 +72,7 @@ def register(ctx: Context) -> None:
             arrived()
 
         model = ctx.generator_model(feeder.gate, on_ready, s)
-        asked, draws = sampled(ready, s.samples, s.seed)  # best-of-n: a seed per sample
+        asked, draws = sampled(ready, s.samples, s.seed, s.circular)  # best-of-n
         replies = ctx.guard("generate", run, shard).batch(
             list(zip(asked, draws, strict=True)),
             lambda batch: feeder.run(

@@ -84,7 +84,7 @@ def register(ctx: Context) -> None:
                 )
             # One per item; a pass-rate window (when set) quarantines what lies outside.
             outcomes, outside = in_window(
-                settle_all(outcomes, s.keep, s.max_kept), s.pass_rate_window
+                settle_all(outcomes, s.keep, s.max_kept, s.circular), s.pass_rate_window
             )
             ctx.save(
                 ShardOutput(

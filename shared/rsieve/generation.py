@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rsieve.images import ImageError, PreparedImage
-from rsieve.sampling import Draw
+from rsieve.sampling import Draw, circular_items
 from rsieve.sampling import draws as sample_draws
 from rsieve.schemas import Generation, Item, Quarantined
 from rsieve.think import parse_output
@@ -130,12 +130,24 @@ def ready_items(
 
 
 def sampled(
-    ready: Sequence[tuple[Item, PreparedImage]], samples: int, base_seed: int
+    ready: Sequence[tuple[Item, PreparedImage]],
+    samples: int,
+    base_seed: int,
+    circular: bool = False,
 ) -> tuple[list[tuple[Item, PreparedImage]], list[Draw | None]]:
     """Every request of a shard: each ready item once, or once per sample (best-of-n,
-    rsieve.sampling.draws), samples of one item together; and the sample each is."""
-    pairs = [(pair, d) for pair in ready for d in sample_draws(pair[0].id, samples, base_seed)]
-    return [p for p, _ in pairs], [d for _, d in pairs]
+    rsieve.sampling.draws), samples of one item together; and the sample each is. With
+    `circular`, sample k asks the item with its options rotated by k (its question, as
+    sent, and its references rotated with them)."""
+    asked: list[tuple[Item, PreparedImage]] = []
+    draws: list[Draw | None] = []
+    for item, image in ready:
+        its_draws = sample_draws(item.id, samples, base_seed)
+        items = circular_items(item, samples) if circular else [item] * len(its_draws)
+        for d, it in zip(its_draws, items, strict=True):
+            asked.append((it, image))
+            draws.append(d)
+    return asked, draws
 
 
 def record_generations(

@@ -22,7 +22,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["McqResult", "normalise_mcq", "render_block"]
+__all__ = ["McqResult", "lettered_options", "normalise_mcq", "render_block"]
 
 Status = Literal["normalised", "lettered", "ambiguous", "none"]
 
@@ -115,6 +115,12 @@ def _map_answer(
 
 def _sequential(letters: list[str]) -> bool:
     return [c.upper() for c in letters] == [chr(ord("A") + i) for i in range(len(letters))]
+
+
+def lettered_options(question: str) -> dict[str, str] | None:
+    """The options of a question's lettered block (a line per option: `A. text`, `(B) text`,
+    letters in order from A), None without one of at least two."""
+    return _block_options(question)
 
 
 def _block_options(question: str) -> dict[str, str] | None:

@@ -24,17 +24,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from rsieve.mcq import lettered_options, render_block
 from rsieve.rows import passed_text
-from rsieve.schemas import Outcome, Quarantined, Samples
+from rsieve.schemas import Item, Outcome, Quarantined, Samples
 from rsieve.verify import canonical, verify
 
 __all__ = [
     "Draw",
+    "circular_items",
     "dataset_conflict",
     "draws",
     "in_window",
     "kept_samples",
     "pass_rate",
+    "rotate",
     "sample_seed",
     "sampling_summary",
     "settle",
@@ -65,6 +68,39 @@ def draws(item_id: str, samples: int, base_seed: int) -> list[Draw | None]:
     if samples <= 1:
         return [None]
     return [Draw(k, sample_seed(base_seed, item_id, k)) for k in range(samples)]
+
+
+def rotate(item: Item, shift: int) -> Item | None:
+    """The item with its options rotated by `shift` (circular sampling, VLMEvalKit's
+    CircularEval): letter i gets the text of letter i + shift, the reference letters move
+    with their texts, and the question's options block is rendered again in place. The
+    options are the item's, or its question's lettered block. None when it has none, or
+    the block is not one line per option as rsieve.mcq renders it."""
+    options = item.options or lettered_options(item.question)
+    if not options or len(options) < 2:
+        return None
+    letters = list(options)
+    block = render_block(options)
+    if block not in item.question:
+        return None
+    m = len(letters)
+    r = shift % m
+    if r == 0:  # asked as it is; its options known, as every rotation's are
+        return item.model_copy(update={"options": options})
+    rotated = {letters[i]: options[letters[(i + r) % m]] for i in range(m)}
+    moved = {letters[(i + r) % m]: letters[i] for i in range(m)}  # old letter -> new
+    references = [moved.get(ref.strip().strip("().").upper(), ref) for ref in item.references]
+    question = item.question.replace(block, render_block(rotated), 1)
+    return item.model_copy(
+        update={"question": question, "options": rotated, "references": references}
+    )
+
+
+def circular_items(item: Item, samples: int) -> list[Item]:
+    """The item each of `samples` samples is asked about under circular sampling: sample
+    k sees the options rotated by k (every rotation, in turn); an item that cannot be
+    rotated is asked as it is."""
+    return [rotate(item, k) or item for k in range(samples)]
 
 
 def to_judge(verified: Sequence[Outcome], judge_samples: int) -> list[int]:
@@ -134,29 +170,45 @@ def _wrong(o: Outcome) -> str:
     return gen.answer if gen.answer is not None else gen.raw_output
 
 
-def settle(samples: Sequence[Outcome], keep: Keep = "first", max_kept: int = 1) -> Outcome:
-    """The samples of one item (sample order) as the item's one Outcome."""
+def settle(
+    samples: Sequence[Outcome], keep: Keep = "first", max_kept: int = 1, circular: bool = False
+) -> Outcome:
+    """The samples of one item (sample order) as the item's one Outcome. `circular`: the
+    samples saw the options rotated (`circular_items`); the item is accepted only when
+    every sample was, and otherwise rejected `circular_inconsistent` (a lucky guess is not
+    training data)."""
     if len(samples) == 1 and samples[0].generation.sample is None:
         return samples[0]  # one sample: the card's process, untouched
     ordered = sorted(samples, key=lambda o: o.generation.sample or 0)
     accepted = [o for o in ordered if o.place == "accepted"]
+    if circular and accepted and len(accepted) < len(ordered):
+        head = next(o for o in ordered if o.place != "accepted")
+        head = head.model_copy(
+            update={"place": "rejected", "reason": "circular_inconsistent", "promoted_by": None}
+        )
+        return head.model_copy(update={"samples": _record(ordered, head, accepted, [])})
     kept = kept_samples(accepted, keep, max_kept)
     if kept:
         head = kept[0]
     else:  # rejected: the first sample the judge saw, else the first sample
         head = next((o for o in ordered if o.verdict is not None), ordered[0])
+    return head.model_copy(update={"samples": _record(ordered, head, accepted, kept)})
+
+
+def _record(
+    ordered: Sequence[Outcome], head: Outcome, accepted: Sequence[Outcome], kept: Sequence[Outcome]
+) -> Samples:
     wrong: list[str] = []
     for o in ordered:
         if o.place == "rejected" and _wrong(o) not in wrong:
             wrong.append(_wrong(o))
-    record = Samples(
+    return Samples(
         n=len(ordered),
         passed=[o.generation.sample or 0 for o in accepted],
         kept=[o.generation.sample or 0 for o in kept],
         wrong=wrong,
-        others=[o for o in ordered if o is not head],
+        others=[o for o in ordered if o.generation.sample != head.generation.sample],
     )
-    return head.model_copy(update={"samples": record})
 
 
 def in_window(
@@ -190,14 +242,14 @@ def in_window(
 
 
 def settle_all(
-    outcomes: Sequence[Outcome], keep: Keep = "first", max_kept: int = 1
+    outcomes: Sequence[Outcome], keep: Keep = "first", max_kept: int = 1, circular: bool = False
 ) -> list[Outcome]:
     """A shard's sample outcomes settled item by item (`settle`), in the order the items
     first appear: one outcome per item."""
     by_line: dict[int, list[Outcome]] = {}
     for o in outcomes:
         by_line.setdefault(o.generation.item.line, []).append(o)
-    return [settle(group, keep, max_kept) for group in by_line.values()]
+    return [settle(group, keep, max_kept, circular) for group in by_line.values()]
 
 
 def dataset_conflict(manifest: dict[str, object] | None, samples: int) -> str | None:

@@ -99,6 +99,8 @@ REJECT_REASONS: dict[str, str] = {
     "empty_answer": "the model gave an empty answer after its reasoning",
     "truncated_answer": "the output hit the token budget right after the reasoning",
     "refusal": "the model refused to answer (a refusal is never scored or judged)",
+    "circular_inconsistent": "circular sampling: some rotations of the options were "
+    "answered right and some not (a lucky guess is not training data)",
     "judge_untrusted": "the judge said CORRECT, but its measured false-promotion rate for "
     "the family exceeds the bound, so its promotions are held back",
 }

@@ -102,6 +102,9 @@ class Settings(BaseSettings):
     # Keep only accepted items whose pass rate lies in [low, high] (e.g. [0.2, 0.8], as
     # InternVL3.5 does); the others are quarantined `pass_rate_window`. Empty: off.
     pass_rate_window: list[float] = []
+    # Multiple choice (items with options): sample k sees the options rotated by k
+    # (VLMEvalKit's CircularEval); the item is accepted only when every sample is.
+    circular: bool = False
     # "rsieve" (prompt/image -> text/finish_reason), "vllm" (Triton's vLLM backend, chat
     # template rendered client side), "auto" (read from the model's metadata), or "openai":
     # an OpenAI-compatible server's /chat/completions (vLLM's `vllm serve`, SGLang, TGI,
@@ -253,11 +256,14 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _samples_need_a_temperature(self) -> Settings:
-        if self.samples > 1 and self.temperature <= 0:
+        if self.samples > 1 and self.temperature <= 0 and not self.circular:
             raise ValueError(
                 f"samples={self.samples} at temperature 0 asks the same greedy answer "
-                f"{self.samples} times: set RSIEVE_TEMPERATURE above 0 (e.g. 0.7)"
+                f"{self.samples} times: set RSIEVE_TEMPERATURE above 0 (e.g. 0.7), or "
+                "rotate the options (circular)"
             )
+        if self.circular and self.samples < 2:
+            raise ValueError("circular sampling needs several samples (one per rotation)")
         return self
 
     @model_validator(mode="after")
@@ -347,6 +353,7 @@ DECIDING = frozenset(
         "max_kept",
         "judge_samples",
         "pass_rate_window",
+        "circular",
         "generator_tokenizer",
         "judge_tokenizer",
         "reasoning",
@@ -385,6 +392,7 @@ SAMPLING = (
     "max_kept",
     "judge_samples",
     "pass_rate_window",
+    "circular",
 )
 
 # DECIDING fields added after run ids were first given out. Each enters a run's id only
@@ -403,6 +411,7 @@ SINCE_FIRST_IDS = frozenset(
         "max_kept",
         "judge_samples",
         "pass_rate_window",
+        "circular",
     }
 )
 

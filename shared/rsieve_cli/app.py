@@ -310,6 +310,13 @@ Temperature = Annotated[float | None, typer.Option(help="the generator's samplin
 Seed = Annotated[int | None, typer.Option(help="base seed: sample k of an item gets its own")]
 Keep = Annotated[str | None, typer.Option(help="accepted answers kept per item: first|distinct")]
 MaxKept = Annotated[int | None, typer.Option(help="at most this many kept per item (distinct)")]
+Circular = Annotated[
+    bool | None,
+    typer.Option(
+        "--circular/--no-circular",
+        help="multiple choice: sample k sees the options rotated by k; accepted only if all are",
+    ),
+]
 Window = Annotated[
     str | None,
     typer.Option(help="LOW,HIGH: keep accepted items whose pass rate lies within (e.g. 0.2,0.8)"),
@@ -323,6 +330,7 @@ def _sampling(
     keep: str | None,
     max_kept: int | None,
     window: str | None = None,
+    circular: bool | None = None,
 ) -> dict[str, Any] | None:
     """The run's own sampling, as the API takes it (only what was given)."""
     try:
@@ -336,6 +344,7 @@ def _sampling(
         "keep": keep,
         "max_kept": max_kept,
         "pass_rate_window": bounds,
+        "circular": circular,
     }
     return {k: v for k, v in chosen.items() if v is not None} or None
 
@@ -353,6 +362,7 @@ def run(
     keep: Keep = None,
     max_kept: MaxKept = None,
     pass_rate_window: Window = None,
+    circular: Circular = None,
 ) -> None:
     """Process a pool end to end on the local stack and export its dataset."""
     from rsieve.adapters.exports import export_dataset
@@ -371,7 +381,9 @@ def run(
                 settings,
                 pool,
                 name,
-                sampling=_sampling(samples, temperature, seed, keep, max_kept, pass_rate_window),
+                sampling=_sampling(
+                    samples, temperature, seed, keep, max_kept, pass_rate_window, circular
+                ),
             )
         console.print(f"run [bold]{run_id}[/] for pool {pool} -> dataset {name}")
         with Progress(
@@ -420,6 +432,7 @@ def submit_pool(
     keep: Keep = None,
     max_kept: MaxKept = None,
     pass_rate_window: Window = None,
+    circular: Circular = None,
 ) -> None:
     """Upload POOL through the API and submit it; prints the run id (no waiting). Needs
     only the API's address and token (RSIEVE_API_URL, RSIEVE_API_TOKEN)."""
@@ -440,7 +453,9 @@ def submit_pool(
             _settings(),
             pool,
             name,
-            sampling=_sampling(samples, temperature, seed, keep, max_kept, pass_rate_window),
+            sampling=_sampling(
+                samples, temperature, seed, keep, max_kept, pass_rate_window, circular
+            ),
         )
     except PermanentError as exc:
         raise Failure(str(exc)) from None

@@ -379,3 +379,89 @@ def test_a_pass_rate_window_needs_several_samples() -> None:
         Settings(pass_rate_window=[0.2, 0.8])
     with pytest.raises(ValidationError, match="low <= high"):
         Settings(samples=4, temperature=0.7, pass_rate_window=[0.8, 0.2])
+
+
+class SameLetter:
+    """A stand-in (not a model) that answers "A" to every question."""
+
+    def __init__(self) -> None:
+        self.info: ModelInfo | None = None
+        self.asked: list[ModelRequest] = []
+
+    def bind(self, gate: EngineGate, on_ready: Callable[[ModelInfo], None]) -> SameLetter:
+        self.on_ready = on_ready
+        return self
+
+    async def generate_many_async(
+        self, requests: Sequence[ModelRequest]
+    ) -> list[ModelReply | Exception]:
+        self.info = ModelInfo(name="same-letter", version="1", interface="rsieve", kind="stand-in")
+        self.on_ready(self.info)
+        self.asked += requests
+        return [ModelReply(text="<think>always A</think>A", finish_reason="stop") for _ in requests]
+
+
+def make_mcq_pool(folder: Path, count: int = 40) -> Path:
+    """A 4-option family whose right letters are A, B, C, D in turn."""
+    folder.mkdir(parents=True)
+    lines = []
+    for i in range(count):
+        buf = io.BytesIO()
+        picture(f"mcq-{i}", (96, 64)).save(buf, format="PNG")
+        (folder / f"{i}.png").write_bytes(buf.getvalue())
+        words = [f"alpha{i}", f"beta{i}", f"gamma{i}", f"delta{i}"]
+        block = "\n".join(f"{letter}. {w}" for letter, w in zip("ABCD", words, strict=True))
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"mcq-{i}",
+                    "family": "SynthChoice",
+                    "image": f"{i}.png",
+                    "question": f"Which word is shown?\nOptions:\n{block}\nAnswer with the letter.",
+                    "answer": "ABCD"[i % 4],
+                    "protocol": "mc",
+                    "source": {"sha256": hashlib.sha256(buf.getvalue()).hexdigest()},
+                }
+            )
+        )
+    (folder / "items.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_circular_sampling_never_accepts_a_lucky_letter(tmp_path: Path) -> None:
+    pool = make_mcq_pool(tmp_path / "pool")
+    model = SameLetter()
+    _, once, run1, _ = pipeline(pool, model, dataset="mcq")  # type: ignore[arg-type]
+    fam = report(once, "mcq", run1)["families"]["SynthChoice"]
+    assert fam["accepted"] == 40 // 4  # a quarter: the items whose right letter is A
+    model = SameLetter()
+    ctx, circ, run4, _ = pipeline(
+        pool,
+        model,  # type: ignore[arg-type]
+        dataset="mcq",
+        samples=4,
+        circular=True,  # greedy: the rotations differ, not the seeds
+    )
+    fam = report(circ, "mcq", run4)["families"]["SynthChoice"]
+    assert fam["accepted"] == 0
+    # "A" is right in exactly one rotation of every item: each is a lucky guess once.
+    assert fam["rejected_by_reason"] == {"circular_inconsistent": 40}
+    settled = [o for out in outputs(ctx, run4)["judge"].values() for o in out.outcomes]
+    assert all(o.samples is not None and len(o.samples.passed) == 1 for o in settled)
+    # Each item was asked once per rotation: the four option orders, the reference moved.
+    by_item: dict[str, list[str]] = {}
+    for out in outputs(ctx, run4)["generate"].values():
+        for g in out.generations:
+            by_item.setdefault(g.item.id, []).append(g.item.question)
+            words = g.item.options or {}
+            (right,) = g.item.references
+            assert (
+                words[right]
+                == dict(zip("ABCD", ["alpha", "beta", "gamma", "delta"], strict=True))[
+                    "ABCD"[int(g.item.id.split("-")[1]) % 4]
+                ]
+                + g.item.id.split("-")[1]
+            )
+    assert all(len(set(questions)) == 4 for questions in by_item.values())
+    index = json.loads(ctx.store.get(f"runs/{run4}/shards.json"))
+    assert audit_run(index, outputs(ctx, run4)).ok

@@ -81,6 +81,12 @@ def test_every_deciding_field_changes_the_run_id(name: str) -> None:
         warm = Settings(temperature=0.5)
         assert _rid(Settings(samples=2, temperature=0.5)) != _rid(warm)
         return
+    if name == "circular":  # one rotation per sample
+        assert _rid(Settings(samples=4, circular=True)) != _rid(
+            Settings(samples=4, temperature=0.5)
+        )
+        assert _rid(Settings(samples=4, circular=True)) != _rid(Settings())
+        return
     if name == "pass_rate_window":  # a window needs several samples
         sampled = {"samples": 4, "temperature": 0.5}
         windowed = Settings(pass_rate_window=[0.2, 0.8], **sampled)
