@@ -42,9 +42,18 @@ class Server:
         try:
             yield server
         finally:
-            if server.proc is not None and server.proc.poll() is None:
-                server.proc.terminate()
-                server.proc.wait(30)
+            server.stop()
+
+    def stop(self) -> None:
+        """Terminate; kill when it does not go (a server mid-request may not)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(30)
 
     def start(self) -> None:
         exe = Path(sys.executable).with_name("transformers")
