@@ -151,8 +151,16 @@ def shard_times(settings: Any, run: str, t0_wall: float) -> list[float]:
 
 
 def one_run(
-    stack: Stack, pool: Path, items: int, dataset: str, ports: list[int], pids: dict[str, int]
+    stack: Stack,
+    pool: Path,
+    items: int,
+    dataset: str,
+    ports: list[int],
+    pids: dict[str, int],
+    samples: int = 1,
 ) -> dict[str, Any]:
+    """One run of `pool`; `samples` > 1: best-of-n at temperature 0.7 (the run's own
+    sampling), the engine's steady window counted in samples."""
     from rsieve_cli.client import wait_for_run
 
     time.sleep(2)
@@ -162,13 +170,14 @@ def one_run(
     t0_wall = time.time() - (time.monotonic() - sampler.t0)
     sampler.start()
     wall0 = time.monotonic()
-    run, settings = submit(stack, pool, dataset)
+    sampling = {"samples": samples, "temperature": 0.7} if samples > 1 else None
+    run, settings = submit(stack, pool, dataset, sampling)
     status = wait_for_run(settings, run, timeout=1200, poll_s=2.0)
     wall = time.monotonic() - wall0
     cpu = tree_cpu_s(list(pids.values())) - cpu0
     sampler.stop.set()
     sampler.join()
-    figures = steady(sampler.samples, items)
+    figures = steady(sampler.samples, items * samples)
     timeline = [
         {
             "t": round(t, 2),
@@ -186,6 +195,7 @@ def one_run(
         "cpu_ms_per_item": 1000 * cpu / items,
         "cpu_s_by_service": {n: round(tree_cpu_s([p]) - before[n], 2) for n, p in pids.items()},
         "steady": figures,
+        "samples": samples,
         "adds_up": status.get("manifest", {}).get("adds_up"),
         "timeline": timeline,
         "shards_stored_at_s": shard_times(settings, run, t0_wall),
@@ -233,6 +243,9 @@ def bench(
         make_pool(root / f"pool{k}", items, wrong_every=0, prefix=f"e{k}")
         for k in range(2 if scale_out else 1)
     ]
+    # Best-of-n at n = 4 on a quarter of the items: as many sequences as the n = 1 run.
+    sampled_items = max(1, items // BEST_OF)
+    sampled_pool = make_pool(root / "pool-n4", sampled_items, wrong_every=0, prefix="n4")
     models = {
         ENGINE: ENGINE_DIR,
         "judge-abstain": ROOT / "deploy" / "triton" / "cpu" / "judge-abstain",
@@ -250,6 +263,18 @@ def bench(
         )
         settings = one.pop("settings")
         out["one_engine"] = one
+        print(f"engine: {sampled_items} items x {BEST_OF} samples, one engine ...", flush=True)
+        four = one_run(
+            stack,
+            sampled_pool,
+            sampled_items,
+            "bench-engine-n4",
+            [stack.config.triton_metrics_port],
+            pids,
+            samples=BEST_OF,
+        )
+        four.pop("settings")
+        out["best_of_n"] = best_of_n(one, four)
         if scale_out:
             print(f"engine: {items} items, two engines ...", flush=True)
             triton2, ports = second_engine(stack, root / "stack")
@@ -287,6 +312,31 @@ def bench(
         "load_average": os.getloadavg(),
     }
     return out
+
+
+BEST_OF = 4
+
+
+def best_of_n(one: dict[str, Any], four: dict[str, Any]) -> dict[str, Any]:
+    """Items/s and CPU per item at n = 4 beside n = 1 (issue 23): items/s from the
+    engine's steady window, counted in samples and divided by n."""
+    n = four["samples"]
+    return {
+        "samples": n,
+        "items": four["items"],
+        "items_per_s": four["steady"]["items_per_s"] / n,
+        "samples_per_s": four["steady"]["items_per_s"],
+        "cpu_ms_per_item": four["cpu_ms_per_item"],
+        "cpu_ms_per_sample": four["cpu_ms_per_item"] / n,
+        "cpu_s_by_service": four["cpu_s_by_service"],
+        "wall_s": four["wall_s"],
+        "adds_up": four["adds_up"],
+        "at_n_1": {
+            "items": one["items"],
+            "items_per_s": one["steady"]["items_per_s"],
+            "cpu_ms_per_item": one["cpu_ms_per_item"],
+        },
+    }
 
 
 def engine_parameters() -> dict[str, str]:
@@ -339,6 +389,21 @@ def print_table(r: dict[str, Any]) -> None:
                 f"(running {two['running_ratio']:.3f}, decode {two['decode_ratio']:.3f})",
             )
         )
+    if "best_of_n" in r:
+        b, base = r["best_of_n"], r["best_of_n"]["at_n_1"]
+        rows += [
+            (
+                f"items/s at n = {b['samples']}",
+                f"{b['items_per_s']:.1f}",
+                f"{b['samples_per_s']:.1f} samples/s; {base['items_per_s']:.1f} items/s at n = 1",
+            ),
+            (
+                f"cpu_ms_per_item at n = {b['samples']}",
+                f"{b['cpu_ms_per_item']:.2f}",
+                f"{b['cpu_ms_per_sample']:.2f} per sample; {base['cpu_ms_per_item']:.2f} at n = 1 "
+                f"({b['items']} items x {b['samples']})",
+            ),
+        ]
     print(f"\n{'figure':<28}{'value':>14}  conditions")
     for name, value, cond in rows:
         print(f"{name:<28}{value:>14}  {cond}")

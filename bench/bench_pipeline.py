@@ -250,7 +250,9 @@ def start_stack(root: Path, models: dict[str, Path], settings_env: dict[str, str
     return stack
 
 
-def submit(stack: Stack, pool: Path, dataset: str) -> tuple[str, Any]:
+def submit(
+    stack: Stack, pool: Path, dataset: str, sampling: dict[str, Any] | None = None
+) -> tuple[str, Any]:
     from rsieve.adapters.pools import upload_pool
     from rsieve.adapters.storage import S3Store
     from rsieve.settings import Settings
@@ -259,7 +261,7 @@ def submit(stack: Stack, pool: Path, dataset: str) -> tuple[str, Any]:
     settings = Settings.from_env_map(stack.config.env())
     store = S3Store(settings)
     uri = upload_pool(store, pool)
-    return submit_run(settings, uri, dataset), settings
+    return submit_run(settings, uri, dataset, sampling), settings
 
 
 def wait_done(settings: Any, run: str, timeout: float) -> dict[str, Any]:

@@ -100,12 +100,16 @@ def upload(
     return str(resp.json()["run"])
 
 
-def submit(settings: Settings, pool_uri: str, dataset: str) -> str:
+def submit(
+    settings: Settings, pool_uri: str, dataset: str, sampling: dict[str, Any] | None = None
+) -> str:
     """Submit a pool already in the services' bucket (placed by the operator or the
-    services) to the API at settings.api_url, with settings.api_token."""
+    services) to the API at settings.api_url, with settings.api_token; `sampling`: the
+    run's own sampling settings (best-of-n), else the services'."""
     resp = httpx.post(
         f"{settings.api_url}/runs",
-        json={"pool_uri": pool_uri, "dataset": dataset},
+        json={"pool_uri": pool_uri, "dataset": dataset}
+        | ({"sampling": sampling} if sampling else {}),
         headers=_headers(settings),
         timeout=30,
     )

@@ -20,7 +20,8 @@ wakes on the next completion or preemption, a new arrival, or the metrics period
 ``advance(now)`` and sends what finished. Nothing runs per decode step.
 
 What a request gets (deterministic: a random.Random seeded from sha256 of the seed, the
-prompt and the image bytes):
+prompt and the image bytes, and the request's own `seed` when it sends one other than 0:
+the samples of best-of-n differ, as vLLM's seeded samples do):
 
 - Prompt tokens: ceil(utf-8 bytes of text_input / 4) + image_tokens per image.
 - Reasoning: a prompt ending in ``<think>\\n\\n</think>\\n\\n`` (a switch turned off) gets a
@@ -231,6 +232,8 @@ class TritonPythonModel:
         digest = hashlib.sha256(f"{self.p['seed']}\0".encode() + prompt_bytes)
         for data in images:
             digest.update(data)
+        if params.get("seed"):  # a seeded sample (best-of-n) draws its own, as vLLM's does
+            digest.update(f"\0seed {int(params['seed'])}".encode())
         rng = random.Random(digest.digest())
         correct = rng.random() < self.p_correct
         mode = (
