@@ -16,14 +16,21 @@ def register(ctx: Context) -> None:
             results = ctx.guard("verify", run, shard).run(
                 generations, verify_generation, poisoned=_poisoned, key=lambda g: g.item.line
             )
+            # An item isolated here leaves whole: its other samples (best-of-n) with it.
+            quarantined = list({r.line: r for r in results if isinstance(r, Quarantined)}.values())
+            gone = {q.line for q in quarantined}
             ctx.save(
                 ShardOutput(
                     run=run,
                     shard=shard,
                     stage="verify",
                     lines=lines,
-                    verified=[r for r in results if isinstance(r, Outcome)],
-                    quarantined=[r for r in results if isinstance(r, Quarantined)],
+                    verified=[
+                        r
+                        for r in results
+                        if isinstance(r, Outcome) and r.generation.item.line not in gone
+                    ],
+                    quarantined=quarantined,
                 )
             )
         ctx.next("rsieve.judge", run=run, shard=shard, lines=lines)

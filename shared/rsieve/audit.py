@@ -56,16 +56,23 @@ def _first_per_line(generations: Iterable[Generation]) -> list[Generation]:
 
 def _sample_problems(outputs: dict[str, dict[str, ShardOutput]]) -> tuple[int, list[str]]:
     """(samples generated, problems): every item's samples verified, and settled with all
-    of them counted (best-of-n)."""
+    of them counted (best-of-n). An item quarantined after it was generated (the verifier
+    or the judge isolated it) is accounted by its quarantine, not by its samples."""
     counts: dict[str, Counter[int]] = {stage: Counter() for stage in ("generate", "verify")}
     for out in outputs.get("generate", {}).values():
         counts["generate"].update(g.item.line for g in out.generations)
     for out in outputs.get("verify", {}).values():
         counts["verify"].update(o.generation.item.line for o in out.verified)
+    later = {
+        q.line
+        for stage in ("verify", "judge")
+        for out in outputs.get(stage, {}).values()
+        for q in out.quarantined
+    }
     problems = [
         f"pool line {line}: {n} samples generated, {counts['verify'][line]} verified"
         for line, n in sorted(counts["generate"].items())
-        if counts["verify"][line] != n and outputs.get("verify")
+        if counts["verify"][line] != n and outputs.get("verify") and line not in later
     ]
     for out in outputs.get("judge", {}).values():
         for o in out.outcomes:

@@ -465,3 +465,37 @@ def test_circular_sampling_never_accepts_a_lucky_letter(tmp_path: Path) -> None:
     assert all(len(set(questions)) == 4 for questions in by_item.values())
     index = json.loads(ctx.store.get(f"runs/{run4}/shards.json"))
     assert audit_run(index, outputs(ctx, run4)).ok
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_an_item_isolated_by_the_verifier_is_accounted_by_its_quarantine(
+    runs: dict[int, Any], n: int
+) -> None:
+    """As a poison item leaves (ItemGuard, max_deliveries): generated, then quarantined
+    at the verifier with all its samples; the audit holds."""
+    from rsieve.schemas import Quarantined
+
+    ctx, _, run, _, _ = runs[n]
+    outs = outputs(ctx, run)
+    shard = next(iter(outs["verify"]))
+    line = outs["verify"][shard].verified[0].generation.item.line
+    item = outs["verify"][shard].verified[0].generation.item
+    poisoned = Quarantined(
+        id=item.id, line=line, family=item.family, stage="verify", reason="max_deliveries"
+    )
+    outs["verify"][shard] = outs["verify"][shard].model_copy(
+        update={
+            "verified": [
+                o for o in outs["verify"][shard].verified if o.generation.item.line != line
+            ],
+            "quarantined": [*outs["verify"][shard].quarantined, poisoned],
+        }
+    )
+    outs["judge"][shard] = outs["judge"][shard].model_copy(
+        update={
+            "outcomes": [o for o in outs["judge"][shard].outcomes if o.generation.item.line != line]
+        }
+    )
+    index = json.loads(ctx.store.get(f"runs/{run}/shards.json"))
+    result = audit_run(index, outs)
+    assert result.ok, result.problems
