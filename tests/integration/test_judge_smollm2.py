@@ -155,6 +155,7 @@ def test_every_model_config_declares_its_kind() -> None:
         "obedient-judge": "stand-in",
         "inflight-probe": "stand-in",
         "vllm-mimic": "stand-in",
+        "stochastic-standin": "stand-in",
     }
     found = {}
     for config in [
