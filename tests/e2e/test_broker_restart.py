@@ -12,8 +12,14 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from rsieve.adapters.queues import enqueue, make_celery
+import pytest
+import redis
+from kombu import Connection, Exchange, Queue
+from kombu.transport import redis as kombu_redis
+
+from rsieve.adapters.queues import RedisTransport, enqueue, make_celery
 from rsieve.settings import Settings
 from rsieve_cli.local import processes as proc
 from rsieve_cli.local.stack import REPO_ROOT
@@ -94,3 +100,54 @@ def test_worker_survives_redis_restart_holding_a_shard(tmp_path: Path) -> None:
     finally:
         proc.stop(worker, timeout=30)
         proc.stop(redis)
+
+
+def test_a_message_popped_as_redis_goes_away_is_pushed_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BRPOP took the message off its queue; recording it as unacked failed (Redis gone in
+    between, simulated at that exact point). Stock kombu lost it: in neither the queue nor
+    the unacked hash. The next channel that reaches Redis pushes it back."""
+    port = proc.free_port()
+    redis_proc = proc.start_redis(state_dir=tmp_path / "redis", port=port, log=tmp_path / "log")
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        proc.wait_redis(port, 30, proc=redis_proc)
+        client = redis.Redis.from_url(url)
+        enqueue(
+            make_celery(Settings.from_env_map({"RSIEVE_REDIS_URL": url})),
+            "rsieve.generate",
+            run="r",
+            shard="s",
+            lines=1,
+        )
+        assert client.llen("generate") == 1
+
+        def lost(self: Any, message: Any, delivery_tag: Any) -> None:
+            raise redis.ConnectionError("Redis went away between BRPOP and the unacked record")
+
+        queue = Queue("generate", Exchange("generate"), "generate")
+        received: list[Any] = []
+        with Connection(url, transport=RedisTransport) as conn:
+            with conn.Consumer(
+                queue, callbacks=[lambda body, msg: received.append(msg)], accept=["json"]
+            ):
+                monkeypatch.setattr(kombu_redis.QoS, "append", lost)
+                with pytest.raises(redis.ConnectionError):
+                    conn.drain_events(timeout=5)
+                monkeypatch.undo()
+        assert received == [] and client.llen("generate") == 0 and client.hlen("unacked") == 0
+
+        with Connection(url, transport=RedisTransport) as conn:
+            with conn.Consumer(
+                queue, callbacks=[lambda body, msg: received.append(msg)], accept=["json"]
+            ):
+                conn.drain_events(timeout=5)
+            assert len(received) == 1
+            message = received[0]
+            assert message.headers["task"] == "rsieve.generate"
+            assert message.headers["redelivered"] is True
+            message.ack()
+        assert client.llen("generate") == 0 and client.hlen("unacked") == 0
+    finally:
+        proc.stop(redis_proc)

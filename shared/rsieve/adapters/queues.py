@@ -16,6 +16,8 @@ AttributeError(\"'NoneType' object has no attribute 'hostname'\")"), its shard w
 from __future__ import annotations
 
 import contextlib
+import logging
+import threading
 from queue import Empty
 from typing import Any
 
@@ -46,7 +48,50 @@ QUEUES: dict[str, str] = {
 }
 
 
+log = logging.getLogger(__name__)
+
+# Messages popped whose unacked record could not be written: (payload, exchange, routing
+# key), pushed back by the next channel that reaches Redis (module docstring).
+_ORPHANS: list[tuple[dict[str, Any], str, str]] = []
+_ORPHANS_LOCK = threading.Lock()
+
+
+class _QoS(kombu_redis.QoS):
+    def append(self, message: Any, delivery_tag: Any) -> None:
+        try:
+            super().append(message, delivery_tag)
+        except self.channel.connection_errors:
+            info = message.delivery_info
+            with _ORPHANS_LOCK:
+                _ORPHANS.append((message._raw, info["exchange"], info["routing_key"]))
+            raise
+
+
 class _Channel(kombu_redis.Channel):
+    QoS = _QoS
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # pings Redis: it is reachable from here
+        self._push_back_orphans()
+
+    def _push_back_orphans(self) -> None:
+        with _ORPHANS_LOCK:
+            orphans = list(_ORPHANS)
+            _ORPHANS.clear()
+        if not orphans:
+            return
+        try:
+            with self.conn_or_acquire() as client:
+                pipe = client.pipeline()
+                for payload, exchange, routing_key in orphans:
+                    self._do_restore_message(payload, exchange, routing_key, pipe, leftmost=True)
+                pipe.execute()
+        except self.connection_errors:
+            with _ORPHANS_LOCK:
+                _ORPHANS.extend(orphans)  # for the next channel
+            return
+        log.warning("pushed back %d message(s) popped as the broker went away", len(orphans))
+
     def close(self) -> None:
         # kombu reads an outstanding BRPOP reply first, so that a message popped for this
         # channel is delivered rather than lost. On a dead connection there is no reply to
