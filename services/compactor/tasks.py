@@ -14,14 +14,16 @@ from typing import Any
 
 from PIL import Image
 
+from rsieve.adapters.keyindex import held_keys, legacy_runs, write_buckets
 from rsieve.adapters.parquet import upload_splits
 from rsieve.adapters.storage import PackReader
 from rsieve.calibration import CalibrationRecord, CalibrationShard, calibration_key
-from rsieve.commit import Examples, added_keys, commit_files, near_keys, plan_compaction
+from rsieve.commit import Examples, commit_files, near_keys, plan_compaction, qa_entries
 from rsieve.compaction import next_manifest
 from rsieve.decontam import near_keys_key
 from rsieve.errors import NotFoundError
 from rsieve.images import IMAGE_FORMATS
+from rsieve.keyindex import IndexStats
 from rsieve.rows import assemble_rows
 from rsieve.schemas import STAGES, Outcome, Quarantined
 from services.common import Context
@@ -38,9 +40,15 @@ def register(ctx: Context) -> None:
                 return
             index = json.loads(ctx.store.get(f"runs/{run}/shards.json"))
             outcomes, quarantined, records = _stored(ctx, run, index["shards"])
-            existing: set[str] = set()
-            for old in (previous or {}).get("runs", []):
-                existing.update(json.loads(ctx.store.get(f"{prefix}keys/{old}.json")))
+            keys = IndexStats()
+            existing = held_keys(
+                ctx.store,
+                prefix,
+                previous,
+                qa_entries(outcomes),
+                keys,
+                chunk_keys=s.key_index_chunk_keys,
+            )
             plan = plan_compaction(
                 run=run,
                 index=index,
@@ -58,7 +66,16 @@ def register(ctx: Context) -> None:
             # One schema per dataset: its first run's (rsieve.sampling.dataset_conflict).
             sampled = bool((previous or {}).get("sampled", spec.settings.get("samples", 1) > 1))
             shards = upload_splits(ctx.store, prefix, run, rows, reader.get, s, sampled)
-            ctx.store.put(f"{prefix}keys/{run}.json", added_keys(plan.added))
+            qa_keys = write_buckets(
+                ctx.store,
+                prefix,
+                previous,
+                run,
+                qa_entries(plan.added),
+                keys,
+                chunk_keys=s.key_index_chunk_keys,
+            )
+            plan.report["dataset_keys"] = keys.as_dict()
             ctx.store.put(near_keys_key(spec.dataset, run), near_keys(plan.added))
             manifest = next_manifest(
                 previous,
@@ -67,6 +84,8 @@ def register(ctx: Context) -> None:
                 shards=shards,
                 adds_up=plan.report["adds_up"],
                 sampled=sampled,
+                qa_keys=qa_keys,
+                legacy_key_runs=legacy_runs(previous),
             )
             examples = _examples(ctx, prefix, plan.added, reader.get)
             manifest["files"].update({path: path for rows in examples.values() for _, path in rows})

@@ -30,10 +30,10 @@ from rsieve.schemas import Outcome, Quarantined, RunSpec
 
 __all__ = [
     "CompactionPlan",
-    "added_keys",
     "near_keys",
     "commit_files",
     "plan_compaction",
+    "qa_entries",
     "run_spec",
     "split_families",
 ]
@@ -103,10 +103,16 @@ def near_keys(added: Iterable[Outcome]) -> bytes:
     return dataset_keys(keys)
 
 
-def added_keys(added: Iterable[Outcome]) -> bytes:
-    """The qa keys a run adds (keys/<run>.json): what later runs deduplicate against."""
-    keys = sorted(qa_key(o.generation.item.image_sha256, o.generation.item.question) for o in added)
-    return json.dumps(keys).encode()
+def qa_entries(outcomes: Iterable[Outcome]) -> list[tuple[str, str]]:
+    """(image sha256, qa key) of each outcome: what the dataset's key index (rsieve.keyindex)
+    is looked up and grown by."""
+    return [
+        (
+            o.generation.item.image_sha256,
+            qa_key(o.generation.item.image_sha256, o.generation.item.question),
+        )
+        for o in outcomes
+    ]
 
 
 def split_families(manifest: dict[str, Any], families: set[str]) -> dict[str, str]:

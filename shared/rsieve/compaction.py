@@ -53,8 +53,11 @@ def next_manifest(
     shards: list[dict[str, Any]],
     adds_up: bool,
     sampled: bool = False,
+    qa_keys: dict[str, str] | None = None,
+    legacy_key_runs: list[str] | None = None,
 ) -> dict[str, Any]:
-    """The manifest after committing `run`: the previous shards plus this run's."""
+    """The manifest after committing `run`: the previous shards plus this run's, and the
+    current file of each bucket of the dataset's key index (rsieve.keyindex)."""
     kept = [s for s in (previous or {}).get("shards", []) if s["run"] != run]
     all_shards = sorted(kept + shards, key=lambda s: (s["split"], s["path"]))
     splits: dict[str, int] = {}
@@ -72,6 +75,8 @@ def next_manifest(
         "runs": runs,
         "adds_up": adds_up,
         "shards": all_shards,
+        "qa_keys": qa_keys or {},
+        **({"legacy_key_runs": legacy_key_runs} if legacy_key_runs else {}),
         "splits": dict(sorted(splits.items())),
         # Export path -> stored key (relative to the dataset prefix). The card, report
         # and quarantine of a commit live under commits/<run>/, so nothing a reader

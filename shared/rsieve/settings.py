@@ -160,6 +160,9 @@ class Settings(BaseSettings):
     parquet_shard_bytes: int = Field(256 * 1024 * 1024, ge=1024)
     # Rows buffered before they are written as one row group (bounds compaction memory).
     parquet_row_group_rows: int = Field(256, ge=1)
+    # Keys per read of the dataset's key index (rsieve.keyindex, 16 bytes each): with the
+    # run's own keys, what one compaction holds of it, whatever the dataset's size.
+    key_index_chunk_keys: int = Field(65_536, ge=1)
 
     # Work units and limits.
     shard_size: int = Field(128, ge=1, description="pool lines per shard message")
@@ -457,6 +460,7 @@ OPERATIONAL = frozenset(
         "engine_capacity",
         "parquet_shard_bytes",
         "parquet_row_group_rows",
+        "key_index_chunk_keys",
         "shard_size",
         "watch_prefix",
         "watch_interval_s",
