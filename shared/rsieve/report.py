@@ -10,7 +10,7 @@ the tokens they used (`token_usage`)."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rsieve.calibration import CalibrationRecord, record_state
@@ -24,7 +24,9 @@ __all__ = [
     "REASONING_FORMS",
     "TOKEN_ROLES",
     "UNRECORDED",
+    "finish_report",
     "reasoning_form",
+    "report_part",
     "run_report",
     "token_usage",
 ]
@@ -132,21 +134,12 @@ def token_usage(
     }
 
 
-def run_report(
-    *,
-    run: str,
-    lines: int,
-    outcomes: list[Outcome],
-    quarantined: list[Quarantined],
-    blank_lines: list[int] | None = None,
-    calibration: Iterable[CalibrationRecord] = (),
-) -> dict[str, Any]:
-    """`lines` items entered (non-blank lines); `blank_lines` are the pool's blank line
-    numbers, which hold no item. Every other line from 1 on must be placed exactly once.
-    `calibration`: the judge's calibration records, for the token usage (`tokens`)."""
+def report_part(outcomes: Sequence[Outcome], quarantined: Iterable[Quarantined]) -> dict[str, Any]:
+    """The figures of one part of a run (all of it, or one compaction partition), in a form
+    `finish_report` sums: counters, the lines placed and the ids seen (JSON-able)."""
     families: dict[str, dict[str, Any]] = defaultdict(_family)
-    ids: Counter[str] = Counter()
-    placed_lines: Counter[int] = Counter()
+    ids: list[str] = []
+    lines: list[int] = []
     modes: Counter[str] = Counter()
     generators: Counter[tuple[str, str | None]] = Counter()
     judges: Counter[tuple[str, str | None]] = Counter()
@@ -155,8 +148,8 @@ def run_report(
         item = gen.item
         fam = families[item.family]
         fam["in"] += 1
-        ids[item.id] += 1
-        placed_lines[item.line] += 1
+        ids.append(item.id)
+        lines.append(item.line)
         form = reasoning_form(gen)
         fam["reasoning"][form] += 1
         modes[gen.thinking_mode or UNRECORDED] += 1
@@ -181,13 +174,93 @@ def run_report(
         fam["in"] += 1
         fam["quarantined"] += 1
         fam["quarantined_by_reason"][q.reason] += 1
-        placed_lines[q.line] += 1
+        lines.append(q.line)
         if q.id is not None and q.reason != "duplicate_id":
-            ids[q.id] += 1
+            ids.append(q.id)
+    return {
+        "families": {
+            f: {k: dict(v) if isinstance(v, dict) else v for k, v in c.items()}
+            for f, c in families.items()
+        },
+        "thinking_modes": dict(modes),
+        "generators": [[m, k, n] for (m, k), n in generators.items()],
+        "judges": [[m, k, n] for (m, k), n in judges.items()],
+        "tokens": token_usage(outcomes),
+        "sampling": sampling_summary(outcomes),
+        "lines": lines,
+        "ids": ids,
+    }
+
+
+def _summed(a: Any, b: Any) -> Any:
+    """Counters summed key by key, at any depth; names (strings) kept."""
+    if isinstance(a, str):
+        return a
+    if isinstance(a, dict):
+        return {k: _summed(a[k], b[k]) if k in a and k in b else a.get(k, b.get(k)) for k in a | b}
+    return a + b
+
+
+def _tokens_summed(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    by_model: dict[tuple[int, str], dict[str, Any]] = {}
+    by_family: dict[str, Any] = {}
+    total: dict[str, Any] | None = None
+    for t in parts:
+        for entry in t["by_model"]:
+            key = (TOKEN_ROLES.index(entry["role"]), entry["model"])
+            by_model[key] = _summed(by_model[key], entry) if key in by_model else entry
+        for fam, usage in t["by_family"].items():
+            by_family[fam] = _summed(by_family[fam], usage) if fam in by_family else usage
+        total = t["total"] if total is None else _summed(total, t["total"])
+    return {
+        "by_model": [by_model[k] for k in sorted(by_model)],
+        "by_family": dict(sorted(by_family.items())),
+        "total": total if total is not None else token_usage(())["total"],
+    }
+
+
+def finish_report(
+    parts: Iterable[dict[str, Any]],
+    *,
+    run: str,
+    lines: int,
+    blank_lines: list[int] | None = None,
+    calibration: Iterable[CalibrationRecord] = (),
+) -> dict[str, Any]:
+    """The run report from its parts (`report_part`): `lines` items entered (non-blank
+    lines); `blank_lines` are the pool's blank line numbers, which hold no item. Every other
+    line from 1 on must be placed exactly once. `calibration`: the judge's calibration
+    records, for the token usage (`tokens`)."""
+    families: dict[str, dict[str, Any]] = {}
+    modes: Counter[str] = Counter()
+    generators: Counter[tuple[str, str | None]] = Counter()
+    judges: Counter[tuple[str, str | None]] = Counter()
+    ids: Counter[str] = Counter()
+    placed_lines: Counter[int] = Counter()
+    tokens: list[dict[str, Any]] = []
+    sampling: dict[str, Any] = {}
+    for part in parts:
+        for fam, counts in part["families"].items():
+            families[fam] = _summed(families[fam], counts) if fam in families else counts
+        modes.update(part["thinking_modes"])
+        generators.update({(m, k): n for m, k, n in part["generators"]})
+        judges.update({(m, k): n for m, k, n in part["judges"]})
+        ids.update(part["ids"])
+        placed_lines.update(part["lines"])
+        tokens.append(part["tokens"])
+        for fam, figures in part["sampling"].items():
+            sampling[fam] = _summed(sampling[fam], figures) if fam in sampling else figures
+    tokens.append(token_usage((), calibration))
     for fam in families.values():
         for key in ("rejected_by_reason", "quarantined_by_reason", "judge_failure_causes"):
             fam[key] = dict(sorted(fam[key].items()))
         fam["adds_up"] = fam["in"] == fam["accepted"] + fam["rejected"] + fam["quarantined"]
+    for figures in sampling.values():
+        figures["pass_histogram"] = dict(
+            sorted(
+                figures["pass_histogram"].items(), key=lambda kv: tuple(map(int, kv[0].split("/")))
+            )
+        )
     placed = sum(placed_lines.values())
     duplicate_ids = sorted(i for i, n in ids.items() if n > 1)
     lines_twice = sorted(ln for ln, n in placed_lines.items() if n > 1)
@@ -205,9 +278,9 @@ def run_report(
             "generators": _models(generators, "outputs"),
             "judges": _models(judges, "verdicts"),
         },
-        "tokens": token_usage(outcomes, calibration),
+        "tokens": _tokens_summed(tokens),
         # Best-of-n runs only: per family, pass rates and the yield at n against 1.
-        **({"sampling": sampling} if (sampling := sampling_summary(outcomes)) else {}),
+        **({"sampling": dict(sorted(sampling.items()))} if sampling else {}),
         "duplicate_ids": duplicate_ids,
         "lines_placed_twice": lines_twice,
         "lines_missing": missing[:100],
@@ -219,3 +292,22 @@ def run_report(
         and not outside
         and not duplicate_ids,
     }
+
+
+def run_report(
+    *,
+    run: str,
+    lines: int,
+    outcomes: list[Outcome],
+    quarantined: list[Quarantined],
+    blank_lines: list[int] | None = None,
+    calibration: Iterable[CalibrationRecord] = (),
+) -> dict[str, Any]:
+    """The report of a whole run in one part (`finish_report`)."""
+    return finish_report(
+        [report_part(outcomes, quarantined)],
+        run=run,
+        lines=lines,
+        blank_lines=blank_lines,
+        calibration=calibration,
+    )
