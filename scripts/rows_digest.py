@@ -102,7 +102,8 @@ m = json.loads(store.get("datasets/golden/manifest.json"))
 print("run", run)
 for s in m["shards"]:
     print(s["path"], hashlib.sha256(store.get("datasets/golden/" + s["path"])).hexdigest())
-# The commit's report (less `dataset_keys`: what the key index read, a field newer than some checkouts) and card.
+# The commit's report (less `dataset_keys`: what the key index read, newer than some
+# checkouts), card and quarantine.
 report = json.loads(store.get("datasets/golden/run_report.json"))
 report.pop("dataset_keys", None)
 print("run_report.json", hashlib.sha256(json.dumps(report, sort_keys=True).encode()).hexdigest())

@@ -1,9 +1,11 @@
-"""What one compaction commits, composed from a run's stored outputs (no I/O): the outcomes
-after the calibration hold-back, the ones the dataset does not hold yet, the run report,
-and the files of the commit (the run report, the quarantine listing, the card).
+"""What one compaction commits, composed from a run's stored outputs (no I/O): per
+partition (rsieve.partitions), the outcomes after the calibration hold-back and the ones
+the dataset does not hold yet (`settle`) and what the commit needs of them
+(`partition_summary`); then, from every partition's summary, the run report and the files
+of the commit (the run report, the quarantine listing, the run spec, the card).
 
-The compactor (services/compactor) reads the outputs, writes the Parquet splits and the
-example images, and stores what `commit_files` returns, the manifest last."""
+The compactor (services/compactor) reads the outputs, writes the Parquet splits, the key
+index and the example images, and stores what `commit_files` returns, the manifest last."""
 
 from __future__ import annotations
 
@@ -18,23 +20,26 @@ from rsieve.calibration import (
     hold_back,
     promotions_listing,
     render_calibration_markdown,
-    summarise,
 )
 from rsieve.card import render_card
 from rsieve.cleaning import render_cleaning
 from rsieve.compaction import dedupe, qa_key
 from rsieve.decontam import answer_key, dataset_keys, question_key
-from rsieve.report import run_report
+from rsieve.report import finish_report, report_part
 from rsieve.rows import split_name
 from rsieve.schemas import Outcome, Quarantined, RunSpec
 
 __all__ = [
-    "CompactionPlan",
-    "near_keys",
+    "Settled",
     "commit_files",
-    "plan_compaction",
+    "compose_report",
+    "near_keys",
+    "partition_summary",
     "qa_entries",
+    "quarantine_listing",
+    "run_models",
     "run_spec",
+    "settle",
     "split_families",
 ]
 
@@ -42,46 +47,111 @@ Examples = dict[str, list[tuple[dict[str, Any], str]]]  # split -> (first qa, im
 
 
 @dataclass(frozen=True)
-class CompactionPlan:
-    outcomes: list[Outcome]  # every judged outcome, after the calibration hold-back
-    added: list[Outcome]  # those the dataset does not hold yet
-    quarantined: list[Quarantined]
-    report: dict[str, Any]
-    calibration: dict[str, Any]
-    cleaning: dict[str, Any] | None
-    bound: float
+class Settled:
+    """One partition's outcomes (all of a run's, or one compaction partition's) settled
+    against the dataset: every outcome after the calibration hold-back, those the dataset
+    does not hold yet, and the (line, id) of those it holds."""
+
+    outcomes: list[Outcome]
+    added: list[Outcome]
+    skipped: list[tuple[int, str]]
 
 
-def plan_compaction(
+def settle(
+    outcomes: Iterable[Outcome],
+    *,
+    calibration: dict[str, Any],
+    bound: float,
+    existing_keys: set[str],
+) -> Settled:
+    outcomes = hold_back(outcomes, calibration, bound)
+    added, skipped = dedupe(outcomes, existing_keys)
+    line_of = {o.generation.item.id: o.generation.item.line for o in outcomes}
+    return Settled(outcomes, added, [(line_of[i], i) for i in skipped])
+
+
+def run_models(outcomes: Iterable[Outcome]) -> dict[str, dict[str, dict[str, list[str]]]]:
+    """Each model that answered or judged, with the versions, kinds, interfaces and chat
+    template hashes the outputs recorded (run_spec.json's `models`)."""
+    generators: dict[str, dict[str, set[str]]] = {}
+    judges: dict[str, dict[str, set[str]]] = {}
+    for o in outcomes:
+        g = o.generation
+        seen = generators.setdefault(g.model, {})
+        for key, value in (
+            ("versions", g.model_version),
+            ("kinds", g.model_kind),
+            ("interfaces", g.interface),
+            ("chat_templates", g.chat_template),
+            ("chat_template_sha256", g.chat_template_sha256),
+            ("thinking_modes", g.thinking_mode),
+        ):
+            if value is not None:
+                seen.setdefault(key, set()).add(value)
+        if o.verdict is not None:
+            seen = judges.setdefault(o.verdict.model, {})
+            seen.setdefault("template_sha256", set()).add(o.verdict.template_sha256)
+            if o.verdict.model_kind is not None:
+                seen.setdefault("kinds", set()).add(o.verdict.model_kind)
+
+    def listed(models: dict[str, dict[str, set[str]]]) -> dict[str, dict[str, list[str]]]:
+        return {m: {k: sorted(v) for k, v in sorted(f.items())} for m, f in sorted(models.items())}
+
+    return {"generator": listed(generators), "judge": listed(judges)}
+
+
+def partition_summary(
+    settled: Settled, quarantined: list[Quarantined], **stored: Any
+) -> dict[str, Any]:
+    """What the commit needs of one partition (rsieve.partitions.merge_summaries): its
+    report part, judge promotions, ids already in the dataset, models, protocols and
+    families seen, and what the compactor `stored` (shards, key index files, examples,
+    what the key index read)."""
+    return {
+        "report": report_part(settled.outcomes, quarantined),
+        "promotions": promotions_listing(settled.outcomes),
+        "already_in_dataset": settled.skipped,
+        "models": run_models(settled.outcomes),
+        "protocols": sorted({o.generation.item.protocol for o in settled.outcomes}),
+        "families": sorted({o.generation.item.family for o in settled.outcomes}),
+        **stored,
+    }
+
+
+def compose_report(
+    merged: dict[str, Any],
     *,
     run: str,
     index: dict[str, Any],
-    outcomes: list[Outcome],
-    quarantined: list[Quarantined],
     calibration_records: list[CalibrationRecord],
-    existing_keys: set[str],
-    cleaning: dict[str, Any] | None,
-    calibration_size: int,
+    calibration: dict[str, Any],
     bound: float,
-) -> CompactionPlan:
-    summary = summarise(calibration_records, size=calibration_size, bound=bound)
-    outcomes = hold_back(outcomes, summary, bound)
-    report = run_report(
+    cleaning: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The run report from the partitions' merged summaries (rsieve.partitions)."""
+    report = finish_report(
+        merged["report_parts"],
         run=run,
         lines=index["lines"],
-        outcomes=outcomes,
-        quarantined=quarantined,
         blank_lines=index["blank_lines"],
         calibration=calibration_records,
     )
-    report["calibration"] = summary
+    report["calibration"] = calibration
     report["judge_false_promotion_bound"] = bound  # what `rsieve recheck DIR` holds back by
-    report["judge_promotions"] = promotions_listing(outcomes)
-    added, skipped = dedupe(outcomes, existing_keys)
-    report["already_in_dataset"] = skipped
+    report["judge_promotions"] = merged["promotions"]
+    report["already_in_dataset"] = merged["already_in_dataset"]
     if cleaning is not None:
         report["cleaning"] = cleaning
-    return CompactionPlan(outcomes, added, quarantined, report, summary, cleaning, bound)
+    report["dataset_keys"] = merged["dataset_keys"]
+    return report
+
+
+def quarantine_listing(quarantined: Iterable[Quarantined]) -> str:
+    """quarantine.jsonl: one JSON line per item, in line order."""
+    return "".join(
+        json.dumps(q.model_dump(), ensure_ascii=False) + "\n"
+        for q in sorted(quarantined, key=lambda q: q.line)
+    )
 
 
 def near_keys(added: Iterable[Outcome]) -> bytes:
@@ -142,78 +212,51 @@ def human_review(reviews: Iterable[dict[str, Any]]) -> tuple[dict[str, dict[str,
     )
 
 
-def run_spec(spec: RunSpec, outcomes: Iterable[Outcome], bound: float) -> dict[str, Any]:
+def run_spec(spec: RunSpec, models: dict[str, Any], bound: float) -> dict[str, Any]:
     """run_spec.json, beside the card: how every row of the run was made. The run's
     specification (every DECIDING setting, rsieve.settings; the pool's digest; the protocol
     versions), the rsieve version, the hold-back bound, and each model that answered or
     judged with its versions, kinds, interfaces and chat template hashes, as the outputs
-    recorded them."""
-    generators: dict[str, dict[str, set[str]]] = {}
-    judges: dict[str, dict[str, set[str]]] = {}
-    for o in outcomes:
-        g = o.generation
-        seen = generators.setdefault(g.model, {})
-        for key, value in (
-            ("versions", g.model_version),
-            ("kinds", g.model_kind),
-            ("interfaces", g.interface),
-            ("chat_templates", g.chat_template),
-            ("chat_template_sha256", g.chat_template_sha256),
-            ("thinking_modes", g.thinking_mode),
-        ):
-            if value is not None:
-                seen.setdefault(key, set()).add(value)
-        if o.verdict is not None:
-            seen = judges.setdefault(o.verdict.model, {})
-            seen.setdefault("template_sha256", set()).add(o.verdict.template_sha256)
-            if o.verdict.model_kind is not None:
-                seen.setdefault("kinds", set()).add(o.verdict.model_kind)
-
-    def listed(models: dict[str, dict[str, set[str]]]) -> dict[str, dict[str, list[str]]]:
-        return {m: {k: sorted(v) for k, v in sorted(f.items())} for m, f in sorted(models.items())}
-
+    recorded them (`run_models`)."""
     return {
         "rsieve_version": __version__,
         **spec.model_dump(),
         "judge_false_promotion_bound": bound,
-        "models": {"generator": listed(generators), "judge": listed(judges)},
+        "models": models,
     }
 
 
 def commit_files(
-    plan: CompactionPlan,
     *,
+    report: dict[str, Any],
+    quarantine: str,
     spec: RunSpec,
     manifest: dict[str, Any],
     examples: Examples,
     reviews: Iterable[dict[str, Any]],
+    merged: dict[str, Any],
+    calibration: dict[str, Any],
+    cleaning: dict[str, Any] | None,
+    bound: float,
 ) -> dict[str, bytes]:
     """The commit's files by name: run_report.json, quarantine.jsonl, run_spec.json and
-    README.md (the card)."""
-    report = plan.report
+    README.md (the card). `merged`: the partitions' summaries (rsieve.partitions)."""
     counts, review_md = human_review(reviews)
     report["human_review"] = counts
     card = render_card(
         dataset=spec.dataset,
         spec=spec.model_dump()
-        | {
-            "protocols_used": sorted({o.generation.item.protocol for o in plan.outcomes}),
-            "rsieve_version": __version__,
-        },
+        | {"protocols_used": merged["protocols"], "rsieve_version": __version__},
         report=report,
         manifest=manifest,
-        split_families=split_families(manifest, {o.generation.item.family for o in plan.outcomes}),
+        split_families=split_families(manifest, set(merged["families"])),
         examples=examples,
-        cleaning_md="\n".join(render_cleaning(plan.cleaning)) if plan.cleaning else "",
-        calibration_md=render_calibration_markdown(plan.calibration, bound=plan.bound) + review_md,
-    )
-    quarantine = "".join(
-        json.dumps(q.model_dump(), ensure_ascii=False) + "\n"
-        for q in sorted(plan.quarantined, key=lambda q: q.line)
+        cleaning_md="\n".join(render_cleaning(cleaning)) if cleaning else "",
+        calibration_md=render_calibration_markdown(calibration, bound=bound) + review_md,
     )
     return {
         "run_report.json": json.dumps(report, indent=1).encode(),
         "quarantine.jsonl": quarantine.encode(),
-        "run_spec.json": json.dumps(run_spec(spec, plan.outcomes, plan.bound), indent=1).encode(),
+        "run_spec.json": json.dumps(run_spec(spec, merged["models"], bound), indent=1).encode(),
         "README.md": card.encode(),
     }

@@ -39,10 +39,12 @@ def dedupe(outcomes: Iterable[Outcome], existing: set[str]) -> tuple[list[Outcom
     return added, skipped
 
 
-def shard_name(split: str, run: str, index: int, count: int) -> str:
-    """`data/<split>-<run>-<i>-of-<n>.parquet`: a run's shards never collide with another
-    run's, and the same run always writes the same names (redelivery rewrites, not adds)."""
-    return f"data/{split}-{run}-{index:05d}-of-{count:05d}.parquet"
+def shard_name(split: str, run: str, index: int, count: int, partition: str | None = None) -> str:
+    """`data/<split>-<run>[-<partition>]-<i>-of-<n>.parquet`: a run's shards never collide
+    with another run's (nor a partition's with another's), and the same run always writes
+    the same names (redelivery rewrites, not adds)."""
+    part = f"-{partition}" if partition else ""
+    return f"data/{split}-{run}{part}-{index:05d}-of-{count:05d}.parquet"
 
 
 def next_manifest(
@@ -75,7 +77,7 @@ def next_manifest(
         "runs": runs,
         "adds_up": adds_up,
         "shards": all_shards,
-        "qa_keys": qa_keys or {},
+        "qa_keys": dict(sorted((qa_keys or {}).items())),
         **({"legacy_key_runs": legacy_key_runs} if legacy_key_runs else {}),
         "splits": dict(sorted(splits.items())),
         # Export path -> stored key (relative to the dataset prefix). The card, report

@@ -163,6 +163,11 @@ class Settings(BaseSettings):
     # Keys per read of the dataset's key index (rsieve.keyindex, 16 bytes each): with the
     # run's own keys, what one compaction holds of it, whatever the dataset's size.
     key_index_chunk_keys: int = Field(65_536, ge=1)
+    # Compaction partitions (rsieve.partitions): a run of more pool lines than this is
+    # compacted one task per partition of about this many, after routing its outcomes in
+    # groups of compact_route_shards shards; memory per task is one partition's.
+    compact_partition_items: int = Field(20_000, ge=1)
+    compact_route_shards: int = Field(64, ge=1)
 
     # Work units and limits.
     shard_size: int = Field(128, ge=1, description="pool lines per shard message")
@@ -461,6 +466,8 @@ OPERATIONAL = frozenset(
         "parquet_shard_bytes",
         "parquet_row_group_rows",
         "key_index_chunk_keys",
+        "compact_partition_items",
+        "compact_route_shards",
         "shard_size",
         "watch_prefix",
         "watch_interval_s",

@@ -88,7 +88,8 @@ def test_ten_runs_dedup_against_all_earlier_ones_holding_their_own_keys_and_one_
         found = held_keys(store, prefix, manifest, entries, stats, chunk_keys=chunk)
         assert found == {k for _, k in repeats}
         new = [e for e in entries if e[1] not in found]
-        pointers = write_buckets(store, prefix, manifest, f"run{n}", new, stats, chunk_keys=chunk)
+        written = write_buckets(store, prefix, manifest, f"run{n}", new, stats, chunk_keys=chunk)
+        pointers = (manifest or {}).get("qa_keys", {}) | written
         manifest = {"runs": [f"run{i}" for i in range(n + 1)], "qa_keys": pointers}
         runs.append(new)
         held.append(stats.held)

@@ -11,9 +11,11 @@ from rsieve.calibration import (
     calibration_probes,
     calibration_record,
     probe_prompt,
+    summarise,
 )
 from rsieve.card import render_card
-from rsieve.commit import plan_compaction
+from rsieve.commit import compose_report, partition_summary, settle
+from rsieve.partitions import merge_summaries
 from rsieve.report import run_report, token_usage
 from rsieve.rows import assemble_rows
 from rsieve.schemas import Outcome
@@ -147,18 +149,20 @@ def test_the_report_and_the_compaction_plan_carry_the_usage() -> None:
     outcomes, records = _run()
     report = run_report(run="r1", lines=4, outcomes=outcomes, quarantined=[], calibration=records)
     assert report["tokens"] == token_usage(outcomes, records)
-    plan = plan_compaction(
+    summary = summarise(records, size=10, bound=1.0)
+    settled = settle(outcomes, calibration=summary, bound=1.0, existing_keys=set())
+    stored = {"shards": [], "qa_keys": {}, "examples": {}, "dataset_keys": {}}
+    merged = merge_summaries([partition_summary(settled, [], **stored)])
+    committed = compose_report(
+        merged,
         run="r1",
         index={"lines": 4, "blank_lines": []},
-        outcomes=outcomes,
-        quarantined=[],
         calibration_records=records,
-        existing_keys=set(),
-        cleaning=None,
-        calibration_size=10,
+        calibration=summary,
         bound=1.0,
+        cleaning=None,
     )
-    assert plan.report["tokens"] == token_usage(outcomes, records)
+    assert committed["tokens"] == token_usage(outcomes, records)
 
 
 def _card(report: dict[str, Any]) -> str:

@@ -78,9 +78,10 @@ def write_buckets(
     *,
     chunk_keys: int = CHUNK_KEYS,
 ) -> dict[str, str]:
-    """Write the next file of every bucket the run adds to; returns the manifest's
-    `qa_keys` (bucket -> file), untouched buckets keeping their current file."""
-    pointers: dict[str, str] = dict((previous or {}).get("qa_keys", {}))
+    """Write the next file of every bucket the run adds to; returns those buckets' new
+    files (bucket -> file), which replace theirs in the manifest's `qa_keys`."""
+    pointers: dict[str, str] = (previous or {}).get("qa_keys", {})
+    written: dict[str, str] = {}
     for bucket, added in by_bucket(added_keys).items():
         current = pointers.get(bucket)
         chunks = _chunks(store, prefix + current, chunk_keys) if current else iter(())
@@ -90,5 +91,5 @@ def write_buckets(
                 tmp.write(out)
             tmp.flush()
             store.put_file(prefix + path, tmp.name)
-        pointers[bucket] = path
-    return dict(sorted(pointers.items()))
+        written[bucket] = path
+    return written

@@ -73,10 +73,12 @@ def upload_splits(
     image_of: Callable[[str], bytes],
     settings: Settings,
     sampled: bool = False,
+    partition: str | None = None,
 ) -> list[dict[str, Any]]:
     """Each split's rows into Parquet files of bounded size (settings.parquet_shard_bytes,
     row groups of settings.parquet_row_group_rows), uploaded under their final names
-    (`shard_name`) once the count is known: the manifest's shard entries."""
+    (`shard_name`, with the compaction `partition`'s label when the run has several) once
+    the count is known: the manifest's shard entries."""
     shards: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="rsieve-compact-") as tmp:
         for split, rows in splits.items():
@@ -90,7 +92,7 @@ def upload_splits(
                 sampled=sampled,
             )
             for i, (path, n) in enumerate(parts):
-                name = shard_name(split, run, i, len(parts))
+                name = shard_name(split, run, i, len(parts), partition)
                 store.put_file(prefix + name, str(path))
                 shards.append(
                     {

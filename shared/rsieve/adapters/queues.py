@@ -45,6 +45,8 @@ QUEUES: dict[str, str] = {
     "rsieve.verify": "verify",
     "rsieve.judge": "judge",
     "rsieve.compact": "compact",
+    "rsieve.compact_route": "compact",
+    "rsieve.compact_partition": "compact",
 }
 
 

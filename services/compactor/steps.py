@@ -1,0 +1,340 @@
+"""The compactor's steps (rsieve.partitions): the plan, routing a group of shards, one
+partition's compaction, and the commit. What is composed is rsieve.commit's; this reads
+and writes. Every step is idempotent: what it stored is found and not done again.
+
+Under runs/<run>/compact/: `plan.json` (partitions, groups), `route/<partition>/<group>.json`
+(a group's outcomes and quarantines for that partition), `route/calibration/<group>.json`,
+`calibration.json` (the run's calibration records and summary), and per generation of the
+dataset (`g<n>`: its manifest's number of runs, what the partitions deduplicated against)
+`g<n>/<partition>.json` (the partition's summary) and `g<n>/<partition>.quarantine.jsonl`."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from typing import Any
+
+from PIL import Image
+
+from rsieve.adapters.keyindex import held_keys, legacy_runs, write_buckets
+from rsieve.adapters.parquet import upload_splits
+from rsieve.adapters.storage import PackReader
+from rsieve.calibration import CalibrationRecord, CalibrationShard, calibration_key, summarise
+from rsieve.commit import (
+    commit_files,
+    compose_report,
+    near_keys,
+    partition_summary,
+    qa_entries,
+    quarantine_listing,
+    settle,
+)
+from rsieve.compaction import next_manifest
+from rsieve.decontam import near_keys_key
+from rsieve.errors import NotFoundError
+from rsieve.images import IMAGE_FORMATS
+from rsieve.keyindex import IndexStats
+from rsieve.partitions import (
+    merge_summaries,
+    outcome_partition,
+    partition_count,
+    partition_label,
+    quarantine_partition,
+    route_groups,
+    sorted_lines,
+)
+from rsieve.rows import assemble_rows
+from rsieve.schemas import STAGES, Outcome, Quarantined
+from services.common import Context
+
+EXAMPLES = 3  # rows per split shown on the card
+
+
+def _dir(run: str) -> str:
+    return f"runs/{run}/compact/"
+
+
+def generation(manifest: dict[str, Any] | None) -> int:
+    """A dataset's generation: its number of committed runs."""
+    return len((manifest or {}).get("runs", []))
+
+
+def plan(ctx: Context, run: str) -> dict[str, Any]:
+    """The run's partitions and routing groups, decided once (settings may change)."""
+    key = _dir(run) + "plan.json"
+    stored = ctx.load_json(key)
+    if stored is not None:
+        return stored
+    index = ctx.shard_index(run) or {}
+    s = ctx.settings
+    count = partition_count(index["lines"], s.compact_partition_items)
+    groups = route_groups(index["shards"], s.compact_route_shards) if count > 1 else []
+    made = {"partitions": count, "groups": groups}
+    ctx.store.put(key, json.dumps(made).encode())
+    return made
+
+
+def missing_routes(ctx: Context, run: str, groups: int) -> list[int]:
+    stored = set(ctx.store.list(_dir(run) + "route/calibration/"))
+    return [g for g in range(groups) if _route_done(run, g) not in stored]
+
+
+def missing_partitions(ctx: Context, run: str, count: int, gen: int) -> list[int]:
+    stored = set(ctx.store.list(f"{_dir(run)}g{gen}/"))
+    return [p for p in range(count) if _summary_key(run, gen, p) not in stored]
+
+
+def _route_done(run: str, group: int) -> str:
+    return f"{_dir(run)}route/calibration/{group:05d}.json"
+
+
+def _piece(run: str, partition: int, group: int) -> str:
+    return f"{_dir(run)}route/{partition_label(partition)}/{group:05d}.json"
+
+
+def _summary_key(run: str, gen: int, partition: int) -> str:
+    return f"{_dir(run)}g{gen}/{partition_label(partition)}.json"
+
+
+def _stored_shard(
+    ctx: Context, run: str, shard: str
+) -> tuple[list[Outcome], list[Quarantined], list[CalibrationRecord]]:
+    """A shard's judged outcomes, its items quarantined at any stage, its calibration."""
+    quarantined = [q for stage in STAGES[:-1] for q in ctx.quarantined(run, stage, shard)]
+    judged = ctx.load(run, "judge", shard)
+    records: list[CalibrationRecord] = []
+    with contextlib.suppress(NotFoundError):
+        raw = ctx.store.get(calibration_key(run, shard))
+        records = CalibrationShard.model_validate_json(raw).records
+    return judged.outcomes, quarantined + judged.quarantined, records
+
+
+def route(ctx: Context, run: str, group: int) -> None:
+    """A group of shards' outcomes and quarantines, each to its partition's piece."""
+    the_plan = plan(ctx, run)
+    if _route_done(run, group) in set(ctx.store.list(_dir(run) + "route/calibration/")):
+        return
+    count = the_plan["partitions"]
+    pieces: list[dict[str, list[Any]]] = [{"outcomes": [], "quarantined": []} for _ in range(count)]
+    records: list[CalibrationRecord] = []
+    for shard in the_plan["groups"][group]:
+        outcomes, quarantined, shard_records = _stored_shard(ctx, run, shard)
+        for o in outcomes:
+            p = outcome_partition(o.generation.item.image_sha256, count)
+            pieces[p]["outcomes"].append(o.model_dump(mode="json"))
+        for q in quarantined:
+            pieces[quarantine_partition(q.line, count)]["quarantined"].append(
+                q.model_dump(mode="json")
+            )
+        records += shard_records
+    for p, piece in enumerate(pieces):
+        ctx.store.put(_piece(run, p, group), json.dumps(piece).encode())
+    marked = {"records": [r.model_dump(mode="json") for r in records]}
+    ctx.store.put(_route_done(run, group), json.dumps(marked).encode())  # the group's mark
+
+
+def calibration(
+    ctx: Context, run: str, groups: int | None
+) -> tuple[list[CalibrationRecord], dict[str, Any]]:
+    """The run's calibration records (from its shards, or from its routing groups) and
+    their summary, stored once."""
+    key = _dir(run) + "calibration.json"
+    stored = ctx.load_json(key)
+    if stored is None:
+        records: list[CalibrationRecord] = []
+        if groups is None:
+            for shard in (ctx.shard_index(run) or {})["shards"]:
+                with contextlib.suppress(NotFoundError):
+                    raw = ctx.store.get(calibration_key(run, shard))
+                    records += CalibrationShard.model_validate_json(raw).records
+        else:
+            for g in range(groups):
+                marked = json.loads(ctx.store.get(_route_done(run, g)))
+                records += [CalibrationRecord.model_validate(r) for r in marked["records"]]
+        s = ctx.settings
+        summary = summarise(
+            records, size=s.judge_calibration_size, bound=s.judge_false_promotion_bound
+        )
+        stored = {"records": [r.model_dump(mode="json") for r in records], "summary": summary}
+        ctx.store.put(key, json.dumps(stored).encode())
+    return [CalibrationRecord.model_validate(r) for r in stored["records"]], stored["summary"]
+
+
+def _partition_input(
+    ctx: Context, run: str, partition: int, the_plan: dict[str, Any]
+) -> tuple[list[Outcome], list[Quarantined]]:
+    if the_plan["partitions"] == 1:
+        outcomes: list[Outcome] = []
+        quarantined: list[Quarantined] = []
+        for shard in sorted((ctx.shard_index(run) or {})["shards"]):
+            o, q, _ = _stored_shard(ctx, run, shard)
+            outcomes += o
+            quarantined += q
+        return outcomes, quarantined
+    outcomes, quarantined = [], []
+    for group in range(len(the_plan["groups"])):
+        piece = json.loads(ctx.store.get(_piece(run, partition, group)))
+        outcomes += [Outcome.model_validate(o) for o in piece["outcomes"]]
+        quarantined += [Quarantined.model_validate(q) for q in piece["quarantined"]]
+    return outcomes, quarantined
+
+
+def compact_partition(ctx: Context, run: str, partition: int, gen: int) -> bool:
+    """One partition's rows, key index buckets, near keys and example images against the
+    dataset at generation `gen`, then its summary. False when the dataset has moved on
+    (another run committed): the coordinator must plan against the new generation."""
+    s, spec = ctx.settings, ctx.spec(run)
+    prefix = f"datasets/{spec.dataset}/"
+    previous = ctx.load_json(prefix + "manifest.json")
+    if generation(previous) != gen:
+        return False
+    the_plan = plan(ctx, run)
+    key = _summary_key(run, gen, partition)
+    if ctx.store.exists(key):
+        return True
+    label = partition_label(partition) if the_plan["partitions"] > 1 else None
+    outcomes, quarantined = _partition_input(ctx, run, partition, the_plan)
+    _, summary = calibration(ctx, run, len(the_plan["groups"]) if label else None)
+    stats = IndexStats()
+    existing = held_keys(
+        ctx.store, prefix, previous, qa_entries(outcomes), stats, chunk_keys=s.key_index_chunk_keys
+    )
+    settled = settle(
+        outcomes, calibration=summary, bound=s.judge_false_promotion_bound, existing_keys=existing
+    )
+    reader = PackReader(
+        ctx.store, [r for o in settled.outcomes if (r := o.generation.item.image_at)]
+    )
+    sampled = bool((previous or {}).get("sampled", spec.settings.get("samples", 1) > 1))
+    rows = assemble_rows(settled.added, run)
+    shards = upload_splits(ctx.store, prefix, run, rows, reader.get, s, sampled, label)
+    qa_keys = write_buckets(
+        ctx.store,
+        prefix,
+        previous,
+        run,
+        qa_entries(settled.added),
+        stats,
+        chunk_keys=s.key_index_chunk_keys,
+    )
+    ctx.store.put(
+        near_keys_key(spec.dataset, f"{run}-{label}" if label else run), near_keys(settled.added)
+    )
+    ctx.store.put(
+        key[: -len(".json")] + ".quarantine.jsonl", quarantine_listing(quarantined).encode()
+    )
+    stored = {
+        "shards": shards,
+        "qa_keys": qa_keys,
+        "examples": _examples(ctx, prefix, settled.added, reader.get),
+        "dataset_keys": stats.as_dict(),
+    }
+    ctx.store.put(key, json.dumps(partition_summary(settled, quarantined, **stored)).encode())
+    return True
+
+
+def _examples(
+    ctx: Context, prefix: str, added: list[Outcome], image_of: Any
+) -> dict[str, list[Any]]:
+    """The partition's first rows per split, with their first line and the image beside
+    the card (the commit keeps the first rows of the run)."""
+    first_line: dict[str, int] = {}
+    for o in added:
+        first_line.setdefault(o.generation.item.image_sha256, o.generation.item.line)
+    examples: dict[str, list[Any]] = {}
+    for split, rows in assemble_rows(added).items():
+        for row in rows[:EXAMPLES]:
+            data = image_of(row["image_sha256"])
+            with Image.open(io.BytesIO(data), formats=IMAGE_FORMATS) as img:  # the header
+                ext = (img.format or "bin").lower()
+            path = f"examples/{row['image_sha256'][:16]}.{ext}"
+            ctx.store.put(prefix + path, data)
+            examples.setdefault(split, []).append(
+                [first_line[row["image_sha256"]], row["qa"][0], path]
+            )
+    return examples
+
+
+def commit(ctx: Context, run: str, gen: int, partitions: int) -> bool:
+    """The run committed from its partitions' summaries: the card, report, quarantine and
+    run spec under commits/<run>/, then the manifest (the commit point). One commit per
+    dataset at a time (a Redis lock held for the commit alone); False when another run
+    committed since the partitions were made."""
+    s, spec = ctx.settings, ctx.spec(run)
+    prefix = f"datasets/{spec.dataset}/"
+    with ctx.redis.lock(f"rsieve:compact:{spec.dataset}", timeout=s.task_time_limit_s):
+        previous = ctx.load_json(prefix + "manifest.json")
+        if previous and run in previous.get("runs", []):
+            return True
+        if generation(previous) != gen:
+            return False
+        keys = [_summary_key(run, gen, p) for p in range(partitions)]
+        merged = merge_summaries(json.loads(ctx.store.get(k)) for k in keys)
+        records, summary = calibration(ctx, run, None)
+        bound = s.judge_false_promotion_bound
+        cleaning = ctx.load_json(f"runs/{run}/cleaning.json")
+        report = compose_report(
+            merged,
+            run=run,
+            index=ctx.shard_index(run) or {},
+            calibration_records=records,
+            calibration=summary,
+            bound=bound,
+            cleaning=cleaning,
+        )
+        quarantine = "".join(
+            sorted_lines(
+                ctx.store.get(k[: -len(".json")] + ".quarantine.jsonl")
+                .decode()
+                .splitlines(keepends=True)
+                for k in keys
+            )
+        )
+        manifest = next_manifest(
+            previous,
+            dataset=spec.dataset,
+            run=run,
+            shards=merged["shards"],
+            adds_up=report["adds_up"],
+            sampled=bool((previous or {}).get("sampled", spec.settings.get("samples", 1) > 1)),
+            qa_keys=(previous or {}).get("qa_keys", {}) | merged["qa_keys"],
+            legacy_key_runs=legacy_runs(previous),
+        )
+        examples = merged["examples"]
+        manifest["files"].update({path: path for rows in examples.values() for _, path in rows})
+        reviews = [
+            json.loads(ctx.store.get(key))
+            for r in manifest["runs"]
+            for key in ctx.store.list(f"runs/{r}/reviews/")
+        ]
+        files = commit_files(
+            report=report,
+            quarantine=quarantine,
+            spec=spec,
+            manifest=manifest,
+            examples=examples,
+            reviews=reviews,
+            merged=merged,
+            calibration=summary,
+            cleaning=cleaning,
+            bound=bound,
+        )
+        for name, data in files.items():
+            ctx.store.put(f"{prefix}commits/{run}/{name}", data)
+        # The commit point, written last; then browsing copies of the current commit.
+        ctx.store.put(prefix + "manifest.json", json.dumps(manifest, indent=1).encode())
+        for name, data in files.items():
+            ctx.store.put(prefix + name, data)
+        return True
+
+
+def last_done(ctx: Context, key: str, member: int, total: int) -> bool:
+    """Marks `member` done; True once all `total` are (whoever sees it first, and any
+    redelivery after: the coordinator it sends is idempotent)."""
+    pipe = ctx.redis.pipeline()
+    pipe.sadd(key, member)
+    pipe.scard(key)
+    pipe.expire(key, 7 * 24 * 3600)
+    _, done, _ = pipe.execute()
+    return int(done) >= total
