@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help run test bench test-unit lint stack-up stack-down example-pool clean
+.PHONY: help run test bench bench-scale test-unit lint stack-up stack-down example-pool clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -33,6 +33,9 @@ test: $(STAMP) ## the whole suite (starts real Redis, SeaweedFS and Triton on fr
 
 bench: $(STAMP) ## performance suite (about 9 min): prints tables, writes bench/results.json
 	$(PY) bench/bench_pipeline.py
+
+bench-scale: $(STAMP) ## pipeline cost against pool size (20,000 and 200,000 items): writes bench/scale.json
+	$(PY) bench/bench_scale.py
 
 test-unit: $(STAMP) ## the core's tests only (seconds, no services)
 	$(PY) -m pytest -q tests/unit

@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from PIL import Image
+from pydantic import BaseModel
 
 from rsieve.adapters.keyindex import held_keys, legacy_runs, write_buckets
 from rsieve.adapters.parquet import upload_splits
@@ -111,27 +112,36 @@ def _stored_shard(
 
 
 def route(ctx: Context, run: str, group: int) -> None:
-    """A group of shards' outcomes and quarantines, each to its partition's piece."""
+    """A group of shards' outcomes and quarantines, each to its partition's piece. The
+    outcomes pass as the judge stored them (JSON, not validated here: the partition
+    validates them once)."""
     the_plan = plan(ctx, run)
     if _route_done(run, group) in set(ctx.store.list(_dir(run) + "route/calibration/")):
         return
     count = the_plan["partitions"]
     pieces: list[dict[str, list[Any]]] = [{"outcomes": [], "quarantined": []} for _ in range(count)]
-    records: list[CalibrationRecord] = []
+    records: list[Any] = []
     for shard in the_plan["groups"][group]:
-        outcomes, quarantined, shard_records = _stored_shard(ctx, run, shard)
-        for o in outcomes:
-            p = outcome_partition(o.generation.item.image_sha256, count)
-            pieces[p]["outcomes"].append(o.model_dump(mode="json"))
-        for q in quarantined:
-            pieces[quarantine_partition(q.line, count)]["quarantined"].append(
-                q.model_dump(mode="json")
-            )
-        records += shard_records
+        judged = json.loads(ctx.store.get(ctx.output_key(run, "judge", shard)))
+        for o in judged["outcomes"]:
+            p = outcome_partition(o["generation"]["item"]["image_sha256"], count)
+            pieces[p]["outcomes"].append(o)
+        earlier = [
+            q.model_dump(mode="json") for st in STAGES[:-1] for q in ctx.quarantined(run, st, shard)
+        ]
+        for q in earlier + judged["quarantined"]:
+            pieces[quarantine_partition(q["line"], count)]["quarantined"].append(q)
+        with contextlib.suppress(NotFoundError):
+            records += json.loads(ctx.store.get(calibration_key(run, shard)))["records"]
     for p, piece in enumerate(pieces):
         ctx.store.put(_piece(run, p, group), json.dumps(piece).encode())
-    marked = {"records": [r.model_dump(mode="json") for r in records]}
+    marked = {"records": records}
     ctx.store.put(_route_done(run, group), json.dumps(marked).encode())  # the group's mark
+
+
+class _Piece(BaseModel):
+    outcomes: list[Outcome]
+    quarantined: list[Quarantined]
 
 
 def calibration(
@@ -174,9 +184,9 @@ def _partition_input(
         return outcomes, quarantined
     outcomes, quarantined = [], []
     for group in range(len(the_plan["groups"])):
-        piece = json.loads(ctx.store.get(_piece(run, partition, group)))
-        outcomes += [Outcome.model_validate(o) for o in piece["outcomes"]]
-        quarantined += [Quarantined.model_validate(q) for q in piece["quarantined"]]
+        piece = _Piece.model_validate_json(ctx.store.get(_piece(run, partition, group)))
+        outcomes += piece.outcomes
+        quarantined += piece.quarantined
     return outcomes, quarantined
 
 

@@ -51,6 +51,7 @@ def fault_stack(
             "compactor",
             "poison",
             "s3down",
+            "partkill",
         )
     }
     replay_file = root / "replay.json"
@@ -68,6 +69,13 @@ def fault_stack(
             "RSIEVE_SOFT_SHUTDOWN_S": "30",
             # tests/fault_injection/sitecustomize.py: a worker dies on poison-1, every time.
             "RSIEVE_TEST_CRASH_ITEM_IDS": '["poison-1"]',
+            # Every run is compacted in partitions (24 items: 4 of 8 lines, routed in 3
+            # groups of 2 shards), so every fault here meets the partitioned compaction.
+            "RSIEVE_COMPACT_PARTITION_ITEMS": "8",
+            "RSIEVE_COMPACT_ROUTE_SHARDS": "2",
+            # ... and the compactor dies once inside a partition of "partkill".
+            "RSIEVE_TEST_CRASH_PARTITION_OF": "partkill",
+            "RSIEVE_TEST_CRASH_MARKS": str(root),
             "PYTHONPATH": str(FAULT_INJECTION),
         },
     )
@@ -234,6 +242,29 @@ def test_compactor_dead_before_manifest_is_completed_by_reconcile(
     assert plan == [("rsieve.compact", {})]
     _accepted_all(_finish(stack, run, started))
     assert ctx.reconcile(run) == []
+
+
+def test_compactor_killed_inside_a_partition(fault_stack: tuple[Stack, dict[str, Path]]) -> None:
+    """The compactor's child dies after writing a partition's Parquet shards, before its
+    summary: nothing is committed until the partition is done again (its message comes
+    back after the visibility timeout), and then the run is committed once."""
+    stack, pools = fault_stack
+    started = time.monotonic()
+    run = _submit(stack, pools["partkill"])
+    report = _finish(stack, run, started)
+    _accepted_all(report)
+    assert (pools["partkill"].parent / f"partition-crash-{run}").exists()
+    log = (stack.logs / "compactor.log").read_text(errors="replace")
+    assert "crashing in p0" in log
+    settings = stack_settings(stack)
+    manifest = json.loads(S3Store(settings).get("datasets/partkill/manifest.json"))
+    assert manifest["runs"] == [run]
+    assert {s["path"].split(f"{run}-")[1][:4] for s in manifest["shards"]} <= {
+        "p000",
+        "p001",
+        "p002",
+        "p003",
+    }
 
 
 def test_poison_item_is_quarantined_after_max_deliveries(

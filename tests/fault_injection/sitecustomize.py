@@ -4,7 +4,11 @@ as it starts. A worker that meets an item whose id is in RSIEVE_TEST_CRASH_ITEM_
 JSON list) then dies on the spot (os._exit), every time, like an item that crashes its
 decoder. The production code has no hook for it: ItemGuard's two entry points are wrapped
 here, the crash coming after the in-flight mark an isolating delivery sets, exactly where
-a real poison item would kill the worker."""
+a real poison item would kill the worker.
+
+RSIEVE_TEST_CRASH_PARTITION_OF (a dataset name) kills the compactor the first time it has
+uploaded a partition's Parquet shards for that dataset, before the partition's summary
+and the commit (once: a file in RSIEVE_TEST_CRASH_MARKS says it happened)."""
 
 from __future__ import annotations
 
@@ -50,5 +54,27 @@ def _install() -> None:
     ItemGuard.batch = crashing_batch  # type: ignore[method-assign]
 
 
+def _install_partition_crash(dataset: str, marks: str) -> None:
+    from rsieve.adapters import parquet
+
+    upload = parquet.upload_splits
+
+    def crashing_upload(store: Any, prefix: str, run: str, *args: Any, **kw: Any) -> Any:
+        shards = upload(store, prefix, run, *args, **kw)
+        mark = os.path.join(marks, f"partition-crash-{run}")
+        partition = args[4] if len(args) > 4 else kw.get("partition")
+        if prefix == f"datasets/{dataset}/" and partition and not os.path.exists(mark):
+            open(mark, "w").close()
+            logging.getLogger("rsieve.fault_injection").error("crashing in %s", partition)
+            os._exit(70)
+        return shards
+
+    parquet.upload_splits = crashing_upload
+
+
 if CRASH_IDS:
     _install()
+if os.environ.get("RSIEVE_TEST_CRASH_PARTITION_OF"):
+    _install_partition_crash(
+        os.environ["RSIEVE_TEST_CRASH_PARTITION_OF"], os.environ["RSIEVE_TEST_CRASH_MARKS"]
+    )

@@ -1,0 +1,1 @@
+../../../../deploy/triton/rsieve_triton_preamble.py
