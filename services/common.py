@@ -160,6 +160,17 @@ class Context:
     def next(self, task: str, **kwargs: Any) -> None:
         self.send(task, kwargs)
 
+    def last_done(self, key: str, member: str | int, total: int) -> bool:
+        """Marks `member` of a fan-out done (a Redis set); True once all `total` are, to
+        whoever sees it first and to any redelivery after (what it sends next must be
+        idempotent). A set lost with Redis leaves the run to the sweeper."""
+        pipe = self.redis.pipeline()
+        pipe.sadd(key, member)
+        pipe.scard(key)
+        pipe.expire(key, 7 * 24 * 3600)
+        _, done, _ = pipe.execute()
+        return int(done) >= total
+
     def shard_index(self, run: str) -> dict[str, Any] | None:
         try:
             return dict(json.loads(self.store.get(f"runs/{run}/shards.json")))

@@ -21,7 +21,13 @@ from pydantic import BaseModel
 from rsieve.adapters.keyindex import held_keys, legacy_runs, write_buckets
 from rsieve.adapters.parquet import upload_splits
 from rsieve.adapters.storage import PackReader
-from rsieve.calibration import CalibrationRecord, CalibrationShard, calibration_key, summarise
+from rsieve.calibration import (
+    CalibrationRecord,
+    CalibrationShard,
+    bottom_k,
+    calibration_key,
+    summarise,
+)
 from rsieve.commit import (
     commit_files,
     compose_report,
@@ -45,6 +51,7 @@ from rsieve.partitions import (
     route_groups,
     sorted_lines,
 )
+from rsieve.report import token_usage, tokens_summed
 from rsieve.rows import assemble_rows
 from rsieve.schemas import STAGES, Outcome, Quarantined
 from services.common import Context
@@ -120,7 +127,7 @@ def route(ctx: Context, run: str, group: int) -> None:
         return
     count = the_plan["partitions"]
     pieces: list[dict[str, list[Any]]] = [{"outcomes": [], "quarantined": []} for _ in range(count)]
-    records: list[Any] = []
+    records: list[CalibrationRecord] = []
     for shard in the_plan["groups"][group]:
         judged = json.loads(ctx.store.get(ctx.output_key(run, "judge", shard)))
         for o in judged["outcomes"]:
@@ -132,10 +139,18 @@ def route(ctx: Context, run: str, group: int) -> None:
         for q in earlier + judged["quarantined"]:
             pieces[quarantine_partition(q["line"], count)]["quarantined"].append(q)
         with contextlib.suppress(NotFoundError):
-            records += json.loads(ctx.store.get(calibration_key(run, shard)))["records"]
+            raw = ctx.store.get(calibration_key(run, shard))
+            records += CalibrationShard.model_validate_json(raw).records
     for p, piece in enumerate(pieces):
         ctx.store.put(_piece(run, p, group), json.dumps(piece).encode())
-    marked = {"records": records}
+    # The run's summary needs each group's bottom-k alone; the tokens of every call.
+    marked = {
+        "records": [
+            r.model_dump(mode="json")
+            for r in bottom_k(records, ctx.settings.judge_calibration_size)
+        ],
+        "tokens": token_usage((), records),
+    }
     ctx.store.put(_route_done(run, group), json.dumps(marked).encode())  # the group's mark
 
 
@@ -144,31 +159,33 @@ class _Piece(BaseModel):
     quarantined: list[Quarantined]
 
 
-def calibration(
-    ctx: Context, run: str, groups: int | None
-) -> tuple[list[CalibrationRecord], dict[str, Any]]:
-    """The run's calibration records (from its shards, or from its routing groups) and
-    their summary, stored once."""
+def calibration(ctx: Context, run: str, groups: int | None) -> dict[str, Any]:
+    """The run's calibration summary and the token usage of its calibration calls (from
+    its shards' records, or from its routing groups' bottom-k and usage), stored once:
+    `{"summary", "tokens"}`."""
     key = _dir(run) + "calibration.json"
     stored = ctx.load_json(key)
     if stored is None:
         records: list[CalibrationRecord] = []
+        tokens: list[dict[str, Any]] = []
         if groups is None:
             for shard in (ctx.shard_index(run) or {})["shards"]:
                 with contextlib.suppress(NotFoundError):
                     raw = ctx.store.get(calibration_key(run, shard))
                     records += CalibrationShard.model_validate_json(raw).records
+            tokens.append(token_usage((), records))
         else:
             for g in range(groups):
                 marked = json.loads(ctx.store.get(_route_done(run, g)))
                 records += [CalibrationRecord.model_validate(r) for r in marked["records"]]
+                tokens.append(marked["tokens"])
         s = ctx.settings
         summary = summarise(
             records, size=s.judge_calibration_size, bound=s.judge_false_promotion_bound
         )
-        stored = {"records": [r.model_dump(mode="json") for r in records], "summary": summary}
+        stored = {"summary": summary, "tokens": tokens_summed(tokens)}
         ctx.store.put(key, json.dumps(stored).encode())
-    return [CalibrationRecord.model_validate(r) for r in stored["records"]], stored["summary"]
+    return stored
 
 
 def _partition_input(
@@ -205,7 +222,7 @@ def compact_partition(ctx: Context, run: str, partition: int, gen: int) -> bool:
         return True
     label = partition_label(partition) if the_plan["partitions"] > 1 else None
     outcomes, quarantined = _partition_input(ctx, run, partition, the_plan)
-    _, summary = calibration(ctx, run, len(the_plan["groups"]) if label else None)
+    summary = calibration(ctx, run, len(the_plan["groups"]) if label else None)["summary"]
     stats = IndexStats()
     existing = held_keys(
         ctx.store, prefix, previous, qa_entries(outcomes), stats, chunk_keys=s.key_index_chunk_keys
@@ -281,14 +298,15 @@ def commit(ctx: Context, run: str, gen: int, partitions: int) -> bool:
             return False
         keys = [_summary_key(run, gen, p) for p in range(partitions)]
         merged = merge_summaries(json.loads(ctx.store.get(k)) for k in keys)
-        records, summary = calibration(ctx, run, None)
+        calibrated = calibration(ctx, run, None)
+        summary = calibrated["summary"]
         bound = s.judge_false_promotion_bound
         cleaning = ctx.load_json(f"runs/{run}/cleaning.json")
         report = compose_report(
             merged,
             run=run,
             index=ctx.shard_index(run) or {},
-            calibration_records=records,
+            calibration_tokens=calibrated["tokens"],
             calibration=summary,
             bound=bound,
             cleaning=cleaning,
@@ -337,14 +355,3 @@ def commit(ctx: Context, run: str, gen: int, partitions: int) -> bool:
         for name, data in files.items():
             ctx.store.put(prefix + name, data)
         return True
-
-
-def last_done(ctx: Context, key: str, member: int, total: int) -> bool:
-    """Marks `member` done; True once all `total` are (whoever sees it first, and any
-    redelivery after: the coordinator it sends is idempotent)."""
-    pipe = ctx.redis.pipeline()
-    pipe.sadd(key, member)
-    pipe.scard(key)
-    pipe.expire(key, 7 * 24 * 3600)
-    _, done, _ = pipe.execute()
-    return int(done) >= total

@@ -45,7 +45,7 @@ def register(ctx: Context) -> None:
     def compact_route(run: str, group: int) -> None:
         steps.route(ctx, run, group)
         groups = len(steps.plan(ctx, run)["groups"])
-        if steps.last_done(ctx, f"rsieve:compact:{run}:routes", group, groups):
+        if ctx.last_done(f"rsieve:compact:{run}:routes", group, groups):
             ctx.next("rsieve.compact", run=run)
 
     @ctx.task("rsieve.compact_partition")
@@ -54,5 +54,5 @@ def register(ctx: Context) -> None:
             ctx.next("rsieve.compact", run=run)  # overtaken: against the dataset as it is now
             return
         count = steps.plan(ctx, run)["partitions"]
-        if steps.last_done(ctx, f"rsieve:compact:{run}:g{gen}", partition, count):
+        if ctx.last_done(f"rsieve:compact:{run}:g{gen}", partition, count):
             ctx.next("rsieve.compact", run=run)

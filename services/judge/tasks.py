@@ -96,8 +96,9 @@ def register(ctx: Context) -> None:
                     quarantined=outside,
                 )
             )
-        # Every shard that finishes checks; whichever sees all of them enqueues the
-        # compaction (more than one may: compaction is idempotent).
+        # Every shard that finishes counts itself; whichever sees all of them enqueues the
+        # compaction (more than one may: compaction is idempotent). A Redis set, not a
+        # listing of the judged shards, which would make a run's judging quadratic.
         shards = json.loads(ctx.store.get(f"runs/{run}/shards.json"))["shards"]
-        if sum(1 for _ in ctx.store.list(f"runs/{run}/judge/")) >= len(shards):
+        if ctx.last_done(f"rsieve:judged:{run}", shard, len(shards)):
             ctx.next("rsieve.compact", run=run)

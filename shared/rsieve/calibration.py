@@ -322,6 +322,17 @@ def _rate(k: int, n: int) -> dict[str, Any]:
     }
 
 
+def bottom_k(records: Iterable[CalibrationRecord], size: int) -> list[CalibrationRecord]:
+    """The records of the `size` lowest-ranked items per family: all `summarise` counts of
+    them, so a run-wide summary may be made from each part's bottom-k alone."""
+    recs = list(records)
+    items: dict[str, set[tuple[float, str]]] = defaultdict(set)
+    for r in recs:
+        items[r.probe.family].add((r.probe.rank, r.probe.item_id))
+    kept = {(f, i) for f, ids in items.items() for _, i in sorted(ids)[:size]}
+    return [r for r in recs if (r.probe.family, r.probe.item_id) in kept]
+
+
 def summarise(
     records: Iterable[CalibrationRecord | dict[str, Any]],
     *,

@@ -16,7 +16,6 @@ from typing import Any
 
 from rsieve import __version__
 from rsieve.calibration import (
-    CalibrationRecord,
     hold_back,
     promotions_listing,
     render_calibration_markdown,
@@ -123,7 +122,7 @@ def compose_report(
     *,
     run: str,
     index: dict[str, Any],
-    calibration_records: list[CalibrationRecord],
+    calibration_tokens: dict[str, Any],
     calibration: dict[str, Any],
     bound: float,
     cleaning: dict[str, Any] | None,
@@ -134,7 +133,7 @@ def compose_report(
         run=run,
         lines=index["lines"],
         blank_lines=index["blank_lines"],
-        calibration=calibration_records,
+        calibration_tokens=calibration_tokens,
     )
     report["calibration"] = calibration
     report["judge_false_promotion_bound"] = bound  # what `rsieve recheck DIR` holds back by

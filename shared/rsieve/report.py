@@ -27,6 +27,7 @@ __all__ = [
     "finish_report",
     "reasoning_form",
     "report_part",
+    "tokens_summed",
     "run_report",
     "token_usage",
 ]
@@ -201,7 +202,8 @@ def _summed(a: Any, b: Any) -> Any:
     return a + b
 
 
-def _tokens_summed(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def tokens_summed(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Token usages (`token_usage`) of parts of a run, summed."""
     by_model: dict[tuple[int, str], dict[str, Any]] = {}
     by_family: dict[str, Any] = {}
     total: dict[str, Any] | None = None
@@ -226,11 +228,13 @@ def finish_report(
     lines: int,
     blank_lines: list[int] | None = None,
     calibration: Iterable[CalibrationRecord] = (),
+    calibration_tokens: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The run report from its parts (`report_part`): `lines` items entered (non-blank
     lines); `blank_lines` are the pool's blank line numbers, which hold no item. Every other
     line from 1 on must be placed exactly once. `calibration`: the judge's calibration
-    records, for the token usage (`tokens`)."""
+    records, for the token usage (`tokens`), or `calibration_tokens`, their usage already
+    summed."""
     families: dict[str, dict[str, Any]] = {}
     modes: Counter[str] = Counter()
     generators: Counter[tuple[str, str | None]] = Counter()
@@ -250,7 +254,7 @@ def finish_report(
         tokens.append(part["tokens"])
         for fam, figures in part["sampling"].items():
             sampling[fam] = _summed(sampling[fam], figures) if fam in sampling else figures
-    tokens.append(token_usage((), calibration))
+    tokens.append(calibration_tokens or token_usage((), calibration))
     for fam in families.values():
         for key in ("rejected_by_reason", "quarantined_by_reason", "judge_failure_causes"):
             fam[key] = dict(sorted(fam[key].items()))
@@ -278,7 +282,7 @@ def finish_report(
             "generators": _models(generators, "outputs"),
             "judges": _models(judges, "verdicts"),
         },
-        "tokens": _tokens_summed(tokens),
+        "tokens": tokens_summed(tokens),
         # Best-of-n runs only: per family, pass rates and the yield at n against 1.
         **({"sampling": dict(sorted(sampling.items()))} if sampling else {}),
         "duplicate_ids": duplicate_ids,

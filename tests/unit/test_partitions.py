@@ -87,7 +87,10 @@ class Stack:
     def __init__(self, **settings: Any) -> None:
         self.store, self.sent = MemoryStore(), Sent()
         self.ctx = bootstrap(
-            Settings(purity_embedding=False, judge_calibration_rate=0.0, shard_size=8, **settings),
+            Settings(
+                **{"purity_embedding": False, "judge_calibration_rate": 0.0, "shard_size": 8}
+                | settings
+            ),
             store=self.store,
             redis_client=fakeredis.FakeRedis(),
             send=self.sent,
@@ -164,12 +167,15 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_one_partition_or_many_make_the_same_dataset(pool: Path) -> None:
-    one = Stack()
+    # The judge calibrated, on a sample smaller than a routing group's share, so that the
+    # run's bottom-k is made from the groups' own.
+    calibrated = {"judge_calibration_rate": 1.0, "judge_calibration_size": 5}
+    one = Stack(**calibrated)
     run = one.run_until_compaction(pool, "d")
     one.ctx.app.tasks["rsieve.compact"](run=run)
     assert one.drain() == []  # one partition: compacted in the one task
 
-    many = Stack(compact_partition_items=12, compact_route_shards=3)
+    many = Stack(compact_partition_items=12, compact_route_shards=3, **calibrated)
     assert many.run_until_compaction(pool, "d") == run
     many.ctx.app.tasks["rsieve.compact"](run=run)
     ran = many.drain()
@@ -184,6 +190,9 @@ def test_one_partition_or_many_make_the_same_dataset(pool: Path) -> None:
     assert many.rows("d") == one.rows("d")  # the same rows, images and all
     assert sum(len(r) for r in one.rows("d").values()) >= ITEMS  # think + nothink + rejected
     assert _figures(many.store, "d") == _figures(one.store, "d")
+    calibration = _figures(one.store, "d")["calibration"]
+    assert calibration and all(f["items"] == 5 for f in calibration.values())
+    assert _figures(one.store, "d")["tokens"]["total"]["judge"]["calibration"]["calls"] > 5
     assert _card_text(many.store, "d") == _card_text(one.store, "d")
     for name in ("quarantine.jsonl", "run_spec.json"):
         assert many.store.get(f"datasets/d/{name}") == one.store.get(f"datasets/d/{name}")

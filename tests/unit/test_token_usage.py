@@ -157,7 +157,7 @@ def test_the_report_and_the_compaction_plan_carry_the_usage() -> None:
         merged,
         run="r1",
         index={"lines": 4, "blank_lines": []},
-        calibration_records=records,
+        calibration_tokens=token_usage((), records),
         calibration=summary,
         bound=1.0,
         cleaning=None,

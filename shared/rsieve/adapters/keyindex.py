@@ -5,6 +5,7 @@ is the run's keys plus one chunk whatever the dataset's size."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import tempfile
 from collections.abc import Iterator
@@ -86,10 +87,16 @@ def write_buckets(
         current = pointers.get(bucket)
         chunks = _chunks(store, prefix + current, chunk_keys) if current else iter(())
         path = bucket_path(bucket, run)
-        with tempfile.NamedTemporaryFile(prefix="rsieve-keys-") as tmp:
-            for out in merged(chunks, added, chunk_keys=chunk_keys, stats=stats):
-                tmp.write(out)
-            tmp.flush()
-            store.put_file(prefix + path, tmp.name)
+        out = merged(chunks, added, chunk_keys=chunk_keys, stats=stats)
+        first = next(out, b"")
+        second = next(out, None)
+        if second is None:  # one chunk: one PUT (most buckets of most runs)
+            store.put(prefix + path, first)
+        else:
+            with tempfile.NamedTemporaryFile(prefix="rsieve-keys-") as tmp:
+                for part in itertools.chain((first, second), out):  # a chunk at a time
+                    tmp.write(part)
+                tmp.flush()
+                store.put_file(prefix + path, tmp.name)
         written[bucket] = path
     return written
