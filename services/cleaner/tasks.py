@@ -1,22 +1,23 @@
 """Cleaner: cuts a submitted pool into shards, takes the decisions that need the whole pool
 (duplicates, near-duplicates, evaluation sets, task purity: cleaning.json), then checks
 each shard's items (rsieve.cleaning's `assess_pool`, `clean_line`); this reads and writes.
-Images stay in the pool's packs (rsieve.packs): a shard's images are a few ranged GETs."""
+Images stay in the pool's packs (rsieve.packs): a shard's images are a few ranged GETs.
+
+A pool of one range (`ingest_range_items` lines) is ingested in one task; a larger one in
+rounds of `rsieve.ingest_part` tasks (ingest.py, rsieve.ingestion), each holding a range
+or a partition; the last of a round sends `rsieve.ingest` again, which sends the next."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 
-import numpy as np
-
-from rsieve.adapters.embedder import load_embedder
 from rsieve.adapters.storage import read_images
 from rsieve.cleaning import assess_pool, clean_line, line_image_path, poisoned_line, shard_inputs
 from rsieve.provenance import verify_source
 from rsieve.schemas import Item, Quarantined, ShardOutput
 from rsieve.shards import ShardInput, split_pool
 from rsieve.submission import REFUSED
+from services.cleaner import ingest as ingest_steps
 from services.cleaner.screen import load_screen
 from services.cleaner.sources import pack_index, resolver
 from services.cleaner.sweep import register_sweep
@@ -27,47 +28,72 @@ from services.common import Context
 def register(ctx: Context) -> None:
     @ctx.task("rsieve.ingest")
     def ingest(run: str) -> None:
-        spec, store, s = ctx.spec(run), ctx.store, ctx.settings
-        if not store.exists(f"runs/{run}/shards.json"):
-            prefix = spec.pool_uri.split("/", 3)[3]
-            shards, blank = split_pool(store.get(f"{prefix}items.jsonl"), s.shard_size)
-            paths = [p for sh in shards for pl in sh if (p := line_image_path(pl)) is not None]
-            packs = pack_index(ctx, prefix, list(dict.fromkeys(paths)))
-            sources = resolver(ctx)
-            assessment = assess_pool(
-                [pl for shard in shards for pl in shard],
-                image_sha256=lambda path: ref.sha256 if (ref := packs.images.get(path)) else None,
-                refused=ctx.load_json(prefix + REFUSED) or {},
-                provenance_policy=s.provenance_policy,
-                text_max_chars=s.text_max_chars,
-                purity_threshold=s.purity_threshold,
-                purity_min_items=s.purity_min_items,
-                purity_origins=s.purity_origins,
-                embed=_lazy_embed if s.purity_embedding else None,
-                provenance=lambda src, sha: verify_source(src, sha, s.provenance_policy, sources),
-                screen=load_screen(ctx, spec.dataset),
-                image_phash=lambda path: ref.phash if (ref := packs.images.get(path)) else None,
-            )
-            assessment.report["policy"]["provenance_roots"] = list(s.provenance_roots)
-            store.put(
-                f"runs/{run}/cleaning.json",
-                json.dumps(assessment.report, indent=1, ensure_ascii=False).encode(),
-                content_type="application/json",
-            )
-            inputs = shard_inputs(run, shards, assessment, packs.images)
-            for shard_in in inputs:
-                key = f"runs/{run}/input/{shard_in.shard}.json"
-                store.put(key, shard_in.model_dump_json().encode())
-            index = {
-                "shards": {i.shard: len(i.lines) for i in inputs},
-                "lines": sum(map(len, shards)),
-                "blank_lines": blank,
-            }
-            # Blank lines are not items; the report expects every other line placed.
-            store.put(f"runs/{run}/shards.json", json.dumps(index).encode())  # commit point
-        index = json.loads(store.get(f"runs/{run}/shards.json"))
+        if not ctx.store.exists(f"runs/{run}/shards.json"):
+            the_plan = ingest_steps.plan(ctx, run)
+            if len(the_plan.ranges) == 1:
+                _ingest_whole(run)
+            else:  # in rounds (ingest.py): each sent once the round before is stored
+                ingest_steps.packs(ctx, run)
+                for round_ in ingest_steps.ROUNDS:
+                    if round_ == "apply":
+                        ingest_steps.report(ctx, run, the_plan)
+                    total = ingest_steps.count(the_plan, round_)
+                    if todo := ingest_steps.missing(ctx, run, round_, total):
+                        for part in todo:
+                            ctx.next("rsieve.ingest_part", run=run, step=round_, part=part)
+                        return
+                ingest_steps.commit(ctx, run, the_plan)
+        index = json.loads(ctx.store.get(f"runs/{run}/shards.json"))
         for name, count in index["shards"].items():
             ctx.next("rsieve.clean", run=run, shard=name, lines=count)
+
+    @ctx.task("rsieve.ingest_part")
+    def ingest_part(run: str, step: str, part: int) -> None:
+        ingest_steps.step(ctx, run, step, part)
+        total = ingest_steps.count(ingest_steps.plan(ctx, run), step)
+        if ctx.last_done(f"rsieve:ingest:{run}:{step}", part, total):
+            ctx.next("rsieve.ingest", run=run)
+
+    def _ingest_whole(run: str) -> None:
+        """A pool of one range: every decision in this task (rsieve.cleaning.assess_pool)."""
+        spec, store, s = ctx.spec(run), ctx.store, ctx.settings
+        prefix = ingest_steps.pool_key(ctx, run)
+        shards, blank = split_pool(store.get(f"{prefix}items.jsonl"), s.shard_size)
+        paths = [p for sh in shards for pl in sh if (p := line_image_path(pl)) is not None]
+        packs = pack_index(ctx, prefix, list(dict.fromkeys(paths)))
+        sources = resolver(ctx)
+        assessment = assess_pool(
+            [pl for shard in shards for pl in shard],
+            image_sha256=lambda path: ref.sha256 if (ref := packs.images.get(path)) else None,
+            refused=ctx.load_json(prefix + REFUSED) or {},
+            provenance_policy=s.provenance_policy,
+            text_max_chars=s.text_max_chars,
+            purity_threshold=s.purity_threshold,
+            purity_min_items=s.purity_min_items,
+            purity_origins=s.purity_origins,
+            embed=ingest_steps.lazy_embed if s.purity_embedding else None,
+            provenance=lambda src, sha: verify_source(src, sha, s.provenance_policy, sources),
+            screen=load_screen(ctx, spec.dataset),
+            image_phash=lambda path: ref.phash if (ref := packs.images.get(path)) else None,
+        )
+        assessment.report["policy"]["provenance_roots"] = list(s.provenance_roots)
+        store.put(
+            f"runs/{run}/cleaning.json",
+            json.dumps(assessment.report, indent=1, ensure_ascii=False).encode(),
+            content_type="application/json",
+        )
+        inputs = shard_inputs(run, shards, assessment, packs.images)
+        for shard_in in inputs:
+            store.put(
+                f"runs/{run}/input/{shard_in.shard}.json", shard_in.model_dump_json().encode()
+            )
+        index = {
+            "shards": {i.shard: len(i.lines) for i in inputs},
+            "lines": sum(map(len, shards)),
+            "blank_lines": blank,
+        }
+        # Blank lines are not items; the report expects every other line placed.
+        store.put(f"runs/{run}/shards.json", json.dumps(index).encode())  # commit point
 
     @ctx.task("rsieve.clean")
     def clean(run: str, shard: str, lines: int) -> None:
@@ -110,8 +136,3 @@ def register(ctx: Context) -> None:
 
     register_watch(ctx)  # continuous ingestion (watch.py), sent by Celery beat
     register_sweep(ctx)  # stalled runs reconciled (sweep.py), sent by Celery beat
-
-
-def _lazy_embed(texts: Sequence[str]) -> np.ndarray:
-    """The model is loaded only when a family has questions no template settles."""
-    return load_embedder()(texts)

@@ -48,6 +48,7 @@ __all__ = [
     "PoolAssessment",
     "Provenance",
     "assess_pool",
+    "cleaning_report",
     "clean_item",
     "clean_line",
     "inspect_image",
@@ -449,10 +450,43 @@ def assess_pool(
         families[family] = {
             "purity": purity.summary(),
             "mcq": dict(sorted(mcq_counts[family].items())),
-            "duplicate_items": duplicates[family],
         }
+    report = cleaning_report(
+        families,
+        duplicates,
+        refused=refused,
+        provenance_policy=provenance_policy,
+        purity_threshold=purity_threshold,
+        purity_min_items=purity_min_items,
+        purity_origins=purity_origins,
+        embedded=embed is not None,
+        screen=screen.summary() if screen is not None else None,
+    )
+    return PoolAssessment(
+        verdicts=dict(sorted(verdicts.items())), rules=dict(sorted(rules.items())), report=report
+    )
+
+
+def cleaning_report(
+    families: Mapping[str, Mapping[str, Any]],
+    duplicates: Mapping[str, int],
+    *,
+    refused: Mapping[str, str | Mapping[str, str]],
+    provenance_policy: str,
+    purity_threshold: float,
+    purity_min_items: int,
+    purity_origins: Mapping[str, Sequence[str]] | None,
+    embedded: bool,
+    screen: Mapping[str, object] | None,
+) -> dict[str, Any]:
+    """runs/<run>/cleaning.json from the measured families (family -> {"purity", "mcq"})
+    and the duplicate_item verdicts per family."""
+    out: dict[str, Any] = {
+        family: {**fam, "duplicate_items": duplicates.get(family, 0)}
+        for family, fam in families.items()
+    }
     for family, n in duplicates.items():  # a family whose every item was a duplicate
-        families.setdefault(family, {"purity": None, "mcq": {}, "duplicate_items": n})
+        out.setdefault(family, {"purity": None, "mcq": {}, "duplicate_items": n})
     report = {
         "version": POLICY_VERSION,
         "policy": {
@@ -464,16 +498,14 @@ def assess_pool(
                 k: sorted({" ".join(str(o).split()).lower() for o in v})
                 for k, v in sorted((purity_origins or {}).items())
             },
-            "embedding_model": EMBEDDING_MODEL if embed is not None else None,
+            "embedding_model": EMBEDDING_MODEL if embedded else None,
         },
         "files_refused": dict(sorted(refused.items())),
-        "families": dict(sorted(families.items())),
+        "families": dict(sorted(out.items())),
     }
     if screen is not None:
-        report["screen"] = screen.summary()
-    return PoolAssessment(
-        verdicts=dict(sorted(verdicts.items())), rules=dict(sorted(rules.items())), report=report
-    )
+        report["screen"] = dict(screen)
+    return report
 
 
 def shard_inputs(

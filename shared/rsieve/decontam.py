@@ -42,6 +42,7 @@ __all__ = [
     "evalset_key",
     "near_keys_key",
     "question_key",
+    "screen_summary",
 ]
 
 EVALSET_PREFIX = "evalsets/"  # evalsets/<name>.json: one registered evaluation set
@@ -127,9 +128,15 @@ class Screen:
         self, line: int, image_hash: str | None, question: str, references: str | Iterable[str]
     ) -> tuple[str, str] | None:
         """The verdict for a line (reason, detail), or None; the line is remembered."""
+        return self.check_keys(line, image_hash, question_key(question), answer_key(references))
+
+    def check_keys(
+        self, line: int, image_hash: str | None, q: str, a: str
+    ) -> tuple[str, str] | None:
+        """`check` with the question and answer keys already taken."""
         if image_hash is None:
             return None
-        h, q, a = parse_hash(image_hash), question_key(question), answer_key(references)
+        h = parse_hash(image_hash)
         for key, d in self._evalsets.near(h, self.distance):
             name, asked = key.split("\t", 1)
             if self.match == "image" or asked == q:
@@ -154,12 +161,26 @@ class Screen:
         return None
 
     def summary(self) -> dict[str, object]:
-        return {
-            "near_duplicate_distance": self.distance,
-            "evalset_match": self.match,
-            "evalsets": {name: self.counts.get(name, 0) for name in sorted(self.evalsets)},
-            "committed_runs": len(self.committed),
-        }
+        return screen_summary(
+            self.distance, self.match, self.evalsets, self.counts, len(self.committed)
+        )
+
+
+def screen_summary(
+    distance: int,
+    match: str,
+    evalsets: Iterable[str],
+    counts: Mapping[str, int],
+    committed_runs: int,
+) -> dict[str, object]:
+    """cleaning.json's `screen`: the settings, lines matched per evaluation set, and how
+    many committed runs the pool was screened against."""
+    return {
+        "near_duplicate_distance": distance,
+        "evalset_match": match,
+        "evalsets": {name: counts.get(name, 0) for name in sorted(evalsets)},
+        "committed_runs": committed_runs,
+    }
 
 
 def build_evalset(

@@ -21,19 +21,43 @@ from pydantic import BaseModel, ConfigDict
 
 from rsieve.hashindex import hash_hex, informative, perceptual_hash
 from rsieve.images import MAX_PIXELS
+from rsieve.partitions import key_partition
 
 __all__ = [
     "INDEX",
+    "INDEX_BUCKETED_FROM",
+    "INDEX_BUCKETS",
     "ImageRef",
     "PackIndex",
     "PackWriter",
     "Read",
     "image_phash",
+    "index_bucket_key",
+    "index_buckets",
     "plan_reads",
     "slice_read",
 ]
 
 INDEX = "_packs/index.json"  # under the pool's prefix, written after its packs
+# A large pool's index is also written in buckets by path (rsieve.partitions.key_partition
+# over INDEX_BUCKETS), before INDEX: a task that needs some paths' entries (ingest's join,
+# one partition of the paths) reads its buckets, not the whole index.
+INDEX_BUCKETS = 256
+INDEX_BUCKETED_FROM = 4096  # images; a smaller index is read whole
+
+
+def index_bucket_key(bucket: int) -> str:
+    return f"_packs/index/{bucket:02x}.json"
+
+
+def index_buckets(index: PackIndex) -> list[PackIndex]:
+    """The index cut into its INDEX_BUCKETS buckets (every one, empty or not)."""
+    out = [PackIndex() for _ in range(INDEX_BUCKETS)]
+    for path, ref in index.images.items():
+        out[key_partition(path, INDEX_BUCKETS)].images[path] = ref
+    return out
+
+
 PACK_BYTES = 64 * 1024 * 1024  # a pack is closed once it passes this size
 
 

@@ -14,6 +14,7 @@ partition, then committed from the partitions' summaries (`merge_summaries`)."""
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import json
 from collections.abc import Iterable, Iterator
@@ -21,6 +22,7 @@ from typing import Any
 
 __all__ = [
     "MAX_PARTITIONS",
+    "key_partition",
     "merge_summaries",
     "outcome_partition",
     "partition_count",
@@ -45,6 +47,15 @@ def partition_count(lines: int, partition_items: int) -> int:
 
 def outcome_partition(image_sha256: str, partitions: int) -> int:
     return int(image_sha256[:2], 16) % partitions
+
+
+def key_partition(key: str, partitions: int) -> int:
+    """The partition of any string key (an id, a path, a question key, a family): its
+    sha256's first 8 bytes modulo the count, so every task that routes it agrees."""
+    return (
+        int.from_bytes(hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()[:8])
+        % partitions
+    )
 
 
 def quarantine_partition(line: int, partitions: int) -> int:

@@ -169,6 +169,10 @@ class Settings(BaseSettings):
     compact_partition_items: int = Field(20_000, ge=1)
     compact_route_shards: int = Field(64, ge=1)
 
+    # Ingest in rounds (rsieve.ingestion): a pool of more lines than this is ingested by
+    # tasks of one range of about this many lines (whole shards) or one key partition.
+    ingest_range_items: int = Field(20_000, ge=1)
+
     # Work units and limits.
     shard_size: int = Field(128, ge=1, description="pool lines per shard message")
     image_max_pixels: int = MAX_PIXELS
@@ -468,6 +472,7 @@ OPERATIONAL = frozenset(
         "key_index_chunk_keys",
         "compact_partition_items",
         "compact_route_shards",
+        "ingest_range_items",
         "shard_size",
         "watch_prefix",
         "watch_interval_s",

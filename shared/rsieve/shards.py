@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict
 
 from rsieve.packs import ImageRef
 
-__all__ = ["PoolLine", "ShardInput", "shard_label", "split_pool"]
+__all__ = ["PoolLine", "ShardInput", "read_line", "shard_label", "split_pool"]
 
 
 class PoolLine(BaseModel):
@@ -38,6 +38,24 @@ class ShardInput(BaseModel):
     lines: list[PoolLine]
 
 
+def read_line(number: int, raw: bytes) -> tuple[PoolLine, str | None]:
+    """One non-blank line of items.jsonl, and the item id it names (a string `id` of a
+    JSON object), if any."""
+    try:
+        text, utf8 = raw.decode("utf-8"), True
+    except UnicodeDecodeError:
+        text, utf8 = raw.decode("utf-8", "backslashreplace"), False
+    item_id = None
+    if utf8:
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            obj = None
+        found = obj.get("id") if isinstance(obj, dict) else None
+        item_id = found if isinstance(found, str) else None
+    return PoolLine(line=number, raw=text, utf8=utf8), item_id
+
+
 def split_pool(data: bytes, shard_size: int) -> tuple[list[list[PoolLine]], list[int]]:
     """Non-blank lines in shards of `shard_size`, and the numbers of the blank lines.
 
@@ -53,20 +71,11 @@ def split_pool(data: bytes, shard_size: int) -> tuple[list[list[PoolLine]], list
         if not raw.strip():
             blank.append(number)
             continue
-        try:
-            text, utf8 = raw.decode("utf-8"), True
-        except UnicodeDecodeError:
-            text, utf8 = raw.decode("utf-8", "backslashreplace"), False
-        duplicate_of = None
-        if utf8:
-            try:
-                obj = json.loads(text)
-            except ValueError:
-                obj = None
-            item_id = obj.get("id") if isinstance(obj, dict) else None
-            if isinstance(item_id, str):
-                duplicate_of = first_line_of.setdefault(item_id, number)
-                duplicate_of = None if duplicate_of == number else duplicate_of
-        lines.append(PoolLine(line=number, raw=text, utf8=utf8, duplicate_of=duplicate_of))
+        pool_line, item_id = read_line(number, raw)
+        if item_id is not None:
+            first = first_line_of.setdefault(item_id, number)
+            if first != number:
+                pool_line = pool_line.model_copy(update={"duplicate_of": first})
+        lines.append(pool_line)
     shards = [lines[i : i + shard_size] for i in range(0, len(lines), shard_size)]
     return shards, blank

@@ -73,6 +73,8 @@ def fault_stack(
             # groups of 2 shards), so every fault here meets the partitioned compaction.
             "RSIEVE_COMPACT_PARTITION_ITEMS": "8",
             "RSIEVE_COMPACT_ROUTE_SHARDS": "2",
+            # Every pool is ingested in rounds too (3 ranges of 8 lines, 4 partitions).
+            "RSIEVE_INGEST_RANGE_ITEMS": "8",
             # ... and the compactor dies once inside a partition of "partkill".
             "RSIEVE_TEST_CRASH_PARTITION_OF": "partkill",
             "RSIEVE_TEST_CRASH_MARKS": str(root),

@@ -40,6 +40,7 @@ TASKS: dict[str, str] = {
 }
 QUEUES: dict[str, str] = {
     "rsieve.ingest": "clean",
+    "rsieve.ingest_part": "clean",
     "rsieve.clean": "clean",
     "rsieve.generate": "generate",
     "rsieve.verify": "verify",

@@ -27,7 +27,18 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
 from rsieve.errors import NotFoundError, PermanentError, RetryableError
-from rsieve.packs import INDEX, ImageRef, PackIndex, PackWriter, Read, plan_reads, slice_read
+from rsieve.packs import (
+    INDEX,
+    INDEX_BUCKETED_FROM,
+    ImageRef,
+    PackIndex,
+    PackWriter,
+    Read,
+    index_bucket_key,
+    index_buckets,
+    plan_reads,
+    slice_read,
+)
 from rsieve.settings import Settings
 
 __all__ = ["ObjectStore", "PackReader", "S3Store", "parse_s3_uri", "read_images", "write_packs"]
@@ -169,13 +180,17 @@ class S3Store:
 
 def write_packs(store: ObjectStore, prefix: str, images: Iterable[tuple[str, bytes]]) -> PackIndex:
     """A pool's images (path, bytes), in the order given, as packs under `prefix`, then
-    their index (`_packs/index.json`), which is written last; memory is one pack."""
+    their index (`_packs/index.json`), which is written last (after its buckets, for a
+    large pool: rsieve.packs.INDEX_BUCKETS); memory is one pack and the index."""
     writer = PackWriter(prefix)
     for path, data in images:
         if done := writer.add(path, data):
             store.put(*done)
     if done := writer.flush():
         store.put(*done)
+    if len(writer.index.images) >= INDEX_BUCKETED_FROM:
+        for bucket, part in enumerate(index_buckets(writer.index)):
+            store.put(prefix + index_bucket_key(bucket), part.model_dump_json().encode())
     store.put(
         prefix + INDEX, writer.index.model_dump_json().encode(), content_type="application/json"
     )

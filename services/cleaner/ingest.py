@@ -1,0 +1,308 @@
+"""Ingest of a pool of more than `ingest_range_items` lines, in rounds (rsieve.ingestion):
+what each round's task reads and writes. `rsieve.ingest` (tasks.py) plans the run and
+sends each round's tasks once the round before is stored; each `rsieve.ingest_part`
+task runs one step here for one range or partition.
+
+Storage, under runs/<run>/ingest/: `plan.json`; `<kind>/<to>/<from>.json`, the records
+one task hands the tasks of the next rounds (`to`: the range or partition that reads
+them); `done/<round>/<part>.json`, written last by each task, with its summary."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+from pydantic import BaseModel
+
+from rsieve.adapters.embedder import load_embedder
+from rsieve.cleaning import cleaning_report, line_image_path
+from rsieve.decontam import screen_summary
+from rsieve.errors import NotFoundError
+from rsieve.ingestion import (
+    DupId,
+    DupLine,
+    IdRecord,
+    ImageRecord,
+    IngestPlan,
+    Joined,
+    LineRef,
+    LineRule,
+    LineVerdict,
+    PurityRecord,
+    apply_range,
+    dedup,
+    first_ids,
+    join_images,
+    map_range,
+    plan_ingest,
+    purity,
+    range_lines,
+)
+from rsieve.packs import INDEX, INDEX_BUCKETS, ImageRef, index_bucket_key
+from rsieve.partitions import key_partition
+from rsieve.provenance import verify_source
+from rsieve.submission import REFUSED
+from services.cleaner.screen import load_screen
+from services.cleaner.sources import pack_index, resolver
+from services.common import Context
+
+__all__ = [
+    "ROUNDS",
+    "commit",
+    "count",
+    "lazy_embed",
+    "missing",
+    "packs",
+    "plan",
+    "pool_key",
+    "report",
+    "step",
+]
+
+SCAN_BYTES = 8 * 1024 * 1024  # the plan reads the pool file this much at a time
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def pool_key(ctx: Context, run: str) -> str:
+    return ctx.spec(run).pool_uri.split("/", 3)[3]
+
+
+def plan(ctx: Context, run: str) -> IngestPlan:
+    """The run's plan: stored, or made by streaming the pool file once (and stored when
+    the pool needs more than one range)."""
+    key = f"runs/{run}/ingest/plan.json"
+    if ctx.store.exists(key):
+        return IngestPlan.model_validate_json(ctx.store.get(key))
+    items = pool_key(ctx, run) + "items.jsonl"
+    size = ctx.store.size(items) or 0
+
+    def chunks() -> Iterator[bytes]:
+        for at in range(0, size, SCAN_BYTES):
+            yield ctx.store.get_range(items, at, min(size, at + SCAN_BYTES))
+
+    s = ctx.settings
+    made = plan_ingest(chunks(), shard_size=s.shard_size, range_items=s.ingest_range_items)
+    if len(made.ranges) > 1:
+        ctx.store.put(key, made.model_dump_json().encode())
+    return made
+
+
+def packs(ctx: Context, run: str) -> None:
+    """A pool written without packs (by another tool) is packed first, its paths read
+    from the whole pool file (sources.pack_index)."""
+    prefix = pool_key(ctx, run)
+    if ctx.store.exists(prefix + INDEX):
+        return
+    lines = range_lines(ctx.store.get(prefix + "items.jsonl"), 1)
+    paths = [p for pl, _ in lines if (p := line_image_path(pl)) is not None]
+    pack_index(ctx, prefix, list(dict.fromkeys(paths)))
+
+
+def count(the_plan: IngestPlan, round_: str) -> int:
+    return len(the_plan.ranges) if round_ in ("map", "apply") else the_plan.partitions
+
+
+def missing(ctx: Context, run: str, round_: str, total: int) -> list[int]:
+    done = set(ctx.store.list(f"runs/{run}/ingest/done/{round_}/"))
+    return [p for p in range(total) if _done_key(run, round_, p) not in done]
+
+
+def _done_key(run: str, round_: str, part: int) -> str:
+    return f"runs/{run}/ingest/done/{round_}/{part:05d}.json"
+
+
+def _put(
+    ctx: Context, run: str, kind: str, src: str, by_dest: Mapping[int, Sequence[BaseModel]]
+) -> None:
+    """Records for the tasks that read them, one JSON line each."""
+    for dest, records in sorted(by_dest.items()):
+        data = b"\n".join(r.model_dump_json().encode() for r in records)
+        ctx.store.put(f"runs/{run}/ingest/{kind}/{dest:05d}/{src}.jsonl", data)
+
+
+def _read(ctx: Context, run: str, kind: str, dest: int, model: type[M]) -> list[M]:
+    out: list[M] = []
+    for key in sorted(ctx.store.list(f"runs/{run}/ingest/{kind}/{dest:05d}/")):
+        out.extend(model.model_validate_json(line) for line in ctx.store.get(key).splitlines())
+    return out
+
+
+def _range_bytes(ctx: Context, run: str, the_plan: IngestPlan, part: int) -> bytes:
+    r = the_plan.ranges[part]
+    return ctx.store.get_range(pool_key(ctx, run) + "items.jsonl", r.start, r.end)
+
+
+def _pack_refs(
+    ctx: Context, run: str, paths: set[str], part: int, partitions: int
+) -> dict[str, ImageRef]:
+    """The pack index's entries of `paths` (one partition's): its buckets when the upload
+    wrote them (the partition's paths are in buckets part, part + partitions, ...), else
+    the whole index (a small pool, or one packed before buckets)."""
+    prefix = pool_key(ctx, run)
+    try:
+        buckets = [
+            ctx.store.get(prefix + index_bucket_key(b))
+            for b in range(part, INDEX_BUCKETS, partitions)
+        ]
+    except NotFoundError:
+        buckets = [ctx.store.get(prefix + INDEX)]
+    out: dict[str, ImageRef] = {}
+    for data in buckets:
+        images = json.loads(data).get("images", {})
+        out |= {p: ImageRef.model_validate(images[p]) for p in paths if p in images}
+    return out
+
+
+def step(ctx: Context, run: str, round_: str, part: int) -> None:
+    """One task of a round; its `done` record, with its summary, is written last."""
+    if round_ not in _STEPS:
+        raise ValueError(f"no ingest round {round_!r}")
+    summary = _STEPS[round_](ctx, run, plan(ctx, run), part)
+    ctx.store.put(_done_key(run, round_, part), json.dumps(summary).encode())
+
+
+def _map(ctx: Context, run: str, the_plan: IngestPlan, part: int) -> dict[str, Any]:
+    out = map_range(
+        range_lines(_range_bytes(ctx, run, the_plan, part), the_plan.ranges[part].first_line),
+        text_max_chars=ctx.settings.text_max_chars,
+        partitions=the_plan.partitions,
+    )
+    _put(ctx, run, "ids", f"{part:05d}", out.ids)
+    _put(ctx, run, "images", f"{part:05d}", out.images)
+    return {}
+
+
+def _join(ctx: Context, run: str, the_plan: IngestPlan, part: int) -> dict[str, Any]:
+    s, src = ctx.settings, f"{part:05d}"
+    dup_apply, dup_dedup = first_ids(_read(ctx, run, "ids", part, IdRecord), the_plan.range_of)
+    _put(ctx, run, "dupids", src, dup_apply)
+    _put(ctx, run, "dupq", src, {k: [DupLine(line=ln) for ln in v] for k, v in dup_dedup.items()})
+    images = _read(ctx, run, "images", part, ImageRecord)
+    sources = resolver(ctx)
+    refs, joined = join_images(
+        images,
+        _pack_refs(ctx, run, {rec.path for rec in images}, part, the_plan.partitions),
+        refused=ctx.load_json(pool_key(ctx, run) + REFUSED) or {},
+        provenance=lambda source, sha: verify_source(source, sha, s.provenance_policy, sources),
+        range_of=the_plan.range_of,
+        partitions=the_plan.partitions,
+    )
+    _put(ctx, run, "refs", src, refs)
+    _put(ctx, run, "joined", src, joined)
+    return {}
+
+
+def _dedup(ctx: Context, run: str, the_plan: IngestPlan, part: int) -> dict[str, Any]:
+    k = the_plan.partitions
+    screen = load_screen(ctx, ctx.spec(run).dataset, keep=lambda q: key_partition(q, k) == part)
+    out = dedup(
+        _read(ctx, run, "joined", part, Joined),
+        [d.line for d in _read(ctx, run, "dupq", part, DupLine)],
+        screen=screen,
+        range_of=the_plan.range_of,
+        partitions=k,
+    )
+    _put(ctx, run, "verdicts", f"d{part:05d}", out.verdicts)
+    _put(ctx, run, "purity", f"{part:05d}", out.purity)
+    return {"duplicates": out.duplicates, "evalsets": out.evalsets, "screen": screen.summary()}
+
+
+def _purity(ctx: Context, run: str, the_plan: IngestPlan, part: int) -> dict[str, Any]:
+    s = ctx.settings
+    out = purity(
+        _read(ctx, run, "purity", part, PurityRecord),
+        threshold=s.purity_threshold,
+        min_items=s.purity_min_items,
+        embed=lazy_embed if s.purity_embedding else None,
+        purity_origins=s.purity_origins,
+        range_of=the_plan.range_of,
+    )
+    _put(ctx, run, "verdicts", f"p{part:05d}", out.verdicts)
+    _put(ctx, run, "rules", f"{part:05d}", out.rules)
+    return {"families": out.families}
+
+
+def _apply(ctx: Context, run: str, the_plan: IngestPlan, part: int) -> dict[str, Any]:
+    r = the_plan.ranges[part]
+    lines = [pl for pl, _ in range_lines(_range_bytes(ctx, run, the_plan, part), r.first_line)]
+    for shard_in in apply_range(
+        run,
+        r,
+        lines,
+        shard_size=the_plan.shard_size,
+        duplicate_ids=_read(ctx, run, "dupids", part, DupId),
+        refs=_read(ctx, run, "refs", part, LineRef),
+        verdicts=_read(ctx, run, "verdicts", part, LineVerdict),
+        rules=_read(ctx, run, "rules", part, LineRule),
+    ):
+        key = f"runs/{run}/input/{shard_in.shard}.json"
+        ctx.store.put(key, shard_in.model_dump_json().encode())
+    return {}
+
+
+_STEPS: dict[str, Callable[[Context, str, IngestPlan, int], dict[str, Any]]] = {
+    "map": _map,
+    "join": _join,
+    "dedup": _dedup,
+    "purity": _purity,
+    "apply": _apply,
+}
+ROUNDS = tuple(_STEPS)  # in order; map and apply one task per range, the rest per partition
+
+
+def lazy_embed(texts: Sequence[str]) -> np.ndarray:
+    """The model is loaded only when a family has questions no template settles."""
+    return load_embedder()(texts)
+
+
+def report(ctx: Context, run: str, the_plan: IngestPlan) -> None:
+    """runs/<run>/cleaning.json from the dedup and purity summaries (once)."""
+    key = f"runs/{run}/cleaning.json"
+    if ctx.store.exists(key):
+        return
+    s, k = ctx.settings, the_plan.partitions
+    duplicates: dict[str, int] = {}
+    evalsets: dict[str, int] = {}
+    families: dict[str, Any] = {}
+    screen: dict[str, Any] = {}
+    for part in range(k):
+        d = json.loads(ctx.store.get(_done_key(run, "dedup", part)))
+        for family, n in d["duplicates"].items():
+            duplicates[family] = duplicates.get(family, 0) + n
+        for name, n in d["evalsets"].items():
+            evalsets[name] = evalsets.get(name, 0) + n
+        screen = d["screen"]
+        families |= json.loads(ctx.store.get(_done_key(run, "purity", part)))["families"]
+    out = cleaning_report(
+        families,
+        duplicates,
+        refused=ctx.load_json(pool_key(ctx, run) + REFUSED) or {},
+        provenance_policy=s.provenance_policy,
+        purity_threshold=s.purity_threshold,
+        purity_min_items=s.purity_min_items,
+        purity_origins=s.purity_origins,
+        embedded=s.purity_embedding,
+        screen=screen_summary(
+            screen["near_duplicate_distance"],
+            screen["evalset_match"],
+            screen["evalsets"],
+            evalsets,
+            screen["committed_runs"],
+        ),
+    )
+    out["policy"]["provenance_roots"] = list(s.provenance_roots)
+    ctx.store.put(
+        key, json.dumps(out, indent=1, ensure_ascii=False).encode(), content_type="application/json"
+    )
+
+
+def commit(ctx: Context, run: str, the_plan: IngestPlan) -> None:
+    index = {
+        "shards": the_plan.shards(),
+        "lines": the_plan.lines,
+        "blank_lines": the_plan.blank_lines,
+    }
+    ctx.store.put(f"runs/{run}/shards.json", json.dumps(index).encode())  # commit point

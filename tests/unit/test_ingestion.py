@@ -1,0 +1,305 @@
+"""Ingest in rounds (rsieve.ingestion, services/cleaner/ingest.py): the plan numbers lines
+and cuts shards as `split_pool` does, whatever the chunks it streams; a messy pool ingested
+in one task (`assess_pool`) and in rounds of many ranges and partitions gives the same
+clean-stage inputs, cleaning.json and shard index, byte for byte; and no round reads the
+pool file whole."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import fakeredis
+import pytest
+from PIL import Image, ImageDraw
+
+from rsieve.adapters import storage
+from rsieve.adapters.pools import upload_pool
+from rsieve.decontam import (
+    answer_key,
+    build_evalset,
+    dataset_keys,
+    evalset_key,
+    near_keys_key,
+    question_key,
+)
+from rsieve.ingestion import plan_ingest, range_lines
+from rsieve.settings import Settings
+from rsieve.shards import split_pool
+from services.api.runs import submit
+from services.cleaner import ingest as ingest_steps
+from services.cleaner.tasks import register as clean_tasks
+from services.common import bootstrap
+from tests.fakes import MemoryStore, Sent
+
+MESSY = (
+    b'{"id": "a"}\n'
+    b"\n"
+    b"   \r\n"
+    b'{"id": "b", "x": "\xff"}\n'
+    b'{"id": "a"}\r\n'
+    b"not json\n"
+    b"\t\n"
+    b'{"id": "c"}\n'
+    b'{"id": "d"}\n'
+    b'{"id": "e"}'  # no final newline
+)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 16, 1 << 20])
+@pytest.mark.parametrize("range_items", [1, 2, 3, 100])
+def test_the_plan_cuts_lines_and_shards_as_split_pool(chunk: int, range_items: int) -> None:
+    shards, blank = split_pool(MESSY, 2)
+    chunks = [MESSY[i : i + chunk] for i in range(0, len(MESSY), chunk)]
+    plan = plan_ingest(chunks, shard_size=2, range_items=range_items)
+    assert plan.blank_lines == blank == [2, 3, 7]
+    assert plan.lines == sum(map(len, shards)) == 7
+    assert plan.shards() == {f"{n:05d}": len(s) for n, s in enumerate(shards)}
+    expected = [(pl.line, pl.raw, pl.utf8) for s in shards for pl in s]
+    got = [
+        (pl.line, pl.raw, pl.utf8)
+        for r in plan.ranges
+        for pl, _ in range_lines(MESSY[r.start : r.end], r.first_line)
+    ]
+    assert got == expected
+    assert all(r.lines <= max(2, -(-range_items // 2) * 2) for r in plan.ranges)
+    if range_items == 1:
+        assert len(plan.ranges) == 4 and plan.partitions == 8
+    assert plan.range_of(10) == len(plan.ranges) - 1
+
+
+def test_an_empty_pool_is_one_empty_range() -> None:
+    plan = plan_ingest([b""], shard_size=4, range_items=10)
+    assert len(plan.ranges) == 1 and plan.lines == 0 and plan.shards() == {}
+
+
+def _sign(text: str, size: tuple[int, int] = (160, 64)) -> Image.Image:
+    rng = random.Random(text)
+    img = Image.new("RGB", size, (230, 220, 200))
+    draw = ImageDraw.Draw(img)
+    for _ in range(10):
+        x, y = rng.randrange(size[0] - 40), rng.randrange(size[1] - 20)
+        fill = (rng.randrange(256), rng.randrange(256), rng.randrange(256))
+        draw.rectangle((x, y, x + rng.randrange(20, 60), y + rng.randrange(10, 40)), fill=fill)
+    return img
+
+
+def _bytes(img: Image.Image, fmt: str = "PNG", **kw: Any) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, format=fmt, **kw)
+    return buf.getvalue()
+
+
+WORDS_Q = "What word is written in the image?"
+
+
+def messy_pool(folder: Path) -> Path:
+    """Every whole-pool decision, several times over, spread over the pool."""
+    folder.mkdir(parents=True)
+    outside = folder.parent / "outside.png"
+    outside.write_bytes(_bytes(_sign("outside")))
+    os.symlink(outside, folder / "link.png")
+    lines: list[str] = []
+
+    def add(**rec: Any) -> None:
+        lines.append(json.dumps(rec))
+
+    for i in range(48):
+        name = f"w{i}.png"
+        (folder / name).write_bytes(_bytes(_sign(f"word-{i}")))
+        origin = "other-set" if i % 16 == 5 else "signs"
+        question = "What colour is the car?" if i % 12 == 7 else WORDS_Q
+        source = {"dataset": origin} if question == WORDS_Q else {"row": i}  # no origin
+        add(
+            id=f"w{i}",
+            family="SynthWords",
+            image=name,
+            question=question,
+            answer=f"W{i}",
+            source=source,
+        )
+        if i % 10 == 3:  # the same image and question again: an exact duplicate
+            add(
+                id=f"dup{i}",
+                family="SynthWords",
+                image=name,
+                question=WORDS_Q,
+                answer=f"W{i}",
+                source={"dataset": "signs"},
+            )
+        if i % 10 == 4:  # a re-encoded copy, same question and answer: a near-duplicate
+            copy = f"copy{i}.jpg"
+            (folder / copy).write_bytes(_bytes(_sign(f"word-{i}").resize((200, 80)), "JPEG"))
+            add(
+                id=f"near{i}",
+                family="SynthWords",
+                image=copy,
+                question=WORDS_Q,
+                answer=f"W{i}",
+                source={"dataset": "signs"},
+            )
+        if i % 9 == 2:
+            lines.append("")  # blank lines shift numbers, not shards
+        if i % 11 == 6:  # a repeated id first, then a line whose (image, question) only
+            # the repeated-id line shares: it keeps the item
+            (folder / f"x{i}.png").write_bytes(_bytes(_sign(f"x-{i}")))
+            add(
+                id=f"w{i}",
+                family="SynthWords",
+                image=f"x{i}.png",
+                question=WORDS_Q,
+                answer="X",
+                source={"dataset": "signs"},
+            )
+            add(
+                id=f"y{i}",
+                family="SynthWords",
+                image=f"x{i}.png",
+                question=WORDS_Q,
+                answer="X",
+                source={"dataset": "signs"},
+            )
+    for i in range(12):
+        name = f"c{i}.png"
+        (folder / name).write_bytes(_bytes(_sign(f"choice-{i}")))
+        add(
+            id=f"c{i}",
+            family="SynthChoice",
+            image=name,
+            protocol="mc",
+            question=f"Which sign is it? {i}",
+            options=["A. one", "B. two"],
+            answer="A",
+        )
+    add(id="bad-image", family="SynthWords", image="../w1.png", question=WORDS_Q, answer="Q")
+    add(id="missing", family="SynthWords", image="nowhere.png", question=WORDS_Q, answer="Q")
+    add(id="linked", family="SynthWords", image="link.png", question=WORDS_Q, answer="Q")
+    add(id="later-linked", family="SynthWords", image="link.png", question="Hm?", answer="Q")
+    lines.append("{not json")
+    add(id="no-protocol", family="Unknown", image="w2.png", question="Who?", answer="Q")
+    (folder / "items.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+class Ingest:
+    """The cleaner's tasks on fakes; `run` submits the pool and drains every ingest task."""
+
+    def __init__(self, **settings: Any) -> None:
+        self.store, self.sent = ReadLog(), Sent()
+        self.ctx = bootstrap(
+            Settings(
+                **{"purity_embedding": False, "shard_size": 4, "provenance_policy": "lenient"}
+                | settings
+            ),
+            store=self.store,
+            redis_client=fakeredis.FakeRedis(),
+            send=self.sent,
+        )
+        clean_tasks(self.ctx)
+
+    def run(self, pool: Path) -> tuple[str, list[str]]:
+        uri = upload_pool(self.store, pool)
+        prefix = uri.split("/", 3)[3]
+        index = json.loads(self.store.get(prefix + "_packs/index.json"))["images"]
+        # An evaluation set holding one image; the dataset already holding another.
+        es, _ = build_evalset(
+            "held-out",
+            json.dumps({"image": "w9.png", "question": "?"}).encode(),
+            lambda p: (pool / p).read_bytes(),
+        )
+        self.store.put(evalset_key("held-out"), es.to_json())
+        committed = [(index["w20.png"]["phash"], question_key(WORDS_Q), answer_key("W20"))]
+        self.store.put(near_keys_key("grow", "earlier"), dataset_keys(committed))
+        run = submit(self.ctx, uri, "grow")
+        self.store.reads.clear()
+        self.store.keys.clear()
+        ran, done = [], 0
+        while done < len(self.sent.tasks):
+            task, kw = self.sent.tasks[done]
+            done += 1
+            if task.startswith("rsieve.ingest"):
+                self.ctx.app.tasks[task](**kw)
+                ran.append(task if task == "rsieve.ingest" else f"{task}:{kw['step']}")
+        return run, ran
+
+    def outputs(self, run: str) -> dict[str, bytes]:
+        keep = (f"runs/{run}/input/", f"runs/{run}/cleaning.json", f"runs/{run}/shards.json")
+        return {k: v for k, v in self.store.objects.items() if k.startswith(keep)}
+
+
+class ReadLog(MemoryStore):
+    """A MemoryStore that records what is read of items.jsonl, (start, end) per read, and
+    the keys read whole."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[tuple[int, int]] = []
+        self.keys: list[str] = []
+
+    def get(self, key: str) -> bytes:
+        data = super().get(key)
+        self.keys.append(key)
+        if key.endswith("items.jsonl"):
+            self.reads.append((0, len(data)))
+        return data
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        if key.endswith("items.jsonl"):
+            self.reads.append((start, end))
+        return MemoryStore.get(self, key)[start:end]
+
+
+def test_a_pool_ingested_in_rounds_is_the_pool_ingested_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ingest_steps, "SCAN_BYTES", 64)
+    monkeypatch.setattr(storage, "INDEX_BUCKETED_FROM", 16)  # the upload writes buckets
+    pool = messy_pool(tmp_path / "pool")
+    whole, rounds = Ingest(), Ingest(ingest_range_items=10)
+    run, ran_whole = whole.run(pool)
+    run_r, ran = rounds.run(pool)
+    assert run == run_r  # ingest_range_items decides nothing
+    assert ran_whole == ["rsieve.ingest"]
+    steps = {name: ran.count(name) for name in ran}
+    plan = json.loads(rounds.store.get(f"runs/{run}/ingest/plan.json"))
+    ranges, partitions = len(plan["ranges"]), plan["partitions"]
+    assert ranges >= 6 and partitions == 16
+    assert steps["rsieve.ingest_part:map"] == steps["rsieve.ingest_part:apply"] == ranges
+    for step in ("join", "dedup", "purity"):
+        assert steps[f"rsieve.ingest_part:{step}"] == partitions
+
+    expected, got = whole.outputs(run), rounds.outputs(run)
+    assert sorted(got) == sorted(expected)
+    for key in expected:
+        assert json.loads(got[key]) == json.loads(expected[key]), key
+        assert got[key] == expected[key], key
+
+    # The pool exercised every decision taken across lines.
+    lines = [
+        pl for key, data in expected.items() if "/input/" in key for pl in json.loads(data)["lines"]
+    ]
+    verdicts = [pl["verdict"][0] for pl in lines if pl["verdict"]]
+    assert {"duplicate_item", "contaminated", "off_task", "image_symlink"} <= set(verdicts)
+    details = " ".join(pl["verdict"][1] for pl in lines if pl["verdict"])
+    assert "already in the dataset" in details and "within" in details
+    assert "same image and question as line" in details
+    assert sum(pl["duplicate_of"] is not None for pl in lines) == 4
+    rules = {pl["purity"] for pl in lines if pl["purity"]}
+    assert {"origin_on", "origin_off", "template_off"} <= rules
+    by_id = {json.loads(pl["raw"]).get("id"): pl for pl in lines if pl["raw"].startswith('{"')}
+    assert by_id["y6"]["verdict"] is None  # its (image, question) is a repeated id's alone
+
+    # Rounds read the pool file by range (and the plan by chunk), never whole.
+    size = len((pool / "items.jsonl").read_bytes())
+    assert (0, size) in whole.store.reads
+    largest = max(r["end"] - r["start"] for r in plan["ranges"])
+    assert largest < size / 4
+    assert all(end - start <= max(64, largest) for start, end in rounds.store.reads)
+    # ... and the pack index by bucket: each join task its partition's 16 of 256.
+    assert not any(k.endswith("_packs/index.json") for k in rounds.store.keys)
+    buckets = [k for k in rounds.store.keys if "/_packs/index/" in k]
+    assert len(buckets) == len(set(buckets)) == 256
