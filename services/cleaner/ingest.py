@@ -9,12 +9,13 @@ them); `done/<round>/<part>.json`, written last by each task, with its summary."
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from rsieve.adapters.embedder import load_embedder
 from rsieve.cleaning import cleaning_report, line_image_path
@@ -114,19 +115,24 @@ def _done_key(run: str, round_: str, part: int) -> str:
     return f"runs/{run}/ingest/done/{round_}/{part:05d}.json"
 
 
+@functools.cache
+def _records(model: type[BaseModel]) -> TypeAdapter[list[Any]]:
+    return TypeAdapter(list[model])  # type: ignore[valid-type]
+
+
 def _put(
     ctx: Context, run: str, kind: str, src: str, by_dest: Mapping[int, Sequence[BaseModel]]
 ) -> None:
-    """Records for the tasks that read them, one JSON line each."""
+    """Records for the tasks that read them: one JSON array per reader."""
     for dest, records in sorted(by_dest.items()):
-        data = b"\n".join(r.model_dump_json().encode() for r in records)
-        ctx.store.put(f"runs/{run}/ingest/{kind}/{dest:05d}/{src}.jsonl", data)
+        data = _records(type(records[0])).dump_json(list(records))
+        ctx.store.put(f"runs/{run}/ingest/{kind}/{dest:05d}/{src}.json", data)
 
 
 def _read(ctx: Context, run: str, kind: str, dest: int, model: type[M]) -> list[M]:
     out: list[M] = []
     for key in sorted(ctx.store.list(f"runs/{run}/ingest/{kind}/{dest:05d}/")):
-        out.extend(model.model_validate_json(line) for line in ctx.store.get(key).splitlines())
+        out.extend(_records(model).validate_json(ctx.store.get(key)))
     return out
 
 
@@ -152,7 +158,7 @@ def _pack_refs(
     out: dict[str, ImageRef] = {}
     for data in buckets:
         images = json.loads(data).get("images", {})
-        out |= {p: ImageRef.model_validate(images[p]) for p in paths if p in images}
+        out |= {p: ImageRef.model_validate(raw) for p, raw in images.items() if p in paths}
     return out
 
 

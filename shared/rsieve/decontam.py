@@ -119,10 +119,13 @@ class Screen:
         for name, es in sorted(self.evalsets.items()):
             for h, q in es.items:
                 self._evalsets.add(parse_hash(h), f"{name}\t{q}")
-        self._seen = HashIndex(max_radius=MAX_RADIUS)
+        # Only the same question and answer can make a duplicate, so images are compared
+        # within their (question key, answer key) group alone: a few images each in most
+        # pools, searched in a loop; a group past GROUP_INDEXED_FROM gets a HashIndex.
+        self._seen: dict[tuple[str, str], _Group] = {}
         for run, keys in sorted(self.committed.items()):
             for h, q, a in keys:
-                self._seen.add(parse_hash(h), f"{q}\t{a}\trun {run}")
+                self._seen.setdefault((q, a), _Group()).add(parse_hash(h), f"run {run}")
 
     def check(
         self, line: int, image_hash: str | None, question: str, references: str | Iterable[str]
@@ -137,7 +140,7 @@ class Screen:
         if image_hash is None:
             return None
         h = parse_hash(image_hash)
-        for key, d in self._evalsets.near(h, self.distance):
+        for key, d in self._evalsets.near(h, self.distance) if len(self._evalsets) else ():
             name, asked = key.split("\t", 1)
             if self.match == "image" or asked == q:
                 self.counts[name] += 1
@@ -145,10 +148,10 @@ class Screen:
                     f"evaluation set {name}: image within {d} bits of one of its images"
                     + ("" if self.match == "image" else ", same question")
                 )
-        for key, d in self._seen.near(h, self.distance):
-            asked, answered, where = key.split("\t", 2)
-            if (asked, answered) != (q, a):
-                continue
+        group = self._seen.setdefault((q, a), _Group())
+        found = group.nearest(h, self.distance)
+        if found is not None:
+            where, d = found
             if where.startswith("run "):
                 return "duplicate_item", (
                     f"already in the dataset: the same question and answer on an image "
@@ -157,13 +160,52 @@ class Screen:
             return "duplicate_item", (
                 f"the same question and answer on an image within {d} bits of {where}'s"
             )
-        self._seen.add(h, f"{q}\t{a}\tline {line}")
+        group.add(h, f"line {line}")
         return None
 
     def summary(self) -> dict[str, object]:
         return screen_summary(
             self.distance, self.match, self.evalsets, self.counts, len(self.committed)
         )
+
+
+GROUP_INDEXED_FROM = 64
+
+
+class _Group:
+    """The images seen with one (question key, answer key): (hash, where) in insertion
+    order; `nearest` is what HashIndex.near would answer first (least distance, then the
+    earliest added)."""
+
+    __slots__ = ("_hashes", "_index", "_where")
+
+    def __init__(self) -> None:
+        self._hashes: list[int] = []
+        self._where: list[str] = []
+        self._index: HashIndex | None = None
+
+    def add(self, h: int, where: str) -> None:
+        if self._index is not None:
+            self._index.add(h, where)
+            return
+        self._hashes.append(h)
+        self._where.append(where)
+        if len(self._hashes) >= GROUP_INDEXED_FROM:
+            self._index = HashIndex(max_radius=MAX_RADIUS)
+            for old, at in zip(self._hashes, self._where, strict=True):
+                self._index.add(old, at)
+            self._hashes, self._where = [], []
+
+    def nearest(self, h: int, radius: int) -> tuple[str, int] | None:
+        if self._index is not None:
+            found = self._index.near(h, radius)
+            return found[0] if found else None
+        best: tuple[str, int] | None = None
+        for other, where in zip(self._hashes, self._where, strict=True):
+            d = (h ^ other).bit_count()
+            if d <= radius and (best is None or d < best[1]):
+                best = (where, d)
+        return best
 
 
 def screen_summary(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections import Counter
 from pathlib import Path
 
 import fakeredis
@@ -225,3 +226,52 @@ def test_the_compactor_lists_each_added_items_image_hash_and_question() -> None:
     assert json.loads(near_keys([accepted(with_ref), accepted(without)])) == [
         [H, question_key("what word?"), answer_key(["coffee"])]
     ]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_grouped_screen_answers_as_one_index_over_every_image(seed: int) -> None:
+    """The screen compares an image only with those seen with the same question and answer
+    (a loop, or a HashIndex past GROUP_INDEXED_FROM): the verdict and its detail are what
+    one HashIndex over every image answered first (least distance, then earliest added)."""
+    import random
+
+    from rsieve.decontam import GROUP_INDEXED_FROM
+    from rsieve.hashindex import HashIndex, hash_hex
+
+    rng = random.Random(seed)
+    base = [rng.getrandbits(64) for _ in range(40)]
+
+    def near_hash() -> int:
+        h = rng.choice(base)
+        for _ in range(rng.randrange(0, 8)):
+            h ^= 1 << rng.randrange(64)
+        return h
+
+    keys = [(f"q{rng.randrange(2)}", f"a{rng.randrange(2)}") for _ in range(1000)]
+    committed = [(hash_hex(near_hash()), q, a) for q, a in keys[:40]]
+    screen = Screen(distance=4, committed={"r1": committed})
+    reference = HashIndex(max_radius=16)
+    for h, q, a in sorted(committed):
+        reference.add(parse_hash(h), f"{q}\t{a}\trun r1")
+    groups: Counter[tuple[str, str]] = Counter()
+    for line, (q, a) in enumerate(keys[40:], start=1):
+        h = near_hash()
+        got = screen.check_keys(line, hash_hex(h), q, a)
+        hit = next(
+            (
+                (key.split("\t", 2)[2], d)
+                for key, d in reference.near(h, 4)
+                if key.split("\t", 2)[:2] == [q, a]
+            ),
+            None,
+        )
+        assert (got is None) == (hit is None)
+        if got is None:
+            reference.add(h, f"{q}\t{a}\tline {line}")
+            groups[(q, a)] += 1
+        else:
+            assert hit is not None and f"within {hit[1]} bits of" in got[1]
+            assert (hit[0] in got[1]) or hit[0].startswith("line ")
+            if hit[0].startswith("line "):
+                assert got[1].endswith(f"{hit[0]}'s")
+    assert max(groups.values()) >= GROUP_INDEXED_FROM  # both kinds of group were searched
