@@ -33,16 +33,17 @@ from rsieve.ingestion import (
     LineVerdict,
     PurityRecord,
     apply_range,
-    dedup,
+    exact_duplicates,
     first_ids,
     join_images,
     map_range,
     plan_ingest,
     purity,
     range_lines,
+    screen_partition,
+    screened,
 )
 from rsieve.packs import INDEX, INDEX_BUCKETS, ImageRef, index_bucket_key
-from rsieve.partitions import key_partition
 from rsieve.provenance import verify_source
 from rsieve.submission import REFUSED
 from services.cleaner.screen import load_screen
@@ -181,38 +182,56 @@ def _map(ctx: Context, run: str, the_plan: IngestPlan, part: int) -> dict[str, A
     return {}
 
 
+def _ids(ctx: Context, run: str, the_plan: IngestPlan, part: int) -> dict[str, Any]:
+    to_apply, to_join = first_ids(_read(ctx, run, "ids", part, IdRecord), the_plan.range_of)
+    _put(ctx, run, "dupids", f"{part:05d}", to_apply)
+    _put(ctx, run, "dupjoin", f"{part:05d}", to_join)
+    return {}
+
+
 def _join(ctx: Context, run: str, the_plan: IngestPlan, part: int) -> dict[str, Any]:
     s, src = ctx.settings, f"{part:05d}"
-    dup_apply, dup_dedup = first_ids(_read(ctx, run, "ids", part, IdRecord), the_plan.range_of)
-    _put(ctx, run, "dupids", src, dup_apply)
-    _put(ctx, run, "dupq", src, {k: [DupLine(line=ln) for ln in v] for k, v in dup_dedup.items()})
     images = _read(ctx, run, "images", part, ImageRecord)
     sources = resolver(ctx)
-    refs, joined = join_images(
+    out = join_images(
         images,
         _pack_refs(ctx, run, {rec.path for rec in images}, part, the_plan.partitions),
+        [d.line for d in _read(ctx, run, "dupjoin", part, DupLine)],
         refused=ctx.load_json(pool_key(ctx, run) + REFUSED) or {},
         provenance=lambda source, sha: verify_source(source, sha, s.provenance_policy, sources),
         range_of=the_plan.range_of,
         partitions=the_plan.partitions,
     )
-    _put(ctx, run, "refs", src, refs)
-    _put(ctx, run, "joined", src, joined)
+    _put(ctx, run, "refs", src, out.refs)
+    _put(ctx, run, "verdicts", f"j{src}", out.verdicts)
+    _put(ctx, run, "joined", src, out.joined)
     return {}
 
 
-def _dedup(ctx: Context, run: str, the_plan: IngestPlan, part: int) -> dict[str, Any]:
-    k = the_plan.partitions
-    screen = load_screen(ctx, ctx.spec(run).dataset, keep=lambda q: key_partition(q, k) == part)
-    out = dedup(
+def _exact(ctx: Context, run: str, the_plan: IngestPlan, part: int) -> dict[str, Any]:
+    out = exact_duplicates(
         _read(ctx, run, "joined", part, Joined),
-        [d.line for d in _read(ctx, run, "dupq", part, DupLine)],
+        range_of=the_plan.range_of,
+        partitions=the_plan.partitions,
+    )
+    _put(ctx, run, "verdicts", f"e{part:05d}", out.verdicts)
+    _put(ctx, run, "screen", f"{part:05d}", out.passed)
+    return {"duplicates": out.duplicates}
+
+
+def _screen(ctx: Context, run: str, the_plan: IngestPlan, part: int) -> dict[str, Any]:
+    k = the_plan.partitions
+    screen = load_screen(
+        ctx, ctx.spec(run).dataset, keep=lambda q, a: screen_partition(q, a, k) == part
+    )
+    out, to_purity = screened(
+        _read(ctx, run, "screen", part, Joined),
         screen=screen,
         range_of=the_plan.range_of,
         partitions=k,
     )
-    _put(ctx, run, "verdicts", f"d{part:05d}", out.verdicts)
-    _put(ctx, run, "purity", f"{part:05d}", out.purity)
+    _put(ctx, run, "verdicts", f"s{part:05d}", out.verdicts)
+    _put(ctx, run, "purity", f"{part:05d}", to_purity)
     return {"duplicates": out.duplicates, "evalsets": out.evalsets, "screen": screen.summary()}
 
 
@@ -251,8 +270,10 @@ def _apply(ctx: Context, run: str, the_plan: IngestPlan, part: int) -> dict[str,
 
 _STEPS: dict[str, Callable[[Context, str, IngestPlan, int], dict[str, Any]]] = {
     "map": _map,
+    "ids": _ids,
     "join": _join,
-    "dedup": _dedup,
+    "exact": _exact,
+    "screen": _screen,
     "purity": _purity,
     "apply": _apply,
 }
@@ -265,7 +286,7 @@ def lazy_embed(texts: Sequence[str]) -> np.ndarray:
 
 
 def report(ctx: Context, run: str, the_plan: IngestPlan) -> None:
-    """runs/<run>/cleaning.json from the dedup and purity summaries (once)."""
+    """runs/<run>/cleaning.json from the exact, screen and purity summaries (once)."""
     key = f"runs/{run}/cleaning.json"
     if ctx.store.exists(key):
         return
@@ -275,9 +296,11 @@ def report(ctx: Context, run: str, the_plan: IngestPlan) -> None:
     families: dict[str, Any] = {}
     screen: dict[str, Any] = {}
     for part in range(k):
-        d = json.loads(ctx.store.get(_done_key(run, "dedup", part)))
-        for family, n in d["duplicates"].items():
-            duplicates[family] = duplicates.get(family, 0) + n
+        exact = json.loads(ctx.store.get(_done_key(run, "exact", part)))
+        d = json.loads(ctx.store.get(_done_key(run, "screen", part)))
+        for counts in (exact["duplicates"], d["duplicates"]):
+            for family, n in counts.items():
+                duplicates[family] = duplicates.get(family, 0) + n
         for name, n in d["evalsets"].items():
             evalsets[name] = evalsets.get(name, 0) + n
         screen = d["screen"]

@@ -11,16 +11,19 @@ the same decisions in rounds, each a pure function over what the round before st
 2. map (`map_range`, one task per range): each line read once; its id goes to the
    partition of the id, its image path (with what the line says about itself: family,
    protocol, question and answer keys, origin) to the partition of the path;
-3. join (`first_ids` and `join_images`, one task per partition): duplicate ids (the first
-   line keeps the id); each path joined with its pack index entry, the upload's refusals
-   and the provenance check. What survives goes to the partition of its question key;
-4. dedup (`dedup`, one task per question-key partition): exact duplicates (same image,
-   same question) and the screen (evaluation sets, near-duplicates of earlier lines and of
-   the dataset's committed items), in pool order. Both compare only lines with the same
-   question key, so a partition sees every line its decisions need;
-5. purity (`purity`, one task per family partition): `rsieve.purity.measure_purity` over
-   each family's questions that survived;
-6. apply (`apply_range`, one task per range): each line of the range with its verdict,
+3. ids (`first_ids`, per id partition): duplicate ids, the first line keeping the id;
+4. join (`join_images`, per path partition): each path joined with its pack index entry;
+   for each candidate whose id is its own, the upload's refusals, then the image, protocol
+   and provenance checks; what passes goes to the partition of its (image, question key);
+5. exact (`exact_duplicates`): the same image and question, the first line keeping the
+   item; the rest go to the partition of their (question key, answer key);
+6. screen (`screened`): evaluation sets and near-duplicates (earlier lines; the dataset's
+   committed items), in pool order; only lines with the same question and answer can be
+   near-duplicates, so the partition holds all a decision needs. The rest go to the
+   partition of their family;
+7. purity (`purity`, per family partition): `rsieve.purity.measure_purity` over each
+   family's questions that came this far;
+8. apply (`apply_range`, one task per range): each line of the range with its verdict,
    purity rule, image and first line of its id, written as the clean stage's inputs.
 
 Every round sends each line's facts to the partition of the key its next decision needs
@@ -57,10 +60,12 @@ from rsieve.verify import PROTOCOLS
 __all__ = [
     "Candidate",
     "DupId",
+    "DedupOut",
     "DupLine",
     "IdRecord",
     "ImageRecord",
     "IngestPlan",
+    "JoinOut",
     "Joined",
     "LineRef",
     "LineRule",
@@ -68,13 +73,15 @@ __all__ = [
     "PoolRange",
     "PurityRecord",
     "apply_range",
-    "dedup",
+    "exact_duplicates",
     "first_ids",
     "join_images",
     "map_range",
     "plan_ingest",
     "purity",
     "range_lines",
+    "screen_partition",
+    "screened",
 ]
 
 
@@ -197,7 +204,7 @@ class Candidate(_Record):
     protocol: str | None
     source: Any = None
     question: str
-    qkey: str  # rsieve.decontam.question_key: the partition of its dedup
+    qkey: str  # rsieve.decontam.question_key
     akey: str  # rsieve.decontam.answer_key
     mcq: str | None = None  # rsieve.mcq status, multiple choice only
     origin: str | None = None
@@ -206,7 +213,7 @@ class Candidate(_Record):
 class IdRecord(_Record):
     line: int
     id: str
-    qpart: int | None  # the dedup partition of the line's candidate, if it is one
+    jpart: int | None  # the join partition of the line's image path, if it names one
 
 
 class ImageRecord(_Record):
@@ -247,17 +254,15 @@ def map_range(
                     mcq=mcq,
                     origin=origin_of(item.source),
                 )
-        if item_id is not None:
-            qpart = key_partition(candidate.qkey, partitions) if candidate else None
-            ids[key_partition(item_id, partitions)].append(
-                IdRecord(line=pl.line, id=item_id, qpart=qpart)
-            )
         if path is None:
             path = line_image_path(pl)
-        if path is not None:
-            images[key_partition(path, partitions)].append(
-                ImageRecord(line=pl.line, path=path, candidate=candidate)
+        jpart = key_partition(path, partitions) if path is not None else None
+        if item_id is not None:
+            ids[key_partition(item_id, partitions)].append(
+                IdRecord(line=pl.line, id=item_id, jpart=jpart)
             )
+        if path is not None and jpart is not None:
+            images[jpart].append(ImageRecord(line=pl.line, path=path, candidate=candidate))
     return MapOut(ids=dict(ids), images=dict(images))
 
 
@@ -272,20 +277,21 @@ class DupLine(_Record):
 
 def first_ids(
     records: Iterable[IdRecord], range_of: Callable[[int], int]
-) -> tuple[dict[int, list[DupId]], dict[int, list[int]]]:
+) -> tuple[dict[int, list[DupId]], dict[int, list[DupLine]]]:
     """Lines whose id an earlier line has: (by range, (line, first line)) for the clean
-    stage, (by dedup partition, line) for dedup, which leaves them out."""
+    stage, (by join partition, line) for the join, which takes no decision on them."""
     first: dict[str, int] = {}
-    for rec in sorted(records, key=lambda r: r.line):
+    ordered = sorted(records, key=lambda r: r.line)
+    for rec in ordered:
         first.setdefault(rec.id, rec.line)
     to_apply: dict[int, list[DupId]] = defaultdict(list)
-    to_dedup: dict[int, list[int]] = defaultdict(list)
-    for rec in sorted(records, key=lambda r: r.line):
+    to_join: dict[int, list[DupLine]] = defaultdict(list)
+    for rec in ordered:
         if first[rec.id] != rec.line:
             to_apply[range_of(rec.line)].append(DupId(line=rec.line, first=first[rec.id]))
-            if rec.qpart is not None:
-                to_dedup[rec.qpart].append(rec.line)
-    return dict(to_apply), dict(to_dedup)
+            if rec.jpart is not None:
+                to_join[rec.jpart].append(DupLine(line=rec.line))
+    return dict(to_apply), dict(to_join)
 
 
 class LineRef(_Record):
@@ -293,59 +299,63 @@ class LineRef(_Record):
     ref: ImageRef
 
 
+class LineVerdict(_Record):
+    line: int
+    reason: str
+    detail: str
+
+
 class Joined(_Record):
-    """A candidate with its image: refused by the upload, or found and admitted."""
+    """A candidate whose image was found, with a protocol and provenance."""
 
     line: int
     candidate: Candidate
-    refused: tuple[str, str] | None = None
-    sha256: str | None = None
+    sha256: str
     phash: str | None = None
+
+
+class JoinOut(BaseModel):
+    refs: dict[int, list[LineRef]]  # by range: every line's image entry
+    verdicts: dict[int, list[LineVerdict]]  # by range: the upload's refusals
+    joined: dict[int, list[Joined]]  # by partition of (image, question key)
 
 
 def join_images(
     records: Iterable[ImageRecord],
     refs: Mapping[str, ImageRef],
+    duplicate_ids: Iterable[int],
     *,
     refused: Mapping[str, str | Mapping[str, str]],
     provenance: Provenance,
     range_of: Callable[[int], int],
     partitions: int,
-) -> tuple[dict[int, list[LineRef]], dict[int, list[Joined]]]:
-    """Each line's image entry (by range, for the clean stage), and each candidate that
-    the upload refused or that has an image, a protocol and provenance (by dedup
-    partition), in `assess_pool`'s order of checks."""
-    to_apply: dict[int, list[LineRef]] = defaultdict(list)
-    to_dedup: dict[int, list[Joined]] = defaultdict(list)
+) -> JoinOut:
+    """Each line's image entry, for the clean stage; for each candidate whose id no
+    earlier line has, in `assess_pool`'s order of checks: the upload's refusal, or (with
+    an image, a protocol and provenance) on to the exact duplicates of its image."""
+    skip = set(duplicate_ids)
+    out = JoinOut(refs={}, verdicts={}, joined={})
     for rec in sorted(records, key=lambda r: r.line):
         ref = refs.get(rec.path)
         if ref is not None:
-            to_apply[range_of(rec.line)].append(LineRef(line=rec.line, ref=ref))
+            out.refs.setdefault(range_of(rec.line), []).append(LineRef(line=rec.line, ref=ref))
         cand = rec.candidate
-        if cand is None:
+        if cand is None or rec.line in skip:
             continue
-        part = key_partition(cand.qkey, partitions)
         if rec.path in refused:
             reason, detail = upload_refusal(refused[rec.path])
-            joined = Joined(
-                line=rec.line, candidate=cand, refused=(reason, f"{rec.path}: {detail}")
-            )
-            to_dedup[part].append(joined)
+            verdict = LineVerdict(line=rec.line, reason=reason, detail=f"{rec.path}: {detail}")
+            out.verdicts.setdefault(range_of(rec.line), []).append(verdict)
             continue
         if ref is None or cand.protocol is None or cand.protocol not in PROTOCOLS:
             continue
         if not provenance(cand.source, ref.sha256)[0]:
             continue
-        to_dedup[part].append(
+        part = key_partition(f"{ref.sha256}/{cand.qkey}", partitions)
+        out.joined.setdefault(part, []).append(
             Joined(line=rec.line, candidate=cand, sha256=ref.sha256, phash=ref.phash)
         )
-    return dict(to_apply), dict(to_dedup)
-
-
-class LineVerdict(_Record):
-    line: int
-    reason: str
-    detail: str
+    return out
 
 
 class PurityRecord(_Record):
@@ -358,55 +368,62 @@ class PurityRecord(_Record):
 
 
 class DedupOut(BaseModel):
-    verdicts: dict[int, list[LineVerdict]]
-    purity: dict[int, list[PurityRecord]]
+    verdicts: dict[int, list[LineVerdict]]  # by range
+    passed: dict[int, list[Joined]]  # by partition of the next round
     duplicates: dict[str, int]  # family -> duplicate_item verdicts
-    evalsets: dict[str, int]  # evaluation set -> lines matched
+    evalsets: dict[str, int] = {}  # evaluation set -> lines matched
 
 
-def dedup(
+def screen_partition(qkey: str, akey: str, partitions: int) -> int:
+    """The screen's partition of a question and answer: only those compare their images."""
+    return key_partition(f"{qkey}/{akey}", partitions)
+
+
+def exact_duplicates(
+    joined: Iterable[Joined], *, range_of: Callable[[int], int], partitions: int
+) -> DedupOut:
+    """One partition of (image, question key), in pool order: of the lines with the same
+    image sha256 and the same question, the first keeps the item; the rest go on to the
+    partition of their question and answer."""
+    first_of: dict[tuple[str, str], int] = {}
+    out = DedupOut(verdicts={}, passed={}, duplicates={})
+    for j in sorted(joined, key=lambda r: r.line):
+        first = first_of.setdefault((j.sha256, j.candidate.question.strip()), j.line)
+        if first != j.line:
+            detail = f"same image and question as line {first}"
+            verdict = LineVerdict(line=j.line, reason="duplicate_item", detail=detail)
+            out.verdicts.setdefault(range_of(j.line), []).append(verdict)
+            family = j.candidate.family
+            out.duplicates[family] = out.duplicates.get(family, 0) + 1
+            continue
+        part = screen_partition(j.candidate.qkey, j.candidate.akey, partitions)
+        out.passed.setdefault(part, []).append(j)
+    out.duplicates = dict(sorted(out.duplicates.items()))
+    return out
+
+
+def screened(
     joined: Iterable[Joined],
-    duplicate_ids: Iterable[int],
     *,
     screen: Screen | None,
     range_of: Callable[[int], int],
     partitions: int,
-) -> DedupOut:
-    """One question-key partition in pool order: upload refusals, exact duplicates (the
-    first line of an image and question keeps the item), the screen; what passes goes to
-    the partition of its family. `screen` holds the dataset's committed keys of this
-    partition's question keys alone."""
-    skip = set(duplicate_ids)
-    first_of: dict[tuple[str, str], int] = {}
-    verdicts: dict[int, list[LineVerdict]] = defaultdict(list)
+) -> tuple[DedupOut, dict[int, list[PurityRecord]]]:
+    """One partition of (question key, answer key), in pool order, through the screen
+    (evaluation sets; near-duplicates of earlier lines and of the dataset's committed
+    items, of which `screen` holds this partition's alone); what passes goes to the
+    partition of its family."""
+    out = DedupOut(verdicts={}, passed={}, duplicates={})
     to_purity: dict[int, list[PurityRecord]] = defaultdict(list)
-    duplicates: Counter[str] = Counter()
     for j in sorted(joined, key=lambda r: r.line):
-        if j.line in skip:
+        cand = j.candidate
+        found = screen.check_keys(j.line, j.phash, cand.qkey, cand.akey) if screen else None
+        if found is not None:
+            verdict = LineVerdict(line=j.line, reason=found[0], detail=found[1])
+            out.verdicts.setdefault(range_of(j.line), []).append(verdict)
+            if found[0] == "duplicate_item":
+                out.duplicates[cand.family] = out.duplicates.get(cand.family, 0) + 1
             continue
-        cand, where = j.candidate, range_of(j.line)
-        if j.refused is not None:
-            verdicts[where].append(
-                LineVerdict(line=j.line, reason=j.refused[0], detail=j.refused[1])
-            )
-            continue
-        first = first_of.setdefault((str(j.sha256), cand.question.strip()), j.line)
-        if first != j.line:
-            verdicts[where].append(
-                LineVerdict(
-                    line=j.line,
-                    reason="duplicate_item",
-                    detail=f"same image and question as line {first}",
-                )
-            )
-            duplicates[cand.family] += 1
-            continue
-        if screen is not None:
-            found = screen.check_keys(j.line, j.phash, cand.qkey, cand.akey)
-            if found is not None:
-                verdicts[where].append(LineVerdict(line=j.line, reason=found[0], detail=found[1]))
-                duplicates[cand.family] += found[0] == "duplicate_item"
-                continue
         to_purity[key_partition(cand.family, partitions)].append(
             PurityRecord(
                 line=j.line,
@@ -417,12 +434,9 @@ def dedup(
                 origin=cand.origin,
             )
         )
-    return DedupOut(
-        verdicts=dict(verdicts),
-        purity=dict(to_purity),
-        duplicates=dict(sorted(duplicates.items())),
-        evalsets=dict(sorted(screen.counts.items())) if screen is not None else {},
-    )
+    out.duplicates = dict(sorted(out.duplicates.items()))
+    out.evalsets = dict(sorted(screen.counts.items())) if screen is not None else {}
+    return out, dict(to_purity)
 
 
 class LineRule(_Record):

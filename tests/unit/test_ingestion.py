@@ -269,7 +269,7 @@ def test_a_pool_ingested_in_rounds_is_the_pool_ingested_whole(
     ranges, partitions = len(plan["ranges"]), plan["partitions"]
     assert ranges >= 6 and partitions == 16
     assert steps["rsieve.ingest_part:map"] == steps["rsieve.ingest_part:apply"] == ranges
-    for step in ("join", "dedup", "purity"):
+    for step in ("ids", "join", "exact", "screen", "purity"):
         assert steps[f"rsieve.ingest_part:{step}"] == partitions
 
     expected, got = whole.outputs(run), rounds.outputs(run)
@@ -303,3 +303,54 @@ def test_a_pool_ingested_in_rounds_is_the_pool_ingested_whole(
     assert not any(k.endswith("_packs/index.json") for k in rounds.store.keys)
     buckets = [k for k in rounds.store.keys if "/_packs/index/" in k]
     assert len(buckets) == len(set(buckets)) == 256
+
+
+def test_a_round_task_that_dies_or_is_lost_is_done_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task that dies after writing part of its records leaves no `done` record, so its
+    redelivery writes them again; a task whose message is lost leaves the run to the
+    sweeper's reconcile, which sends `rsieve.ingest`, which sends what is missing. The
+    result is the pool ingested whole."""
+    pool = messy_pool(tmp_path / "pool")
+    whole, rounds = Ingest(), Ingest(ingest_range_items=10)
+    run, _ = whole.run(pool)
+    real_put = ingest_steps._put
+    deaths = []
+
+    def dies_once(ctx: Any, run_: str, kind: str, src: str, by_dest: Any) -> None:
+        real_put(ctx, run_, kind, src, by_dest)
+        if kind == "joined" and by_dest and not deaths:
+            deaths.append(src)
+            raise SystemExit("the worker died")  # the join's records written, not `done`
+
+    monkeypatch.setattr(ingest_steps, "_put", dies_once)
+    uri = upload_pool(rounds.store, pool)
+    rounds.store.put(evalset_key("held-out"), whole.store.get(evalset_key("held-out")))
+    near = near_keys_key("grow", "earlier")
+    rounds.store.put(near, whole.store.get(near))
+    assert submit(rounds.ctx, uri, "grow") == run
+    sent, done, died, lost = rounds.sent.tasks, 0, [], []
+    while done < len(sent):
+        task, kw = sent[done]
+        done += 1
+        if not task.startswith("rsieve.ingest"):
+            continue
+        if kw.get("step") == "screen" and kw["part"] == 3 and not lost:
+            lost.append(kw)  # the message is lost
+            continue
+        try:
+            rounds.ctx.app.tasks[task](**kw)
+        except SystemExit:
+            died.append(kw)
+            sent.append((task, kw))  # redelivered
+    assert died and died[0]["step"] == "join" and lost
+    assert not rounds.store.exists(f"runs/{run}/shards.json")  # stalled: screen 3 never ran
+    reconciled = rounds.ctx.reconcile(run)
+    assert reconciled == [("rsieve.ingest", {})]  # sent with the run
+    while done < len(sent):
+        task, kw = sent[done]
+        done += 1
+        if task.startswith("rsieve.ingest"):
+            rounds.ctx.app.tasks[task](**kw)
+    assert rounds.outputs(run) == whole.outputs(run)
