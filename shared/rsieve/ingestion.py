@@ -70,7 +70,9 @@ __all__ = [
     "LineRef",
     "LineRule",
     "LineVerdict",
+    "MapOut",
     "PoolRange",
+    "PurityOut",
     "PurityRecord",
     "apply_range",
     "exact_duplicates",
@@ -135,8 +137,18 @@ def plan_ingest(chunks: Iterable[bytes], *, shard_size: int, range_items: int) -
     first_line, in_range = 1, 0
     carry = b""
 
+    def close(end: int) -> None:
+        nonlocal start, first_line, in_range
+        first_shard = (items - in_range) // shard_size
+        ranges.append(
+            PoolRange(
+                start=start, end=end, first_line=first_line, first_shard=first_shard, lines=in_range
+            )
+        )
+        start, first_line, in_range = end, number + 1, 0
+
     def line(raw: bytes, end: int) -> None:
-        nonlocal number, items, start, first_line, in_range
+        nonlocal number, items, in_range
         number += 1
         if not raw.strip():
             blank.append(number)
@@ -144,16 +156,7 @@ def plan_ingest(chunks: Iterable[bytes], *, shard_size: int, range_items: int) -
         items += 1
         in_range += 1
         if in_range == per_range:
-            ranges.append(
-                PoolRange(
-                    start=start,
-                    end=end,
-                    first_line=first_line,
-                    first_shard=(items - in_range) // shard_size,
-                    lines=in_range,
-                )
-            )
-            start, first_line, in_range = end, number + 1, 0
+            close(end)
 
     for chunk in chunks:
         data = carry + chunk
@@ -167,15 +170,7 @@ def plan_ingest(chunks: Iterable[bytes], *, shard_size: int, range_items: int) -
     if carry:
         line(carry, offset)
     if in_range or not ranges:
-        ranges.append(
-            PoolRange(
-                start=start,
-                end=offset,
-                first_line=first_line,
-                first_shard=(items - in_range) // shard_size,
-                lines=in_range,
-            )
-        )
+        close(offset)
     return IngestPlan(
         ranges=ranges,
         shard_size=shard_size,

@@ -6,16 +6,13 @@ pool file whole."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import random
 from pathlib import Path
 from typing import Any
 
 import fakeredis
 import pytest
-from PIL import Image, ImageDraw
 
 from rsieve.adapters import storage
 from rsieve.adapters.pools import upload_pool
@@ -35,6 +32,7 @@ from services.cleaner import ingest as ingest_steps
 from services.cleaner.tasks import register as clean_tasks
 from services.common import bootstrap
 from tests.fakes import MemoryStore, Sent
+from tests.unit.test_decontam import _bytes, _sign
 
 MESSY = (
     b'{"id": "a"}\n'
@@ -75,23 +73,6 @@ def test_the_plan_cuts_lines_and_shards_as_split_pool(chunk: int, range_items: i
 def test_an_empty_pool_is_one_empty_range() -> None:
     plan = plan_ingest([b""], shard_size=4, range_items=10)
     assert len(plan.ranges) == 1 and plan.lines == 0 and plan.shards() == {}
-
-
-def _sign(text: str, size: tuple[int, int] = (160, 64)) -> Image.Image:
-    rng = random.Random(text)
-    img = Image.new("RGB", size, (230, 220, 200))
-    draw = ImageDraw.Draw(img)
-    for _ in range(10):
-        x, y = rng.randrange(size[0] - 40), rng.randrange(size[1] - 20)
-        fill = (rng.randrange(256), rng.randrange(256), rng.randrange(256))
-        draw.rectangle((x, y, x + rng.randrange(20, 60), y + rng.randrange(10, 40)), fill=fill)
-    return img
-
-
-def _bytes(img: Image.Image, fmt: str = "PNG", **kw: Any) -> bytes:
-    buf = io.BytesIO()
-    img.save(buf, format=fmt, **kw)
-    return buf.getvalue()
 
 
 WORDS_Q = "What word is written in the image?"
