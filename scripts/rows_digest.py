@@ -66,6 +66,9 @@ run = submit(
     "golden",
 )
 ctx.app.tasks["rsieve.ingest"](run=run)
+for task, kw in sent.tasks:  # a pool of several ranges is ingested in rounds (grows the list)
+    if task == "rsieve.ingest_part" or (task == "rsieve.ingest" and kw):
+        ctx.app.tasks[task](**kw)
 for task, kw in list(sent.tasks):
     if task != "rsieve.clean":
         continue

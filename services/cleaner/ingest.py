@@ -54,6 +54,7 @@ __all__ = [
     "ROUNDS",
     "commit",
     "count",
+    "first_send",
     "lazy_embed",
     "missing",
     "packs",
@@ -105,6 +106,15 @@ def packs(ctx: Context, run: str) -> None:
 
 def count(the_plan: IngestPlan, round_: str) -> int:
     return len(the_plan.ranges) if round_ in ("map", "apply") else the_plan.partitions
+
+
+def first_send(ctx: Context, run: str, round_: str) -> bool:
+    """Whether this call sends the round's tasks: once per `sweep_after_s` (a Redis key),
+    so coordinator calls that overlap (each last task's, a redelivery's, the sweeper's)
+    do not multiply the round's tasks, and a task lost is sent again by the sweeper once
+    the key has expired."""
+    key = f"rsieve:ingest:{run}:sent:{round_}"
+    return bool(ctx.redis.set(key, 1, nx=True, ex=max(1, int(ctx.settings.sweep_after_s))))
 
 
 def missing(ctx: Context, run: str, round_: str, total: int) -> list[int]:

@@ -39,8 +39,9 @@ def register(ctx: Context) -> None:
                         ingest_steps.report(ctx, run, the_plan)
                     total = ingest_steps.count(the_plan, round_)
                     if todo := ingest_steps.missing(ctx, run, round_, total):
-                        for part in todo:
-                            ctx.next("rsieve.ingest_part", run=run, step=round_, part=part)
+                        if ingest_steps.first_send(ctx, run, round_):
+                            for part in todo:
+                                ctx.next("rsieve.ingest_part", run=run, step=round_, part=part)
                         return
                 ingest_steps.commit(ctx, run, the_plan)
         index = json.loads(ctx.store.get(f"runs/{run}/shards.json"))

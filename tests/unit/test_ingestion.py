@@ -311,6 +311,7 @@ def test_a_round_task_that_dies_or_is_lost_is_done_again(
     near = near_keys_key("grow", "earlier")
     rounds.store.put(near, whole.store.get(near))
     assert submit(rounds.ctx, uri, "grow") == run
+    rounds.ctx.app.tasks["rsieve.ingest"](run=run)  # called twice (a redelivery)
     sent, done, died, lost = rounds.sent.tasks, 0, [], []
     while done < len(sent):
         task, kw = sent[done]
@@ -327,8 +328,15 @@ def test_a_round_task_that_dies_or_is_lost_is_done_again(
             sent.append((task, kw))  # redelivered
     assert died and died[0]["step"] == "join" and lost
     assert not rounds.store.exists(f"runs/{run}/shards.json")  # stalled: screen 3 never ran
+    maps = [kw for task, kw in sent if kw.get("step") == "map"]
+    assert len(maps) == len({kw["part"] for kw in maps})  # each range's task sent once
     reconciled = rounds.ctx.reconcile(run)
     assert reconciled == [("rsieve.ingest", {})]  # sent with the run
+    rounds.ctx.app.tasks["rsieve.ingest"](run=run)
+    assert sent[-1][0] == "rsieve.ingest"  # the screen round was sent within sweep_after_s
+    rounds.ctx.redis.delete(f"rsieve:ingest:{run}:sent:screen")  # ... which has passed
+    rounds.ctx.app.tasks["rsieve.ingest"](run=run)
+    assert sent[-1] == ("rsieve.ingest_part", {"run": run, "step": "screen", "part": 3})
     while done < len(sent):
         task, kw = sent[done]
         done += 1
