@@ -35,6 +35,8 @@ from rsieve.settings import SAMPLING, Settings, get_settings
 log = logging.getLogger("rsieve")
 
 
+SPECS_KEPT = 1024  # run specs a worker process keeps (Context.spec); a few KB each
+
 Send = Callable[[str, dict[str, Any]], None]  # (task name, its kwargs): enqueue it
 
 
@@ -54,6 +56,7 @@ class Context:
     )
     _pid: int = field(default_factory=os.getpid)
     _run_settings: dict[str, Settings] = field(default_factory=dict)
+    _specs: dict[str, RunSpec] = field(default_factory=dict)
 
     @cached_property
     def store(self) -> ObjectStore:
@@ -124,7 +127,17 @@ class Context:
         return (settings or self.settings).fingerprint() | ({"evalsets": sets} if sets else {})
 
     def spec(self, run: str) -> RunSpec:
-        return RunSpec.model_validate_json(self.store.get(f"runs/{run}/run.json"))
+        """The run's spec. run.json is written once, at submission, before any task of the
+        run is sent (services/api/runs.py, services/cleaner/watch.py): read once per
+        process, not once per task (a task of a 200,000-item run's ingest read it up to
+        three times)."""
+        spec = self._specs.get(run)
+        if spec is None:
+            spec = RunSpec.model_validate_json(self.store.get(f"runs/{run}/run.json"))
+            if len(self._specs) >= SPECS_KEPT:
+                self._specs.clear()
+            self._specs[run] = spec
+        return spec
 
     def run_settings(self, run: str) -> Settings:
         """The service's settings with the run's own sampling, as its spec records it."""

@@ -8,10 +8,13 @@ cannot (away, no records, a finished run's records short of its shards)."""
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import re
+import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,10 +27,10 @@ from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import parse_s3_uri
 from rsieve.errors import NotFoundError, PermanentError
 from rsieve.packs import INDEX as PACK_INDEX
-from rsieve.packs import ImageRef, PackIndex
+from rsieve.packs import INDEX_BUCKETS, ImageRef, PackIndex, index_bucket_key
 from rsieve.sampling import dataset_conflict
 from rsieve.schemas import DATASET_PATTERN, STAGES, Outcome, RunSpec, ShardOutput
-from rsieve.submission import REFUSED, pool_digest, run_id
+from rsieve.submission import REFUSED, digest_of, run_id
 from rsieve.verify import protocol_versions
 from services.api.models import StageProgress
 from services.common import Context
@@ -86,20 +89,63 @@ def stored_pool_digest(ctx: Context, prefix: str) -> str:
     uploader's `_complete` marker (which only says the upload is whole): from items.jsonl
     and the pack index's sha256 of every image (the cleaner re-hashes each image against
     the index: `image_digest_mismatch`), or, for a pool written without packs, from every
-    object under the prefix, read here."""
-    items = ctx.store.get(f"{prefix}items.jsonl")
-    refused = ctx.store.get(prefix + REFUSED) if ctx.store.exists(prefix + REFUSED) else None
+    object under the prefix, read here.
+
+    Memory stays bounded whatever the pool's size: items.jsonl is hashed in ranged reads,
+    and a large pool's index is read bucket by bucket (the buckets ingest's join reads),
+    each bucket sorted to a temporary file and the files merged in name order."""
+    store = ctx.store
+    items_sha = _streamed_sha256(ctx, f"{prefix}items.jsonl")
+    refused = _streamed_sha256(ctx, prefix + REFUSED) if store.exists(prefix + REFUSED) else None
+    if store.exists(prefix + index_bucket_key(0)):
+        with tempfile.TemporaryDirectory(prefix="rsieve-digest-") as tmp:
+            return digest_of(items_sha, _bucket_entries(ctx, prefix, Path(tmp)), refused)
     try:
-        index = PackIndex.model_validate_json(ctx.store.get(prefix + PACK_INDEX))
+        index = PackIndex.model_validate_json(store.get(prefix + PACK_INDEX))
         files = {path: ref.sha256 for path, ref in index.images.items()}
     except NotFoundError:
         skip = {"items.jsonl", REFUSED, "_complete"}
         files = {
-            key[len(prefix) :]: hashlib.sha256(ctx.store.get(key)).hexdigest()
-            for key in ctx.store.list(prefix)
+            key[len(prefix) :]: hashlib.sha256(store.get(key)).hexdigest()
+            for key in store.list(prefix)
             if key[len(prefix) :] not in skip and not key[len(prefix) :].startswith("_packs/")
         }
-    return pool_digest(items, files, refused)
+    return digest_of(
+        items_sha, ((name, bytes.fromhex(files[name])) for name in sorted(files)), refused
+    )
+
+
+DIGEST_CHUNK = 8 * 1024 * 1024  # bytes of a pool file the API holds while hashing it
+
+
+def _streamed_sha256(ctx: Context, key: str) -> bytes:
+    size = ctx.store.size(key)
+    if size is None:
+        raise NotFoundError(key)
+    digest = hashlib.sha256()
+    for at in range(0, size, DIGEST_CHUNK):
+        digest.update(ctx.store.get_range(key, at, min(size, at + DIGEST_CHUNK)))
+    return digest.digest()
+
+
+def _bucket_entries(ctx: Context, prefix: str, tmp: Path) -> Iterator[tuple[str, bytes]]:
+    """(path, sha256) of every image of a bucketed pack index, in path order: each bucket
+    (1/256 of the index) sorted and written to `tmp` as JSON lines, then the files merged."""
+    files = []
+    for bucket in range(INDEX_BUCKETS):
+        index = PackIndex.model_validate_json(ctx.store.get(prefix + index_bucket_key(bucket)))
+        path = tmp / f"{bucket:03d}.jsonl"
+        with path.open("w", encoding="utf-8") as out:
+            for name in sorted(index.images):
+                out.write(json.dumps([name, index.images[name].sha256]) + "\n")
+        files.append(path.open(encoding="utf-8"))
+    try:
+        lines = heapq.merge(*((json.loads(line) for line in f) for f in files), key=lambda e: e[0])
+        for name, sha in lines:
+            yield name, bytes.fromhex(sha)
+    finally:
+        for f in files:
+            f.close()
 
 
 def submit_folder(

@@ -173,11 +173,11 @@ def _pack_refs(
     return out
 
 
-def step(ctx: Context, run: str, round_: str, part: int) -> None:
+def step(ctx: Context, run: str, the_plan: IngestPlan, round_: str, part: int) -> None:
     """One task of a round; its `done` record, with its summary, is written last."""
     if round_ not in _STEPS:
         raise ValueError(f"no ingest round {round_!r}")
-    summary = _STEPS[round_](ctx, run, plan(ctx, run), part)
+    summary = _STEPS[round_](ctx, run, the_plan, part)
     ctx.store.put(_done_key(run, round_, part), json.dumps(summary).encode())
 
 

@@ -50,8 +50,9 @@ def register(ctx: Context) -> None:
 
     @ctx.task("rsieve.ingest_part")
     def ingest_part(run: str, step: str, part: int) -> None:
-        ingest_steps.step(ctx, run, step, part)
-        total = ingest_steps.count(ingest_steps.plan(ctx, run), step)
+        the_plan = ingest_steps.plan(ctx, run)
+        ingest_steps.step(ctx, run, the_plan, step, part)
+        total = ingest_steps.count(the_plan, step)
         if ctx.last_done(f"rsieve:ingest:{run}:{step}", part, total):
             ctx.next("rsieve.ingest", run=run)
 

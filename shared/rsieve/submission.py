@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rsieve.settings import identity
 
-__all__ = ["ITEMS", "RECORD_SUFFIXES", "REFUSED", "pool_digest", "run_id"]
+__all__ = ["ITEMS", "RECORD_SUFFIXES", "REFUSED", "digest_of", "pool_digest", "run_id"]
 
 ITEMS, REFUSED = "items.jsonl", "_refused.json"
 # Files of a pool that are records, not images (items.jsonl, Parquet, InfinityMM JSON):
@@ -25,13 +25,28 @@ def pool_digest(items: bytes, files: Mapping[str, str], refused: bytes | None = 
     `_refused.json` if any, each as name, NUL, sha256 of its bytes. `files`: name -> the
     hex sha256 of its bytes (what a pack index records, so the API recomputes the digest of
     an uploaded pool without reading its images)."""
+    return digest_of(
+        hashlib.sha256(items).digest(),
+        ((name, bytes.fromhex(files[name])) for name in sorted(files)),
+        None if refused is None else hashlib.sha256(refused).digest(),
+    )
+
+
+def digest_of(
+    items_sha256: bytes, files: Iterable[tuple[str, bytes]], refused_sha256: bytes | None
+) -> str:
+    """`pool_digest` from the sha256s alone, `files` streamed in name order (the API
+    digests a pool of millions of images without holding its index: services/api/runs.py)."""
     digest = hashlib.sha256()
-    entries = [(ITEMS, hashlib.sha256(items).digest())]
-    entries += [(name, bytes.fromhex(files[name])) for name in sorted(files)]
-    if refused is not None:
-        entries.append((REFUSED, hashlib.sha256(refused).digest()))
-    for name, sha in entries:
+    digest.update(ITEMS.encode() + b"\0" + items_sha256)
+    previous: str | None = None
+    for name, sha in files:
+        if previous is not None and name <= previous:
+            raise ValueError(f"pool files out of name order: {name!r} after {previous!r}")
+        previous = name
         digest.update(name.encode() + b"\0" + sha)
+    if refused_sha256 is not None:
+        digest.update(REFUSED.encode() + b"\0" + refused_sha256)
     return digest.hexdigest()
 
 

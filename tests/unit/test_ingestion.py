@@ -6,6 +6,7 @@ pool file whole."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -27,6 +28,8 @@ from rsieve.decontam import (
 from rsieve.ingestion import plan_ingest, range_lines
 from rsieve.settings import Settings
 from rsieve.shards import split_pool
+from rsieve.submission import digest_of, pool_digest
+from services.api import runs as api_runs
 from services.api.runs import submit
 from services.cleaner import ingest as ingest_steps
 from services.cleaner.tasks import register as clean_tasks
@@ -343,3 +346,41 @@ def test_a_round_task_that_dies_or_is_lost_is_done_again(
         if task.startswith("rsieve.ingest"):
             rounds.ctx.app.tasks[task](**kw)
     assert rounds.outputs(run) == whole.outputs(run)
+
+
+def test_the_api_digests_a_large_pool_without_holding_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """POST /runs recomputes the pool's digest: items.jsonl in ranged reads, a bucketed
+    index bucket by bucket (never index.json), and the digest is the uploader's, the same
+    as from the whole index."""
+    monkeypatch.setattr(storage, "INDEX_BUCKETED_FROM", 16)
+    monkeypatch.setattr(api_runs, "DIGEST_CHUNK", 64)
+    pool = messy_pool(tmp_path / "pool")
+    ingest = Ingest()
+    uri = upload_pool(ingest.store, pool)
+    prefix = uri.split("/", 3)[3]
+    assert ingest.store.exists(prefix + "_refused.json")  # the refused link is digested too
+    marker = ingest.store.get(prefix + "_complete").decode()
+    ingest.store.reads.clear()
+    ingest.store.keys.clear()
+
+    assert api_runs.stored_pool_digest(ingest.ctx, prefix) == marker
+    assert ingest.store.reads and all(end - start <= 64 for start, end in ingest.store.reads)
+    assert not any(k.endswith("_packs/index.json") for k in ingest.store.keys)
+    assert sum(k.startswith(prefix + "_packs/index/") for k in ingest.store.keys) == 256
+
+    # The same pool with its index whole (a small pool, or one packed before buckets).
+    for key in [k for k in ingest.store.objects if k.startswith(prefix + "_packs/index/")]:
+        ingest.store.delete(key)
+    assert api_runs.stored_pool_digest(ingest.ctx, prefix) == marker
+
+
+def test_a_streamed_digest_is_the_pool_digest_and_wants_name_order() -> None:
+    items, files = b'{"id": "1"}\n', {"b.png": "11" * 32, "a.png": "22" * 32}
+    streamed = [(name, bytes.fromhex(files[name])) for name in ("a.png", "b.png")]
+    items_sha = hashlib.sha256(items).digest()
+    assert digest_of(items_sha, streamed, None) == pool_digest(items, files)
+    assert digest_of(items_sha, streamed, bytes(32)) != pool_digest(items, files)
+    with pytest.raises(ValueError, match="out of name order"):
+        digest_of(items_sha, streamed[::-1], None)

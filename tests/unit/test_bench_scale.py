@@ -1,0 +1,58 @@
+"""bench/bench_scale.py's arithmetic: the smallest size repeated around the others, its
+figures from its median run, and the ratios against that run."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "bench_scale.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_scale"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(cpu: float, peak: float, items: int = 20) -> dict:
+    return {
+        "items": items,
+        "cpu_ms_per_item": cpu,
+        "peak_rss_mb": {"cleaner": peak, "api": peak / 2},
+        "peak_process_rss_mb": {"cleaner": peak / 2, "api": peak / 4},
+        "longest_task": {"by_task_s": {"rsieve.compact": cpu}},
+    }
+
+
+def test_the_small_size_runs_before_and_after_the_others(bench: ModuleType) -> None:
+    assert bench.run_order([20, 200], 3) == [20, 20, 200, 20]
+    assert bench.run_order([20, 200], 1) == [20, 200]
+    assert bench.run_order([20, 100, 200], 2) == [20, 100, 200, 20]
+
+
+def test_a_size_is_its_median_run_whole(bench: ModuleType) -> None:
+    runs = [_run(3.0, 900), _run(1.0, 100), _run(2.0, 500)]
+    median = bench.median_run(runs)
+    # one run's figures, not a mix: the median CPU run's own peak comes with it
+    assert (median["cpu_ms_per_item"], median["peak_rss_mb"]["cleaner"]) == (2.0, 500)
+    assert median["repeats"]["cpu_ms_per_item"] == [3.0, 1.0, 2.0]
+    assert median["repeats"]["cpu_spread"] == 3.0
+    assert bench.median_run([_run(1.0, 1), _run(4.0, 1)])["cpu_ms_per_item"] == 1.0
+
+
+def test_ratios_against_the_median_with_the_range_beside(bench: ModuleType) -> None:
+    small = bench.median_run([_run(2.0, 400), _run(2.5, 500), _run(1.6, 300)])
+    large = bench.median_run([_run(2.2, 440, items=200)])
+    out = bench.summary([small, large])
+    assert out["cost_ratio"] == 1.1
+    assert out["cost_ratio_range"] == [0.88, 1.375]
+    assert out["peak_rss_ratio"] == 1.1
