@@ -184,6 +184,14 @@ class Context:
         _, done, _ = pipe.execute()
         return int(done) >= total
 
+    def send_once(self, key: str) -> bool:
+        """Whether this call sends a fan-out's tasks: once per `sweep_after_s` (a Redis key
+        per fan-out). A coordinator is called more than once for one step (each last task
+        of the step before, a redelivery, the sweeper), and each call that re-sent the
+        step's unfinished tasks multiplied them. A task lost is sent again once the key
+        has expired, by the sweeper's call."""
+        return bool(self.redis.set(key, 1, nx=True, ex=max(1, int(self.settings.sweep_after_s))))
+
     def shard_index(self, run: str) -> dict[str, Any] | None:
         try:
             return dict(json.loads(self.store.get(f"runs/{run}/shards.json")))

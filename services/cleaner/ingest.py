@@ -109,12 +109,8 @@ def count(the_plan: IngestPlan, round_: str) -> int:
 
 
 def first_send(ctx: Context, run: str, round_: str) -> bool:
-    """Whether this call sends the round's tasks: once per `sweep_after_s` (a Redis key),
-    so coordinator calls that overlap (each last task's, a redelivery's, the sweeper's)
-    do not multiply the round's tasks, and a task lost is sent again by the sweeper once
-    the key has expired."""
-    key = f"rsieve:ingest:{run}:sent:{round_}"
-    return bool(ctx.redis.set(key, 1, nx=True, ex=max(1, int(ctx.settings.sweep_after_s))))
+    """Whether this call sends the round's tasks (Context.send_once)."""
+    return ctx.send_once(f"rsieve:ingest:{run}:sent:{round_}")
 
 
 def missing(ctx: Context, run: str, round_: str, total: int) -> list[int]:

@@ -6,7 +6,8 @@ run's report and quarantine, and the manifest last (the commit point).
 partition is compacted in that task; a larger one is routed (`rsieve.compact_route`, one
 task per group of shards), compacted one task per partition
 (`rsieve.compact_partition`), and committed. Each of those tasks, the last of its kind to
-finish, sends `rsieve.compact` again; so does the sweeper for a run left stalled. Memory
+finish, sends `rsieve.compact` again; so does the sweeper for a run left stalled. Each
+fan-out is sent once per `sweep_after_s`, however often the coordinator is called. Memory
 per task is one partition's (rsieve.partitions), and a Redis lock is held for the commit
 alone. A run whose partitions another run's commit overtook is compacted again against
 the dataset as it now is."""
@@ -26,14 +27,18 @@ def register(ctx: Context) -> None:
         gen, the_plan = steps.generation(previous), steps.plan(ctx, run)
         count, groups = the_plan["partitions"], len(the_plan["groups"])
         if count > 1:
+            # Each fan-out is sent once per sweep_after_s (Context.send_once): this
+            # coordinator is called by every late last task and by redeliveries.
             if missing := steps.missing_routes(ctx, run, groups):
-                for group in missing:
-                    ctx.next("rsieve.compact_route", run=run, group=group)
+                if ctx.send_once(f"rsieve:compact:{run}:sent:routes"):
+                    for group in missing:
+                        ctx.next("rsieve.compact_route", run=run, group=group)
                 return
             steps.calibration(ctx, run, groups)
             if missing := steps.missing_partitions(ctx, run, count, gen):
-                for partition in missing:
-                    ctx.next("rsieve.compact_partition", run=run, partition=partition, gen=gen)
+                if ctx.send_once(f"rsieve:compact:{run}:sent:g{gen}"):
+                    for partition in missing:
+                        ctx.next("rsieve.compact_partition", run=run, partition=partition, gen=gen)
                 return
         elif not steps.compact_partition(ctx, run, 0, gen):
             ctx.next("rsieve.compact", run=run)  # overtaken: against the dataset as it is now

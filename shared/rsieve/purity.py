@@ -489,13 +489,28 @@ def _settle_by_embedding(
     on_v = vecs[len(open_texts) : len(open_texts) + len(on_texts)]
     off_v = vecs[len(open_texts) + len(on_texts) :]
     if not len(on_v):
-        density = (open_v @ open_v.T).mean(axis=1)
+        # Mean similarity to every open question is similarity to their mean vector: one
+        # vector, not the N x N matrix (40 GB for a family of 100,000 open questions).
+        density = open_v @ open_v.mean(axis=0)
         core_n = max(1, len(open_texts) // 4)
         on_v = open_v[np.argsort(-density, kind="stable")[:core_n]]
-    s_on = (open_v @ on_v.T).max(axis=1)
-    s_off = (open_v @ off_v.T).max(axis=1)
+    s_on, s_off = _best_match(open_v, on_v), _best_match(open_v, off_v)
     verdict = {
         t: ("embedding_off" if off > on else "embedding_on")
         for t, on, off in zip(open_texts, s_on, s_off, strict=True)
     }
     return {ln: verdict[cores[ln]] for ln in open_lines}
+
+
+SIMILARITIES_HELD = 1 << 22  # similarities one block of `_best_match` holds (32 MB)
+
+
+def _best_match(rows: np.ndarray, exemplars: np.ndarray) -> np.ndarray:
+    """Each row's best cosine with the exemplars, a block of rows at a time: the dense
+    core is a quarter of the open questions, and their whole similarity matrix would be
+    N x N/4."""
+    step = max(1, SIMILARITIES_HELD // max(1, len(exemplars)))
+    return np.concatenate(
+        [(rows[i : i + step] @ exemplars.T).max(axis=1) for i in range(0, len(rows), step)]
+        or [np.zeros(0)]
+    )

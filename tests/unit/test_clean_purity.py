@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from rsieve import purity
 from rsieve.cleaning import assess_pool, render_cleaning
 from rsieve.purity import PurityQuestion, measure_purity, question_core
 from rsieve.shards import split_pool
@@ -160,3 +161,45 @@ def test_assess_pool_duplicates_symlinks_and_report() -> None:
     text = "\n".join(render_cleaning(got.report))
     assert "| SynthWords | 3 | 0 | 0.0% |" in text and "| MMBench | 1 | 0 | 0 | 0 |" in text
     assert json.loads(json.dumps(got.report)) == got.report
+
+
+def _nonsense_family(n: int, seed: int) -> list[PurityQuestion]:
+    """Questions of 5 words drawn from 30 nonsense words: no template, no single question,
+    no dominant form, so every one is open and the dense core stands for the task."""
+    rng = np.random.default_rng(seed)
+    words = [f"zo{a}{b}" for a in "bcdfg" for b in "klmnpq"]
+    return [PurityQuestion(i + 1, " ".join(rng.choice(words, size=5)) + "?") for i in range(n)]
+
+
+def test_the_dense_core_is_the_mean_similarity_to_every_open_question() -> None:
+    """Rule 5 without on-task exemplars: the open questions most similar on average to the
+    rest. Checked against the N x N similarity matrix it used to build."""
+    qs = _nonsense_family(300, seed=5)
+    got = measure_purity("Nonsense", "anls", qs, threshold=0.5, min_items=1, embed=_bag_of_words)
+    cores = {q.line: question_core(q.question) for q in qs}
+    texts = sorted(set(cores.values()))
+    off_texts = [*purity.GENERAL_VQA_PROTOTYPES]
+    vecs = _bag_of_words([*texts, *off_texts])
+    open_v, off_v = vecs[: len(texts)], vecs[len(texts) :]
+    density = (open_v @ open_v.T).mean(axis=1)
+    on_v = open_v[np.argsort(-density, kind="stable")[: max(1, len(texts) // 4)]]
+    on, off = (open_v @ on_v.T).max(axis=1), (open_v @ off_v.T).max(axis=1)
+    verdict = {
+        t: "embedding_off" if b > a else "embedding_on"
+        for t, a, b in zip(texts, on, off, strict=True)
+    }
+    assert got.rule_of_line == {ln: verdict[c] for ln, c in cores.items()}
+    assert set(got.by_rule) <= {"embedding_on", "embedding_off"}
+
+
+def test_the_dense_core_of_a_large_family_holds_no_square_matrix() -> None:
+    import tracemalloc
+
+    qs = _nonsense_family(6000, seed=6)  # a 6,000 x 6,000 float64 matrix is 288 MB
+    tracemalloc.start()
+    try:
+        measure_purity("Nonsense", "anls", qs, threshold=0.5, min_items=1, embed=_bag_of_words)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024 * 1024

@@ -233,13 +233,39 @@ def test_a_partition_that_dies_leaves_the_dataset_as_it_was(
     assert many.store.get("datasets/d/manifest.json") == committed["datasets/d/manifest.json"]
     assert many.store.get("datasets/d/README.md") == committed["datasets/d/README.md"]
     monkeypatch.undo()
-    # The message comes back (late acks): the partition is done and the run committed.
-    many.ctx.app.tasks["rsieve.compact"](run=run2)
+    # The partition's message comes back (late acks): it is done and the run committed.
+    task, kw = many.sent.tasks[many.done - 1]
+    assert (task, kw["partition"]) == ("rsieve.compact_partition", 1)
+    many.ctx.app.tasks[task](**kw)
     many.drain()
     manifest = json.loads(many.store.get("datasets/d/manifest.json"))
     assert manifest["runs"] == [run, run2]
     report = json.loads(many.store.get(f"datasets/d/commits/{run2}/run_report.json"))
     assert report["adds_up"] is True
+
+
+def test_a_coordinator_called_again_sends_each_fan_out_once(pool: Path) -> None:
+    """The judge's last shards, redeliveries and the sweeper each call the coordinator;
+    routes and partitions are sent once, and a lost one again once the key has expired."""
+    many = Stack(compact_partition_items=12, compact_route_shards=3)
+    run = many.run_until_compaction(pool, "d")
+    for _ in range(3):
+        many.ctx.app.tasks["rsieve.compact"](run=run)
+    assert many.drain("rsieve.compact_route") == ["rsieve.compact_route"] * 4
+    start = len(many.sent.tasks)  # the routes' own coordinator calls were passed over: ...
+    for _ in range(3):
+        many.ctx.app.tasks["rsieve.compact"](run=run)  # ... the coordinator, called 3 times
+    sent = [kw["partition"] for t, kw in many.sent.tasks[start:] if t == "rsieve.compact_partition"]
+    assert sorted(sent) == list(range(8))  # once each, not once per call
+    lost = many.sent.tasks.pop(start)  # partition 0's message is lost
+    assert lost[0] == "rsieve.compact_partition"
+    ran = many.drain()
+    assert ran.count("rsieve.compact_partition") == 7
+    assert not many.store.exists("datasets/d/manifest.json")
+    many.ctx.redis.delete(f"rsieve:compact:{run}:sent:g0")  # sweep_after_s has passed
+    many.ctx.app.tasks["rsieve.compact"](run=run)  # the sweeper's call
+    assert many.drain() == ["rsieve.compact_partition", "rsieve.compact"]
+    assert json.loads(many.store.get("datasets/d/manifest.json"))["runs"] == [run]
 
 
 def test_a_partition_overtaken_by_another_commit_is_done_again(pool: Path) -> None:
