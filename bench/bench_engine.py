@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import httpx  # noqa: E402
-from bench_pipeline import make_pool, service_pids, start_stack, submit, tree_cpu_s  # noqa: E402
+from bench_pipeline import make_pool, service_pids, settle, start_stack, submit, tree_cpu_s  # noqa: E402
 
 from rsieve_cli.local import processes as proc  # noqa: E402
 from rsieve_cli.local.stack import Stack  # noqa: E402
@@ -163,7 +163,7 @@ def one_run(
     sampling), the engine's steady window counted in samples."""
     from rsieve_cli.client import wait_for_run
 
-    time.sleep(2)
+    settle(pids)
     cpu0 = tree_cpu_s(list(pids.values()))
     before = {n: tree_cpu_s([p]) for n, p in pids.items()}
     sampler = EngineSampler(ports)

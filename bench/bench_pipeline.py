@@ -107,6 +107,26 @@ def tree_cpu_s(roots: list[int]) -> float:
     return total / CLK
 
 
+SETTLED_CPU_S = 0.05  # CPU seconds per second of all services together: idle is about 0.015
+
+
+def settle(pids: dict[str, int], timeout: float = 60.0) -> float:
+    """Wait until the services are idle (a second in which all of them together use under
+    SETTLED_CPU_S of CPU), so a run's CPU figure holds no worker's start: the generator
+    and judge import transformers for their chat template as they start, about a second
+    of CPU, and a fixed pause of 2 s after the stack is up sometimes ended before that.
+    Returns the seconds waited."""
+    start = time.monotonic()
+    before = tree_cpu_s(list(pids.values()))
+    while time.monotonic() - start < timeout:
+        time.sleep(1.0)
+        now = tree_cpu_s(list(pids.values()))
+        if now - before < SETTLED_CPU_S:
+            break
+        before = now
+    return time.monotonic() - start
+
+
 def service_pids(stack: Stack) -> dict[str, int]:
     return {n: p for n in [*SERVICES, "api"] if (p := stack.pid(n)) is not None}
 
@@ -272,7 +292,7 @@ def wait_done(settings: Any, run: str, timeout: float) -> dict[str, Any]:
 
 def pipeline_run(stack: Stack, pool: Path, items: int) -> dict[str, Any]:
     pids = service_pids(stack)
-    time.sleep(2)  # let the workers settle after start
+    settle(pids)
     before = {n: tree_cpu_s([p]) for n, p in pids.items()}
     cpu0, wall0 = tree_cpu_s(list(pids.values())), time.monotonic()
     sampler = Sampler(stack)

@@ -66,7 +66,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import psutil  # noqa: E402
 import redis  # noqa: E402
-from bench_pipeline import service_pids, start_stack, submit, tree_cpu_s  # noqa: E402
+from bench_pipeline import service_pids, settle, start_stack, submit, tree_cpu_s  # noqa: E402
 from make_example_pool import AMOUNTS_QUESTION, LETTERS, WORDS_QUESTION, choice_question  # noqa: E402
 from PIL import Image, PngImagePlugin  # noqa: E402
 
@@ -295,7 +295,7 @@ def run_size(stack: Stack, pool: Path, items: int) -> dict[str, Any]:
     from rsieve_cli.client import wait_for_run
 
     pids = service_pids(stack)
-    time.sleep(2)  # let the workers settle after start
+    settle(pids)
     before = {n: tree_cpu_s([p]) for n, p in pids.items()}
     sampler = RssSampler(pids)
     sampler.start()

@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import Any, cast
 
 import redis
-from celery import Celery, Task
+from celery import Celery, Task, current_task
 from celery.exceptions import Reject
 from kombu.exceptions import OperationalError
 
@@ -33,6 +33,14 @@ from rsieve.schemas import STAGES, Item, Quarantined, RunSpec, ShardOutput, Shar
 from rsieve.settings import SAMPLING, Settings, get_settings
 
 log = logging.getLogger("rsieve")
+
+
+def delivery_id() -> str | None:
+    """The id of the message the running task came in (kept when it is redelivered); None
+    outside a worker's task."""
+    request = getattr(current_task, "request", None)
+    task_id = getattr(request, "id", None)
+    return str(task_id) if task_id else None
 
 
 SPECS_KEPT = 1024  # run specs a worker process keeps (Context.spec); a few KB each
@@ -188,9 +196,15 @@ class Context:
         """Whether this call sends a fan-out's tasks: once per `sweep_after_s` (a Redis key
         per fan-out). A coordinator is called more than once for one step (each last task
         of the step before, a redelivery, the sweeper), and each call that re-sent the
-        step's unfinished tasks multiplied them. A task lost is sent again once the key
-        has expired, by the sweeper's call."""
-        return bool(self.redis.set(key, 1, nx=True, ex=max(1, int(self.settings.sweep_after_s))))
+        step's unfinished tasks multiplied them. The key holds the id of the message that
+        took it, so that message redelivered (its worker died while sending) sends again;
+        any other call waits for the key to expire, and the sweeper's call after that sends
+        what is still missing."""
+        owner = delivery_id()
+        ttl = max(1, int(self.settings.sweep_after_s))
+        if self.redis.set(key, owner or "-", nx=True, ex=ttl):
+            return True
+        return owner is not None and self.redis.get(key) == owner.encode()
 
     def shard_index(self, run: str) -> dict[str, Any] | None:
         try:

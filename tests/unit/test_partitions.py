@@ -303,3 +303,19 @@ def test_a_partition_overtaken_by_another_commit_is_done_again(pool: Path) -> No
     ]
     assert len({r["image_sha256"] for r in nothink}) == len(nothink)  # each entry once
     assert ids
+
+
+def test_a_fan_out_is_sent_again_by_its_own_message_redelivered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A coordinator whose worker dies while sending comes back with the same message id
+    and sends again; another message's call does not (Context.send_once)."""
+    import services.common as common
+
+    ctx = Stack().ctx
+    for message, sends in (("m1", True), ("m2", False), ("m1", True), (None, False)):
+        monkeypatch.setattr(common, "delivery_id", lambda m=message: m)
+        assert ctx.send_once("rsieve:compact:r:sent:g0") is sends, message
+    monkeypatch.setattr(common, "delivery_id", lambda: None)
+    assert ctx.send_once("rsieve:compact:r:sent:g1") is True
+    assert ctx.send_once("rsieve:compact:r:sent:g1") is False
