@@ -7,6 +7,7 @@ cannot (away, no records, a finished run's records short of its shards)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import heapq
 import json
@@ -128,24 +129,43 @@ def _streamed_sha256(ctx: Context, key: str) -> bytes:
     return digest.digest()
 
 
+MERGE_FAN_IN = 16  # sorted files one merge reads at once (open files per digest)
+
+
 def _bucket_entries(ctx: Context, prefix: str, tmp: Path) -> Iterator[tuple[str, bytes]]:
     """(path, sha256) of every image of a bucketed pack index, in path order: each bucket
-    (1/256 of the index) sorted and written to `tmp` as JSON lines, then the files merged."""
-    files = []
+    (1/256 of the index) sorted and written to `tmp` as JSON lines, then the files merged,
+    MERGE_FAN_IN at a time, so a digest holds few files open whatever the index."""
+    runs = []
     for bucket in range(INDEX_BUCKETS):
         index = PackIndex.model_validate_json(ctx.store.get(prefix + index_bucket_key(bucket)))
-        path = tmp / f"{bucket:03d}.jsonl"
+        path = tmp / f"0-{bucket:03d}.jsonl"
         with path.open("w", encoding="utf-8") as out:
             for name in sorted(index.images):
                 out.write(json.dumps([name, index.images[name].sha256]) + "\n")
-        files.append(path.open(encoding="utf-8"))
-    try:
-        lines = heapq.merge(*((json.loads(line) for line in f) for f in files), key=lambda e: e[0])
-        for name, sha in lines:
-            yield name, bytes.fromhex(sha)
-    finally:
-        for f in files:
-            f.close()
+        runs.append(path)
+    level = 0
+    while len(runs) > MERGE_FAN_IN:
+        level += 1
+        merged = []
+        for at in range(0, len(runs), MERGE_FAN_IN):
+            path = tmp / f"{level}-{at:03d}.jsonl"
+            with path.open("w", encoding="utf-8") as out:
+                out.writelines(_merged(runs[at : at + MERGE_FAN_IN]))
+            merged.append(path)
+        for done in runs:
+            done.unlink()
+        runs = merged
+    for line in _merged(runs):
+        name, sha = json.loads(line)
+        yield name, bytes.fromhex(sha)
+
+
+def _merged(paths: list[Path]) -> Iterator[str]:
+    """The lines of sorted JSON-lines files of [path, sha256], merged in path order."""
+    with contextlib.ExitStack() as stack:
+        files = [stack.enter_context(p.open(encoding="utf-8")) for p in paths]
+        yield from heapq.merge(*files, key=lambda line: json.loads(line)[0])
 
 
 def submit_folder(

@@ -365,7 +365,16 @@ def test_the_api_digests_a_large_pool_without_holding_it(
     ingest.store.reads.clear()
     ingest.store.keys.clear()
 
+    opened: list[int] = []
+    real_merged = api_runs._merged
+
+    def merged(paths: list[Path]) -> Any:
+        opened.append(len(paths))
+        return real_merged(paths)
+
+    monkeypatch.setattr(api_runs, "_merged", merged)
     assert api_runs.stored_pool_digest(ingest.ctx, prefix) == marker
+    assert max(opened) <= api_runs.MERGE_FAN_IN and len(opened) == 16 + 1  # 256 -> 16 -> 1
     assert ingest.store.reads and all(end - start <= 64 for start, end in ingest.store.reads)
     assert not any(k.endswith("_packs/index.json") for k in ingest.store.keys)
     assert sum(k.startswith(prefix + "_packs/index/") for k in ingest.store.keys) == 256
