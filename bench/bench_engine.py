@@ -43,7 +43,15 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import httpx  # noqa: E402
-from bench_pipeline import make_pool, service_pids, settle, start_stack, submit, tree_cpu_s  # noqa: E402
+from bench_pipeline import (  # noqa: E402
+    machine_reference,
+    make_pool,
+    service_pids,
+    settle,
+    start_stack,
+    submit,
+    tree_cpu_s,
+)
 
 from rsieve_cli.local import processes as proc  # noqa: E402
 from rsieve_cli.local.stack import Stack  # noqa: E402
@@ -233,9 +241,14 @@ def second_generator(stack: Stack, grpc_port: int) -> subprocess.Popen[bytes]:
 
 
 def bench(
-    items: int, scale_out: bool = True, overrides: dict[str, str] | None = None
+    items: int,
+    scale_out: bool = True,
+    overrides: dict[str, str] | None = None,
+    machine: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     from tests.templates import build_tokenizer
+
+    machine = machine or machine_reference()
 
     root = Path(tempfile.mkdtemp(prefix="rsieve-bench-engine-"))
     tokenizer = build_tokenizer(root / "tokenizer", "qwen3_vl_thinking")
@@ -310,6 +323,7 @@ def bench(
         },
         "items": items,
         "load_average": os.getloadavg(),
+        "machine_reference": machine,
     }
     return out
 
@@ -407,7 +421,11 @@ def print_table(r: dict[str, Any]) -> None:
     print(f"\n{'figure':<28}{'value':>14}  conditions")
     for name, value, cond in rows:
         print(f"{name:<28}{value:>14}  {cond}")
-    print(f"load average at the end {r['conditions']['load_average'][0]:.1f}")
+    m = r["conditions"]["machine_reference"]
+    print(
+        f"load average at the end {r['conditions']['load_average'][0]:.1f}; machine: "
+        f"{m['cores']} cores ({m['cpu_model']}), reference work {m['reference_cpu_ms']} ms CPU"
+    )
 
 
 def main() -> None:

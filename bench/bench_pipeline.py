@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -125,6 +126,54 @@ def settle(pids: dict[str, int], timeout: float = 60.0) -> float:
             break
         before = now
     return time.monotonic() - start
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def machine_reference(rounds: int = 21) -> dict[str, Any]:
+    """The machine a CPU figure was measured on: its cores, its CPU model, and the CPU
+    milliseconds one fixed piece of pure-Python work takes on it (JSON round trips, hashing,
+    dict and string work: the kind the services do per item). The same code's CPU per item
+    moves with this figure from one machine to another: an absolute figure from another
+    machine is compared through it, a ratio needs it not (docs/performance.md, "How it is
+    measured"). Shared virtual machines run the same work up to twice as slow from one
+    moment to the next, so it is the median of `rounds` (and the fastest beside it). Taken
+    before the stack starts, on an idle machine."""
+    records = [
+        {
+            "id": f"item-{i:06d}",
+            "family": "SynthWords",
+            "question": QUESTION,
+            "answer": [f"w{i:05d}x"],
+            "meta": {"line": i, "score": i / 7, "flags": [i % 3 == 0, i % 5 == 0]},
+        }
+        for i in range(2000)
+    ]
+    took = []
+    for _ in range(rounds):
+        start = time.process_time()
+        back = json.loads(json.dumps(records))
+        answers = {
+            hashlib.sha256(r["id"].encode()).hexdigest()[:16]: r["answer"][0].upper()
+            for r in back
+            if r["meta"]["score"] >= 0
+        }
+        "|".join(f"{k}={v}" for k, v in sorted(answers.items()))
+        took.append(1000 * (time.process_time() - start))
+    return {
+        "cores": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "reference_cpu_ms": round(statistics.median(took), 2),
+        "reference_cpu_ms_fastest": round(min(took), 2),
+    }
 
 
 def service_pids(stack: Stack) -> dict[str, int]:
@@ -458,6 +507,7 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
     args = parser.parse_args()
+    machine = machine_reference()
 
     root = Path(tempfile.mkdtemp(prefix="rsieve-bench-"))
     pool = make_pool(root / "pool", args.items)
@@ -497,12 +547,13 @@ def main() -> None:
     if not args.no_engine:
         import bench_engine
 
-        engine = bench_engine.bench(args.items)
+        engine = bench_engine.bench(args.items, machine=machine)
         results["engine"] = engine
         for key in ("engine_saturation_ratio", "engine_cpu_ms_per_item", "engine_scaleout_ratio"):
             results[key] = engine[key]
     results["conditions"] = {
         "machine": f"{os.cpu_count()} cores, no GPU; all processes on it",
+        "machine_reference": machine,
         "model": f"{MODEL}: {BATCH_S} s per batch of up to {BATCH} (ideal {IDEAL:.0f} items/s)",
         "judge": "judge-abstain (instant UNSURE)",
         "items": args.items,
@@ -596,7 +647,9 @@ def print_table(r: dict[str, Any]) -> None:
         print(f"{name:<28}{value:>14}  {cond}")
     print(
         f"settings: {c['settings']}; {c['machine']}; load average at the end "
-        f"{c['load_average'][0]:.1f} (other work on the machine skews every figure)"
+        f"{c['load_average'][0]:.1f} (other work on the machine skews every figure); "
+        f"reference work {c['machine_reference']['reference_cpu_ms']} ms CPU "
+        f"({c['machine_reference']['cpu_model']})"
     )
 
 

@@ -66,7 +66,14 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import psutil  # noqa: E402
 import redis  # noqa: E402
-from bench_pipeline import service_pids, settle, start_stack, submit, tree_cpu_s  # noqa: E402
+from bench_pipeline import (  # noqa: E402
+    machine_reference,
+    service_pids,
+    settle,
+    start_stack,
+    submit,
+    tree_cpu_s,
+)
 from make_example_pool import AMOUNTS_QUESTION, LETTERS, WORDS_QUESTION, choice_question  # noqa: E402
 from PIL import Image, PngImagePlugin  # noqa: E402
 
@@ -475,6 +482,7 @@ def main() -> None:
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     order = run_order(sizes, max(1, args.repeat_small)) if len(sizes) > 1 else sizes
 
+    machine = machine_reference()
     root = Path(tempfile.mkdtemp(prefix="rsieve-scale-"))
     runs: dict[int, list[dict[str, Any]]] = {n: [] for n in sizes}
     result: dict[str, Any] = {"sizes": []}
@@ -490,13 +498,17 @@ def main() -> None:
                 "model": f"{MODEL} (a stand-in: answers at once), judge {JUDGE}",
                 "stack": "a fresh local stack per run, one worker per service",
                 "load_average": os.getloadavg(),
+                "machine_reference": machine,
             }
             args.out.write_text(json.dumps(result, indent=1))
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     print_table(result)
-    print(f"\nwritten: {args.out}")
+    print(
+        f"machine: {machine['cores']} cores ({machine['cpu_model']}), reference work "
+        f"{machine['reference_cpu_ms']} ms CPU\nwritten: {args.out}"
+    )
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ figures from its median run, and the ratios against that run."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -56,3 +57,19 @@ def test_ratios_against_the_median_with_the_range_beside(bench: ModuleType) -> N
     assert out["cost_ratio"] == 1.1
     assert out["cost_ratio_range"] == [0.88, 1.375]
     assert out["peak_rss_ratio"] == 1.1
+
+
+def test_the_machine_reference_is_the_median_of_its_rounds(
+    bench: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reference work's CPU, so that figures from two machines can be compared: the
+    median round (a shared machine's speed moves from moment to moment), and the fastest
+    beside it, in milliseconds."""
+    pipeline = sys.modules["bench_pipeline"]  # imported by bench_scale
+    clock = iter([10.0, 10.05, 20.0, 20.03, 30.0, 30.04])
+    monkeypatch.setattr(pipeline.time, "process_time", lambda: next(clock))
+    reference = pipeline.machine_reference(rounds=3)
+    assert reference["reference_cpu_ms"] == 40.0
+    assert reference["reference_cpu_ms_fastest"] == 30.0
+    assert reference["cores"] == os.cpu_count()
+    assert reference["cpu_model"]
