@@ -14,7 +14,6 @@ tests/integration/test_generator_models.py).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import io
 import shutil
 import sys
@@ -31,6 +30,7 @@ from PIL import Image, ImageDraw  # noqa: E402
 
 from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel  # noqa: E402
 from rsieve_cli.local import processes  # noqa: E402
+from tests.checkpoints import build_tiny_vlm  # noqa: E402
 
 MODELS = {
     "vlm": ROOT / "deploy" / "triton" / "hf" / "vlm",
@@ -46,16 +46,6 @@ def png(text: str) -> bytes:
     buf = io.BytesIO()
     img.save(buf, format="PNG")
     return buf.getvalue()
-
-
-def build_tiny_vlm(out: Path) -> Path:
-    spec = importlib.util.spec_from_file_location(
-        "build_tiny_vlm", ROOT / "scripts" / "build_tiny_vlm.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.build_tiny_vlm(out)  # type: ignore[no-any-return]
 
 
 def _start(root: Path, models: list[str]) -> tuple[Any, str]:

@@ -8,16 +8,14 @@ model's optional `seed` input). The same pool once with one sample: the yield gr
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import datasets
 import pytest
 
-from rsieve_cli.local.stack import REPO_ROOT, Stack
+from rsieve_cli.local.stack import Stack
+from tests.e2e.cli import run_cli
 from tests.unit.test_best_of_n import make_pool
 
 ITEMS = 60
@@ -35,23 +33,11 @@ def stack(start_stack: Any) -> Stack:
     )
 
 
-def _cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RSIEVE_STACK_DIR": str(stack.dir), "COLUMNS": "160"}
-    return subprocess.run(
-        [sys.executable, "-m", "rsieve_cli.app", *args],
-        env=env,
-        text=True,
-        capture_output=True,
-        timeout=900,
-        cwd=REPO_ROOT,
-    )
-
-
 def test_four_samples_per_question_through_the_stack(stack: Stack, tmp_path: Path) -> None:
     pool = make_pool(tmp_path / "pool", count=ITEMS)
-    one = _cli(stack, "run", str(pool), "--out", str(tmp_path / "one"), "--dataset", "one")
+    one = run_cli(stack, "run", str(pool), "--out", str(tmp_path / "one"), "--dataset", "one")
     assert one.returncode == 0, one.stderr[-3000:]
-    four = _cli(
+    four = run_cli(
         stack,
         "run",
         str(pool),
@@ -86,12 +72,12 @@ def test_four_samples_per_question_through_the_stack(stack: Stack, tmp_path: Pat
     card = (tmp_path / "four" / "four" / "README.md").read_text()
     assert "## Best-of-n" in card and "answered every question 4 times" in card
     run = reports["four"]["run"]
-    audit = _cli(stack, "audit", run, "--json")
+    audit = run_cli(stack, "audit", run, "--json")
     assert audit.returncode == 0, audit.stdout[-3000:]
     result = json.loads(audit.stdout)
     assert result["ok"] and result["samples"] == 4 * ITEMS
     # A dataset of single-sample runs refuses a best-of-n run, saying why.
-    mixed = _cli(
+    mixed = run_cli(
         stack, "submit", str(pool), "--dataset", "one", "--samples", "4", "--temperature", "0.7"
     )
     assert mixed.returncode != 0 and "best-of-n" in mixed.stdout + mixed.stderr

@@ -4,9 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +12,7 @@ import pytest
 
 from rsieve_cli.local.stack import REPO_ROOT, Stack
 from tests.conftest import stack_settings
+from tests.e2e.cli import run_cli
 
 POOL = REPO_ROOT / "examples" / "pool"
 
@@ -24,20 +22,8 @@ def stack(start_stack: Any) -> Stack:
     return start_stack(["rapidocr", "judge-abstain"])  # type: ignore[no-any-return]
 
 
-def _cli(stack: Stack, *args: str, **env_vars: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RSIEVE_STACK_DIR": str(stack.dir), "COLUMNS": "120", **env_vars}
-    return subprocess.run(
-        [sys.executable, "-m", "rsieve_cli.app", *args],
-        env=env,
-        text=True,
-        capture_output=True,
-        timeout=600,
-        cwd=REPO_ROOT,
-    )
-
-
 def test_run_exports_a_loadable_dataset_twice_identically(stack: Stack, tmp_path: Path) -> None:
-    first = _cli(stack, "run", str(POOL), "--out", str(tmp_path / "a"), "--dataset", "ex")
+    first = run_cli(stack, "run", str(POOL), "--out", str(tmp_path / "a"), "--dataset", "ex")
     assert first.returncode == 0, first.stderr[-3000:]
     assert "SynthWords_RS_think" in first.stdout
     path = tmp_path / "a" / "ex"
@@ -60,19 +46,19 @@ def test_run_exports_a_loadable_dataset_twice_identically(stack: Stack, tmp_path
     for row in ds["SynthWords_RS_think"]:
         for qa in row["qa"]:
             assert qa["answer"] and qa["reasoning"].startswith("recognised")
-    rechecked = _cli(stack, "recheck", str(path), "--json")
+    rechecked = run_cli(stack, "recheck", str(path), "--json")
     assert rechecked.returncode == 0, rechecked.stdout[-3000:] + rechecked.stderr[-2000:]
     summary = json.loads(rechecked.stdout)
     assert summary["agreement"] == 1.0 and summary["decisions"] >= 25, summary
 
-    second = _cli(stack, "run", str(POOL), "--out", str(tmp_path / "b"), "--dataset", "ex")
+    second = run_cli(stack, "run", str(POOL), "--out", str(tmp_path / "b"), "--dataset", "ex")
     assert second.returncode == 0, second.stderr[-3000:]
     again = datasets.load_dataset(str(tmp_path / "b" / "ex"))
     assert {s: again[s]["qa"] for s in again} == {s: ds[s]["qa"] for s in ds}
 
 
 def test_stack_status_lists_every_process(stack: Stack) -> None:
-    result = _cli(stack, "stack", "status", "--json")
+    result = run_cli(stack, "stack", "status", "--json")
     assert result.returncode == 0, result.stderr
     status = json.loads(result.stdout)
     assert set(status) == {
@@ -91,14 +77,14 @@ def test_stack_status_lists_every_process(stack: Stack) -> None:
 
 def test_submit_status_export_card_recheck(stack: Stack, tmp_path: Path) -> None:
     """The operator's commands on one run of the example pool, and their failures."""
-    submitted = _cli(stack, "submit", str(POOL), "--dataset", "ops", "--json")
+    submitted = run_cli(stack, "submit", str(POOL), "--dataset", "ops", "--json")
     assert submitted.returncode == 0, submitted.stderr[-2000:]
     run = json.loads(submitted.stdout)["run"]
     assert run.startswith("ops-")
     # A client elsewhere: the API's address and token, no stack, no S3 key that works.
     settings = stack_settings(stack)
     assert settings.api_token is not None
-    again = _cli(
+    again = run_cli(
         stack,
         "submit",
         str(POOL),
@@ -114,27 +100,27 @@ def test_submit_status_export_card_recheck(stack: Stack, tmp_path: Path) -> None
     assert again.returncode == 0, again.stderr[-2000:]
     assert again.stdout.strip() == run  # same pool, same run
 
-    watched = _cli(stack, "status", run, "--watch", "--interval", "0.5")
+    watched = run_cli(stack, "status", run, "--watch", "--interval", "0.5")
     assert watched.returncode == 0, watched.stderr[-2000:]
     assert "judge" in watched.stdout and "SynthWords" in watched.stdout
-    status = json.loads(_cli(stack, "status", run, "--json").stdout)
+    status = json.loads(run_cli(stack, "status", run, "--json").stdout)
     assert status["done"] and status["progress"]["judge"]["eta_s"] == 0
     assert status["progress"]["clean"]["families"]["SynthWords"] >= 10
-    listed = _cli(stack, "status")
+    listed = run_cli(stack, "status")
     assert listed.returncode == 0 and run in listed.stdout
 
-    exported = _cli(stack, "export", run, "--to", str(tmp_path))
+    exported = run_cli(stack, "export", run, "--to", str(tmp_path))
     assert exported.returncode == 0, exported.stderr[-2000:]
     assert Path(exported.stdout.strip()) == tmp_path / "ops"
     assert json.loads((tmp_path / "ops" / "run_report.json").read_text())["adds_up"]
-    card = _cli(stack, "card", run)
+    card = run_cli(stack, "card", run)
     assert card.returncode == 0 and "SynthWords" in card.stdout
 
-    rechecked = _cli(stack, "recheck", run, "--json")
+    rechecked = run_cli(stack, "recheck", run, "--json")
     assert rechecked.returncode == 0, rechecked.stderr[-2000:]
     result = json.loads(rechecked.stdout)
     assert result["checked"] >= 30 and result["differences"] == []
-    assert _cli(stack, "audit", run).returncode == 0
+    assert run_cli(stack, "audit", run).returncode == 0
 
     for args in (
         ["status", "ops-000000000000"],
@@ -142,7 +128,7 @@ def test_submit_status_export_card_recheck(stack: Stack, tmp_path: Path) -> None
         ["card", "nope-000000000000"],
         ["recheck", "nope-000000000000"],
     ):
-        failed = _cli(stack, *args)
+        failed = run_cli(stack, *args)
         assert failed.returncode == 1 and "Traceback" not in failed.stderr, failed.stderr
         assert "no run" in failed.stderr and "fix:" in failed.stderr, failed.stderr
 
@@ -158,7 +144,7 @@ def test_submit_status_export_card_recheck(stack: Stack, tmp_path: Path) -> None
     first["decision"]["score"] = 0.5
     store.put(key, json.dumps(shard).encode())
     try:
-        tampered = _cli(stack, "recheck", run)
+        tampered = run_cli(stack, "recheck", run)
         assert tampered.returncode == 1, tampered.stderr[-2000:]
         assert "1 differ" in tampered.stdout and first["generation"]["item"]["id"] in (
             tampered.stderr

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +19,9 @@ from rsieve.adapters.storage import S3Store
 from rsieve.prompts import build_question
 from rsieve_cli.client import upload, wait_for_run
 from rsieve_cli.local.replay import replay_key
-from rsieve_cli.local.stack import REPO_ROOT, Stack
+from rsieve_cli.local.stack import Stack
 from tests.conftest import stack_settings
+from tests.e2e.cli import run_cli
 from tests.e2e.pools import picture
 
 COUNT = 24
@@ -122,18 +120,6 @@ def _requests(stack: Stack) -> float:
     )
 
 
-def _cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    """The operator's command line on the stack (RSIEVE_STACK_DIR)."""
-    return subprocess.run(
-        [sys.executable, "-m", "rsieve_cli.app", *args],
-        env={**os.environ, "RSIEVE_STACK_DIR": str(stack.dir)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO_ROOT,
-    )
-
-
 def _quarantined(stack: Stack, run: str) -> dict[str, str]:
     store = S3Store(stack_settings(stack))
     return {
@@ -156,7 +142,7 @@ def test_evaluation_sets_and_overlapping_runs(stack: Stack, tmp_path: Path) -> N
     assert "contaminated" not in _quarantined(stack, run).values()
 
     # The originals as an evaluation set, registered by the operator's command.
-    added = _cli(stack, "evalset", "add", "pictures-test", str(first))
+    added = run_cli(stack, "evalset", "add", "pictures-test", str(first))
     assert added.returncode == 0, added.stderr[-2000:]
     assert f"{COUNT} of {COUNT} lines hashed" in added.stderr.replace("\n", " ")
     before = _requests(stack)
@@ -168,11 +154,11 @@ def test_evaluation_sets_and_overlapping_runs(stack: Stack, tmp_path: Path) -> N
     # At most a generation and a judgement per item that went on; none for the rest.
     assert _requests(stack) - before <= 2 * (COUNT - len(contaminated))
     export = tmp_path / "export"
-    listed = _cli(stack, "export", run, "--to", str(export))
+    listed = run_cli(stack, "export", run, "--to", str(export))
     assert listed.returncode == 0, listed.stderr[-2000:]
     assert "| pictures-test |" in (export / "free" / "README.md").read_text()
 
-    removed = _cli(stack, "evalset", "remove", "pictures-test")
+    removed = run_cli(stack, "evalset", "remove", "pictures-test")
     assert removed.returncode == 0, removed.stderr[-2000:]
 
     # Two runs into one dataset: the second pool holds copies of the first's images.

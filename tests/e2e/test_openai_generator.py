@@ -7,7 +7,6 @@ run's trainer export loads."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -22,6 +21,7 @@ import pytest
 from rsieve.adapters.storage import S3Store
 from rsieve.schemas import ShardOutput
 from rsieve_cli.local.stack import REPO_ROOT, Stack
+from tests.checkpoints import build_tiny_vlm
 from tests.conftest import stack_settings
 from tests.e2e.openai_server import Server
 
@@ -29,19 +29,9 @@ POOL = REPO_ROOT / "examples" / "pool"
 SERVED = "tiny-llava"
 
 
-def _build_tiny_vlm(out: Path) -> Path:
-    spec = importlib.util.spec_from_file_location(
-        "build_tiny_vlm", REPO_ROOT / "scripts" / "build_tiny_vlm.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.build_tiny_vlm(out)  # type: ignore[no-any-return]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    checkpoint = _build_tiny_vlm(tmp_path_factory.mktemp("tiny") / "checkpoint")
+    checkpoint = build_tiny_vlm(tmp_path_factory.mktemp("tiny") / "checkpoint")
     with Server.serving(tmp_path_factory.mktemp("serve"), SERVED, checkpoint) as srv:
         yield srv
 

@@ -6,9 +6,6 @@ again, and nothing is lost (`rsieve audit` holds, no verdict is a failed call)."
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +19,7 @@ from rsieve_cli.client import upload, wait_for_run
 from rsieve_cli.local.checkpoints import smollm2_checkpoint
 from rsieve_cli.local.stack import REPO_ROOT, SMOLLM2_MAX_NEW_TOKENS, Stack
 from tests.conftest import stack_settings
+from tests.e2e.cli import run_cli
 from tests.e2e.openai_server import Server
 
 POOL = REPO_ROOT / "examples" / "pool"
@@ -60,23 +58,11 @@ def _judge_outputs(stack: Stack, run: str) -> list[ShardOutput]:
     return [ShardOutput.model_validate_json(store.get(k)) for k in store.list(f"runs/{run}/judge/")]
 
 
-def _cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RSIEVE_STACK_DIR": str(stack.dir), "COLUMNS": "160"}
-    return subprocess.run(
-        [sys.executable, "-m", "rsieve_cli.app", *args],
-        env=env,
-        text=True,
-        capture_output=True,
-        timeout=900,
-        cwd=REPO_ROOT,
-    )
-
-
 def test_the_example_pool_is_judged_over_the_openai_interface(
     stack: Stack, server: Server, tmp_path: Path
 ) -> None:
     before = server.completions()
-    result = _cli(stack, "run", str(POOL), "--out", str(tmp_path), "--dataset", "ex")
+    result = run_cli(stack, "run", str(POOL), "--out", str(tmp_path), "--dataset", "ex")
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((tmp_path / "ex" / "run_report.json").read_text())
     assert report["adds_up"]
@@ -110,7 +96,7 @@ def test_the_example_pool_is_judged_over_the_openai_interface(
     assert all(v.input_tokens and v.raw_output is not None for v in verdict_records)
     # The trainer export of this run loads as a dataset, one row per accepted qa entry.
     out = tmp_path / "trainer"
-    result = _cli(stack, "export", run, "--to", str(out), "--format", "messages")
+    result = run_cli(stack, "export", run, "--to", str(out), "--format", "messages")
     assert result.returncode == 0, result.stderr[-3000:]
     rows = datasets.load_dataset(str(out / "ex-messages"))
     accepted = sum(f["accepted"] for f in report["families"].values())
@@ -134,7 +120,7 @@ def test_the_server_killed_mid_run_loses_nothing(stack: Stack, server: Server) -
     time.sleep(4)  # calls fail meanwhile: retried, then the shard goes back to the queue
     server.start()
     wait_for_run(settings, run, timeout=600)
-    result = _cli(stack, "audit", run)
+    result = run_cli(stack, "audit", run)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "audit holds" in result.stdout + result.stderr
     # The outage reached the judge: its shards went back to the queue, named for it.

@@ -5,7 +5,6 @@ model that mimics the vLLM backend, and a probe that measures requests in flight
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import io
 import shutil
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from rsieve.adapters.tokenizer import load_chat_template
 from rsieve.errors import RetryableError
 from rsieve.think import parse_output
 from rsieve_cli.local import processes
+from tests.checkpoints import build_tiny_vlm
 from tests.conftest import TRITON_MODELS
 from tests.templates import build_tokenizer
 
@@ -28,16 +28,6 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ["vlm", "vllm-mimic", "inflight-probe", "rapidocr"]
-
-
-def build_tiny_vlm(out: Path) -> Path:
-    spec = importlib.util.spec_from_file_location(
-        "build_tiny_vlm", ROOT / "scripts" / "build_tiny_vlm.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.build_tiny_vlm(out)  # type: ignore[no-any-return]
 
 
 def png(text: str, size: tuple[int, int] = (160, 48)) -> bytes:

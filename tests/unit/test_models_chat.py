@@ -5,13 +5,13 @@ questions, the think prefix, and special tokens that cannot end the user turn.""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from rsieve.adapters.tokenizer import load_chat_template
 from rsieve.chat import NEUTRALISER, ChatTemplate, TemplateError, neutralise
+from tests.checkpoints import build_tiny_vlm
 from tests.templates import TEMPLATES, build_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,13 +30,7 @@ QUESTIONS = [
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("templates")
     out = {name: build_tokenizer(root / name, name) for name in TEMPLATES}
-    spec = importlib.util.spec_from_file_location(
-        "build_tiny_vlm", ROOT / "scripts" / "build_tiny_vlm.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    out["tiny_vlm"] = module.build_tiny_vlm(root / "tiny_vlm")
+    out["tiny_vlm"] = build_tiny_vlm(root / "tiny_vlm")
     return out
 
 

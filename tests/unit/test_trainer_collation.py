@@ -7,7 +7,6 @@ answer; nothink: the answer; rejected: the reference), never the question or the
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import datasets
 import pytest
 
 from rsieve.adapters.exports import export_messages
+from tests.checkpoints import build_tiny_vlm
 from tests.fakes import MemoryStore
 from tests.unit.test_trainer_export import DATASET, REASONING, commit, outcomes
 
@@ -40,22 +40,12 @@ TRAINING_TEMPLATE = (
 )
 
 
-def _build_tiny_vlm(out: Path) -> Path:
-    spec = importlib.util.spec_from_file_location(
-        "build_tiny_vlm", ROOT / "scripts" / "build_tiny_vlm.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return Path(module.build_tiny_vlm(out))
-
-
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any, Path]]:
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     root = tmp_path_factory.mktemp("trl")
-    checkpoint = _build_tiny_vlm(root / "tiny-llava")
+    checkpoint = build_tiny_vlm(root / "tiny-llava")
     processor = AutoProcessor.from_pretrained(checkpoint)
     processor.chat_template = processor.tokenizer.chat_template = TRAINING_TEMPLATE
     model = AutoModelForImageTextToText.from_pretrained(checkpoint)
