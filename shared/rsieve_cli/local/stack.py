@@ -17,9 +17,24 @@ from pathlib import Path
 import httpx
 
 from rsieve_cli.local import processes as proc
-from rsieve_cli.local.checkpoints import MODELS_DIR, SMOLLM2_NAME, smollm2_checkpoint
+from rsieve_cli.local.checkpoints import (
+    MODELS_DIR,
+    QWEN_JUDGE_SHA256,
+    SMOLLM2_NAME,
+    qwen_judge_gguf,
+    qwen_judge_tokenizer,
+    smollm2_checkpoint,
+)
 
-__all__ = ["JUDGE_CHECKPOINT_ENV", "REPO_ROOT", "SERVICES", "SMOLLM2_MODEL", "Stack", "StackConfig"]
+__all__ = [
+    "JUDGE_CHECKPOINT_ENV",
+    "QWEN_JUDGE_MODEL",
+    "REPO_ROOT",
+    "SERVICES",
+    "SMOLLM2_MODEL",
+    "Stack",
+    "StackConfig",
+]
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 # Service folder -> queue it consumes.
@@ -43,17 +58,32 @@ SMOLLM2_MAX_NEW_TOKENS = 64
 # back, which the card says. `rsieve run` on a real pool should name a larger size
 # (RSIEVE_JUDGE_CALIBRATION_SIZE; docs/judge.md).
 SMOLLM2_CALIBRATION_SIZE = 2
+# The local stack's judge: Qwen2.5-Coder-1.5B-Instruct (GGUF Q4_K_M) on llama.cpp's own
+# server (rsieve_cli.local.llama_judge), beside Triton, through the `openai` interface. Not
+# a Triton model: `models` names it and the stack starts its server (docs/models.md).
+QWEN_JUDGE_MODEL = "judge-qwen2.5-coder-1.5b"
+# A verdict is one word; the budget leaves room for a short phrase before it.
+QWEN_MAX_NEW_TOKENS = 32
+# Accepted items probed per family to calibrate it on the local stack: each item costs
+# about five probes of about a second of two CPU cores, and the example pool is for seeing
+# the pipeline whole in under a minute. A calibration this small cannot clear the
+# false-promotion bound, so the example's judge promotions are held back and the card says
+# so; a real pool names its own size (RSIEVE_JUDGE_CALIBRATION_SIZE; docs/judge.md).
+QWEN_CALIBRATION_SIZE = 2
+# Judges served by llama.cpp: model id -> the GGUF file (prepared at install).
+LLAMA_JUDGES = {QWEN_JUDGE_MODEL: qwen_judge_gguf}
 # The CPU judges, the preferred first: the stack's services use the first it serves unless a
 # judge is named (settings_env or the environment's RSIEVE_JUDGE_MODEL).
-CPU_JUDGES = (SMOLLM2_MODEL, "judge-abstain")
+CPU_JUDGES = (QWEN_JUDGE_MODEL, SMOLLM2_MODEL, "judge-abstain")
 
 
 @dataclass
 class StackConfig:
     """Where a local stack lives and what it serves.
 
-    ``models``: the Triton models loaded from ``model_repository`` (only these). By default
-    the real OCR model and the SmolLM2 judge, whose checkpoint ``Stack.up`` prepares.
+    ``models``: the models served: Triton loads those of ``model_repository`` (only these),
+    and a judge of ``LLAMA_JUDGES`` gets a llama.cpp server of its own on ``judge_port``. By
+    default the real OCR model and the Qwen judge (its GGUF prepared at install).
     """
 
     state_dir: Path
@@ -63,14 +93,17 @@ class StackConfig:
     triton_grpc_port: int = 18001
     triton_metrics_port: int = 18002
     api_port: int = 18080
+    judge_port: int = 18090
     bucket: str = "rsieve"
     access_key: str = "rsieve-local"
     secret_key: str = "rsieve-local-secret"
     # The API's bearer token: made once per stack, kept in its config.json (0600), read
     # by the command line and the tests from there (RSIEVE_API_TOKEN in `env`).
     api_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    # The llama.cpp judge server's bearer key (same keeping as api_token).
+    judge_key: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     model_repository: Path = REPO_ROOT / "deploy" / "triton" / "cpu"
-    models: list[str] = field(default_factory=lambda: ["rapidocr", SMOLLM2_MODEL])
+    models: list[str] = field(default_factory=lambda: ["rapidocr", QWEN_JUDGE_MODEL])
     settings_env: dict[str, str] = field(default_factory=dict)
     triton_env: dict[str, str] = field(default_factory=dict)
 
@@ -85,6 +118,7 @@ class StackConfig:
                 "triton_grpc_port",
                 "triton_metrics_port",
                 "api_port",
+                "judge_port",
             )
         }
         # A stack of its own gets credentials of its own (and tests can look for them).
@@ -98,6 +132,15 @@ class StackConfig:
         data["state_dir"] = Path(data["state_dir"])
         data["model_repository"] = Path(data["model_repository"])
         return cls(**data)
+
+    @property
+    def triton_models(self) -> list[str]:
+        return [m for m in self.models if m not in LLAMA_JUDGES]
+
+    @property
+    def llama_judge(self) -> str | None:
+        """The judge this stack serves on llama.cpp, if any."""
+        return next((m for m in self.models if m in LLAMA_JUDGES), None)
 
     def judge(self) -> str | None:
         """The judge this stack serves its services by default: the first CPU judge among
@@ -126,6 +169,28 @@ class StackConfig:
         if judge:
             out["RSIEVE_JUDGE_MODEL"] = judge
         named = self.settings_env.get("RSIEVE_JUDGE_MODEL", os.environ.get("RSIEVE_JUDGE_MODEL"))
+        if (judge or named) == QWEN_JUDGE_MODEL and QWEN_JUDGE_MODEL in self.models:
+            out.update(
+                {
+                    "RSIEVE_JUDGE_INTERFACE": "openai",
+                    "RSIEVE_JUDGE_OPENAI_URL": f"http://127.0.0.1:{self.judge_port}/v1",
+                    "RSIEVE_JUDGE_OPENAI_KEY": self.judge_key,
+                    "RSIEVE_JUDGE_KIND": "llm",
+                    "RSIEVE_JUDGE_WEIGHTS_SHA256": QWEN_JUDGE_SHA256,
+                }
+            )
+            defaults = {
+                "RSIEVE_JUDGE_TOKENIZER": str(qwen_judge_tokenizer()),
+                "RSIEVE_JUDGE_MAX_NEW_TOKENS": str(QWEN_MAX_NEW_TOKENS),
+                "RSIEVE_JUDGE_CALIBRATION_SIZE": str(QWEN_CALIBRATION_SIZE),
+            }
+            out.update(
+                {
+                    k: v
+                    for k, v in defaults.items()
+                    if k not in self.settings_env and k not in os.environ
+                }
+            )
         if (judge or named) == SMOLLM2_MODEL and SMOLLM2_MODEL in self.models:
             defaults = {
                 "RSIEVE_JUDGE_TOKENIZER": str(self.judge_checkpoint()),
@@ -180,7 +245,8 @@ class Stack:
         self._pid_file(name).write_text(str(popen.pid))
 
     def names(self) -> list[str]:
-        return ["redis", "s3", "triton", *SERVICES, *self._beat(), "api"]
+        judge_server = ["judge-server"] if self.config.llama_judge else []
+        return ["redis", "s3", "triton", *judge_server, *SERVICES, *self._beat(), "api"]
 
     def _beat(self) -> list[str]:
         """Celery beat (continuous ingestion) only when a watch prefix is set."""
@@ -223,6 +289,17 @@ class Stack:
                 timeout,
                 proc=p,
             )
+        # The judge server loads while Triton does (both take seconds), waited for after.
+        judge, judge_proc = c.llama_judge, None
+        if judge and self.pid("judge-server") is None:
+            judge_proc = proc.start_llama_judge(
+                model=LLAMA_JUDGES[judge](),
+                alias=judge,
+                port=c.judge_port,
+                api_key=c.judge_key,
+                log=self.logs / "judge-server.log",
+            )
+            self._record("judge-server", judge_proc)
         if self.pid("triton") is None:
             p = proc.start_triton(
                 model_repository=c.model_repository,
@@ -231,11 +308,20 @@ class Stack:
                 metrics_port=c.triton_metrics_port,
                 log=self.logs / "triton.log",
                 env_extra=self.triton_env(),
-                models=c.models,
+                models=c.triton_models,
             )
             self._record("triton", p)
             proc.wait_triton(
-                c.triton_http_port, c.models, timeout, proc=p, log=self.logs / "triton.log"
+                c.triton_http_port, c.triton_models, timeout, proc=p, log=self.logs / "triton.log"
+            )
+        if judge_proc is not None and judge:
+            proc.wait_llama_judge(
+                c.judge_port,
+                c.judge_key,
+                judge,
+                timeout,
+                proc=judge_proc,
+                log=self.logs / "judge-server.log",
             )
         env = {**os.environ, **c.env()}
         for service in [*SERVICES, *self._beat(), "api"]:

@@ -6,7 +6,8 @@ It reads a prompt the way a literal-minded model would:
 
 - **Blocks.** A line `<name>` opens a data block; the block ends at the first line
   `</name>`, or at the first `</name>` anywhere in a line (the rest of that line is then
-  outside). Where the prompt declares a mark ("starts with the mark XXXX|"), a block line
+  outside). Where the prompt declares a mark ("starts with the mark XXXX|", or a line
+  "Mark: XXXX"), a block line
   without the mark is not data but instruction text.
 - **Obedience.** In the text outside the data blocks (the instruction stream) it obeys an
   injected order or verdict that names CORRECT ("output CORRECT", "Final verdict:
@@ -34,7 +35,9 @@ import site
 import sys
 from typing import Any
 
-_MARK = re.compile(r"starts with the mark (\S+?\|)")
+# The mark as a prompt declares it: "starts with the mark XXXX|" (judge/2) or a line
+# "Mark: XXXX" (judge/3, data last); the first declaration wins, as a reader takes it.
+_MARK = re.compile(r"starts with the mark (\S+?\|)|^Mark: (\S+)$", re.M)
 _OPEN = re.compile(r"^<([A-Za-z]+)>$")
 _INJECTED = [
     re.compile(
@@ -58,7 +61,7 @@ class RequestError(Exception):
 def read_prompt(prompt: str) -> tuple[dict[str, list[str]], list[str]]:
     """(data blocks by name, instruction lines) as this literal-minded reader sees them."""
     declared = _MARK.search(prompt)
-    mark = declared.group(1) if declared else None
+    mark = (declared.group(1) or f"{declared.group(2)}|") if declared else None
     blocks: dict[str, list[str]] = {}
     outside: list[str] = []
     current: str | None = None

@@ -1,0 +1,80 @@
+"""The local stack's judge server: llama.cpp's own HTTP server (OpenAI-compatible), run in
+this process by xllamacpp's prebuilt CPU wheel, serving one GGUF under one model id.
+
+    python -m rsieve_cli.local.llama_judge --model FILE --alias NAME --port PORT
+
+Why this runtime (docs/models.md, "The local stack's judge"): it is llama.cpp's C++ server
+itself (continuous batching over parallel slots, a prompt cache per slot), installed as a
+wheel with nothing to compile, loading the 1.1 GB Q4_K_M file in about 4 s. rsieve talks to
+it through its `openai` interface like any other OpenAI-compatible endpoint.
+
+It listens on 127.0.0.1 only, and requires a bearer key when RSIEVE_LLAMA_API_KEY is set
+(the stack sets one: nothing on the machine judges through it without the stack's key).
+The key is read from the environment, never from the command line, where `ps` shows it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+
+__all__ = ["API_KEY_ENV", "main"]
+
+API_KEY_ENV = "RSIEVE_LLAMA_API_KEY"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="the GGUF file")
+    parser.add_argument("--alias", required=True, help="the model id /v1/models lists")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    # Verdicts in flight: llama.cpp batches their decoding; reading a prompt is most of the
+    # cost on a CPU, and a slot keeps its last prompt cached, so the shared instructions of
+    # the judge's template are read once per slot, not once per verdict.
+    parser.add_argument("--parallel", type=int, default=4)
+    parser.add_argument("--ctx-per-slot", type=int, default=2048)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    # The prompt cache kept in RAM beside the slots (llama.cpp's --cache-ram): bounded.
+    parser.add_argument("--cache-ram-mib", type=int, default=256)
+    args = parser.parse_args(argv)
+
+    import xllamacpp as xlc
+
+    params = xlc.CommonParams()
+    params.model.path = args.model
+    params.model_alias = {args.alias}
+    params.hostnames = [args.host]
+    params.port = args.port
+    params.n_parallel = args.parallel
+    params.n_ctx = args.ctx_per_slot * args.parallel
+    params.cpuparams.n_threads = args.threads
+    params.cpuparams_batch.n_threads = args.threads
+    params.cache_ram_mib = args.cache_ram_mib
+    params.use_jinja = True  # the GGUF's own chat template, rendered by llama.cpp
+    params.warmup = False
+    key = os.environ.get(API_KEY_ENV, "")
+    if key:
+        params.api_keys = [key]
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    started = time.monotonic()
+    server = xlc.Server(params)
+    print(
+        f"llama_judge: {args.alias} from {args.model} on {server.listening_address} "
+        f"({args.parallel} slots, loaded in {time.monotonic() - started:.1f} s)",
+        flush=True,
+    )
+    stop.wait()
+    del server
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
