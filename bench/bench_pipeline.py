@@ -461,6 +461,16 @@ def time_to_first_result(root: Path) -> dict[str, Any]:
                 cwd=ROOT,
             )
             out[label] = time.monotonic() - start
+            out[f"{label[:-2]}_load_average"] = os.getloadavg()
+            # What bounds it: the judge's calls (fresh and reused) from the run's report.
+            report = json.loads((root / "ttfr-out" / dataset / "run_report.json").read_text())
+            out[f"{label[:-2]}_judge"] = {
+                "model": [j["model"] for j in report["models"]["judges"]],
+                "verdicts": sum(
+                    sum(f["judge_verdicts"].values()) for f in report["families"].values()
+                ),
+                "reused": report.get("judge_reused"),
+            }
     finally:
         subprocess.run([rsieve, "stack", "down"], env=env, stdout=subprocess.DEVNULL, cwd=ROOT)
     return out
@@ -498,6 +508,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--items", type=int, default=3000)
     parser.add_argument("--no-ttfr", action="store_true")
+    parser.add_argument(
+        "--only-ttfr",
+        action="store_true",
+        help="measure time to first result alone and merge it into --out",
+    )
     parser.add_argument("--no-scale-out", action="store_true")
     parser.add_argument("--keep", action="store_true", help="leave the stack running")
     parser.add_argument(
@@ -507,6 +522,14 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
     args = parser.parse_args()
+    if args.only_ttfr:
+        root = Path(tempfile.mkdtemp(prefix="rsieve-bench-"))
+        previous = json.loads(args.out.read_text()) if args.out.is_file() else {}
+        previous["time_to_first_result"] = time_to_first_result(root)
+        args.out.write_text(json.dumps(previous, indent=1, default=str))
+        print(json.dumps(previous["time_to_first_result"], indent=1))
+        shutil.rmtree(root, ignore_errors=True)
+        return
     machine = machine_reference()
 
     root = Path(tempfile.mkdtemp(prefix="rsieve-bench-"))

@@ -12,6 +12,7 @@ from rsieve.settings import Settings
 from rsieve_cli.local.checkpoints import smollm2_checkpoint
 from rsieve_cli.local.stack import (
     JUDGE_CHECKPOINT_ENV,
+    LLAMA_JUDGES,
     REPO_ROOT,
     SMOLLM2_MODEL,
     Stack,
@@ -65,7 +66,8 @@ def start_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
         root = tmp_path_factory.mktemp("stack")
         repo = root / "models"
         for name in models:
-            shutil.copytree(TRITON_MODELS[name], repo / name)
+            if name not in LLAMA_JUDGES:  # a llama.cpp judge has a server of its own
+                shutil.copytree(TRITON_MODELS[name], repo / name)
         config = StackConfig.free_ports(
             root / "state",
             model_repository=repo,

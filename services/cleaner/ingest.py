@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, TypeAdapter
 
 from rsieve.adapters.embedder import load_embedder
-from rsieve.cleaning import cleaning_report, line_image_path
+from rsieve.cleaning import cleaning_report, family_items, line_image_path
 from rsieve.decontam import screen_summary
 from rsieve.errors import NotFoundError
 from rsieve.ingestion import (
@@ -339,5 +339,8 @@ def commit(ctx: Context, run: str, the_plan: IngestPlan) -> None:
         "shards": the_plan.shards(),
         "lines": the_plan.lines,
         "blank_lines": the_plan.blank_lines,
+        # Items per family (cleaning.json, written by `report` before the apply round),
+        # for the judge's calibration rates (docs/judge.md).
+        "families": family_items(ctx.load_json(f"runs/{run}/cleaning.json") or {}),
     }
     ctx.store.put(f"runs/{run}/shards.json", json.dumps(index).encode())  # commit point

@@ -12,7 +12,14 @@ from __future__ import annotations
 import json
 
 from rsieve.adapters.storage import read_images
-from rsieve.cleaning import assess_pool, clean_line, line_image_path, poisoned_line, shard_inputs
+from rsieve.cleaning import (
+    assess_pool,
+    clean_line,
+    family_items,
+    line_image_path,
+    poisoned_line,
+    shard_inputs,
+)
 from rsieve.provenance import verify_source
 from rsieve.schemas import Item, Quarantined, ShardOutput
 from rsieve.shards import ShardInput, split_pool
@@ -93,6 +100,8 @@ def register(ctx: Context) -> None:
             "shards": {i.shard: len(i.lines) for i in inputs},
             "lines": sum(map(len, shards)),
             "blank_lines": blank,
+            # Items per family, for the judge's calibration rates (docs/judge.md).
+            "families": family_items(assessment.report),
         }
         # Blank lines are not items; the report expects every other line placed.
         store.put(f"runs/{run}/shards.json", json.dumps(index).encode())  # commit point

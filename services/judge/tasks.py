@@ -1,26 +1,31 @@
 """Judge: a text-only second look, by the model named in settings, at every answer the
 verifier rejected (only CORRECT promotes), and the calibration probes of the shard's
-verifier-accepted answers through the same model. Calibration is stored first: the judge
+verifier-accepted answers through the same model. Each prompt is judged once: the verdict
+cache answers what was judged before (ask.py). Calibration is stored first: the judge
 output marks the shard done. The last shard judged triggers compaction."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections import Counter
 
-from rsieve.adapters.model import ModelRequest
 from rsieve.adapters.tokenizer import preload_chat_template
 from rsieve.calibration import (
     CalibrationShard,
     calibration_key,
     calibration_probes,
+    calibration_rates,
     calibration_record,
+    hopeless_families,
     probe_prompt,
 )
-from rsieve.cascade import apply_verdict, judge_prompt
+from rsieve.cascade import apply_verdict, judge_prompt, skip_judge
+from rsieve.chat import neutralise
+from rsieve.judgecache import judge_identity
 from rsieve.sampling import in_window, settle_all, to_judge
 from rsieve.schemas import ShardOutput
 from services.common import Context
+from services.judge.ask import ask_once, judge_specials
 
 
 def register(ctx: Context) -> None:
@@ -28,42 +33,53 @@ def register(ctx: Context) -> None:
 
     @ctx.task("rsieve.judge")
     def judge(run: str, shard: str, lines: int) -> None:
+        index = json.loads(ctx.store.get(f"runs/{run}/shards.json"))
         if not ctx.done(run, "judge", shard):
             s, model = ctx.run_settings(run), ctx.settings.judge_model
             verified = ctx.load(run, "verify", shard).verified
             # Best-of-n: only items none of whose samples passed, the first few samples.
             pending = to_judge(verified, s.judge_samples)
-            probes = calibration_probes(
-                verified, size=s.judge_calibration_size, rate=s.judge_calibration_rate
+            # Each family's eligible rate from its items when the pool was planned: about
+            # 1.5 x size items probed per family run-wide, whatever the number of shards.
+            families = {o.generation.item.family for o in verified}
+            rates = calibration_rates(
+                {f: n for f, n in (index.get("families") or {}).items() if f in families},
+                size=s.judge_calibration_size,
+                rate=s.judge_calibration_rate,
             )
-            prompts = [judge_prompt(verified[i]) for i in pending]
-            prompts += [probe_prompt(p) for p in probes]
-            judge = ctx.judge_model(model)
-            replies = judge.generate_many([ModelRequest(p) for p in prompts])
-            kind = judge.info.kind if judge.info else None
-            # What the judge received: special tokens of its tokenizer neutralised.
-            prompts = [
-                r.user_text if not isinstance(r, Exception) and r.user_text is not None else p
-                for p, r in zip(prompts, replies, strict=True)
-            ]
-
-            def reply(k: int) -> dict[str, Any]:
-                r = replies[k]  # raw output, finish reason, failure, token counts
-                if isinstance(r, Exception):
-                    return {"raw_output": None, "finish_reason": "stop", "failure": str(r)}
-                return {
-                    "raw_output": r.text,
-                    "finish_reason": r.finish_reason,
-                    "input_tokens": r.input_tokens,
-                    "output_tokens": r.output_tokens,
-                }
-
+            probes = calibration_probes(
+                verified, size=s.judge_calibration_size, rate=s.judge_calibration_rate, rates=rates
+            )
+            # Exactly what the judge receives (its tokenizer's special tokens neutralised,
+            # as its client does), known before the call: the verdict cache's key.
+            specials = judge_specials(ctx.settings.judge_tokenizer)
+            who, client = judge_identity(ctx.settings), ctx.judge_model(model)
+            # Calibration first: a family whose complete calibration already shows false
+            # promotions beyond the bound is not judged (judge_skipped), never paid for.
+            probe_replies = ask_once(
+                ctx.store, client, who, [neutralise(probe_prompt(p), specials) for p in probes]
+            )
             records = [
-                calibration_record(
-                    probe, model=model, prompt=prompts[k], model_kind=kind, **reply(k)
-                )
-                for k, probe in enumerate(probes, start=len(pending))
+                calibration_record(probe, model=model, **probe_replies[k])
+                for k, probe in enumerate(probes)
             ]
+            in_shard = Counter(
+                f for f, _ in {(o.generation.item.family, o.generation.item.id) for o in verified}
+            )
+            planned = index.get("families") or {}
+            skipped = hopeless_families(
+                records,
+                [f for f, n in in_shard.items() if f in planned and n >= planned[f]],
+                size=s.judge_calibration_size,
+                bound=s.judge_false_promotion_bound,
+            )
+            asked = [i for i in pending if verified[i].generation.item.family not in skipped]
+            replies = ask_once(
+                ctx.store,
+                client,
+                who,
+                [neutralise(judge_prompt(verified[i]), specials) for i in asked],
+            )
             ctx.store.put(
                 calibration_key(run, shard),
                 CalibrationShard(
@@ -72,16 +88,19 @@ def register(ctx: Context) -> None:
                     size=s.judge_calibration_size,
                     rate=s.judge_calibration_rate,
                     records=records,
+                    rates=rates,
+                    skipped=skipped,
                 )
                 .model_dump_json()
                 .encode(),
                 content_type="application/json",
             )
             outcomes = list(verified)
-            for k, i in enumerate(pending):
-                outcomes[i] = apply_verdict(
-                    verified[i], model=model, prompt=prompts[k], model_kind=kind, **reply(k)
-                )
+            for i in pending:
+                if i not in asked:
+                    outcomes[i] = skip_judge(verified[i])
+            for k, i in enumerate(asked):
+                outcomes[i] = apply_verdict(verified[i], model=model, **replies[k])
             # One per item; a pass-rate window (when set) quarantines what lies outside.
             outcomes, outside = in_window(
                 settle_all(outcomes, s.keep, s.max_kept, s.circular), s.pass_rate_window
@@ -99,6 +118,5 @@ def register(ctx: Context) -> None:
         # Every shard that finishes counts itself; whichever sees all of them enqueues the
         # compaction (more than one may: compaction is idempotent). A Redis set, not a
         # listing of the judged shards, which would make a run's judging quadratic.
-        shards = json.loads(ctx.store.get(f"runs/{run}/shards.json"))["shards"]
-        if ctx.last_done(f"rsieve:judged:{run}", shard, len(shards)):
+        if ctx.last_done(f"rsieve:judged:{run}", shard, len(index["shards"])):
             ctx.next("rsieve.compact", run=run)

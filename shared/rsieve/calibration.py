@@ -21,7 +21,11 @@ them rejected with reason `judge_untrusted`, verdict kept for audit.
 The sample is a bottom-k sample by a hash of the item id: each shard probes the `size`
 lowest-ranked eligible accepted items per family, and `summarise` keeps the `size`
 lowest-ranked per family over all shards, which is exactly the run-wide bottom-k (a
-uniform sample that does not depend on how the pool was sharded).
+uniform sample that does not depend on how the pool was sharded). An item is eligible when
+its rank is below its family's rate (`calibration_rates`): about `CALIBRATION_OVERSAMPLING`
+times `size` over the family's item count known when the pool was planned, so the run
+probes about that many items per family whatever the number of shards, instead of `size`
+per shard.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -40,6 +44,7 @@ from rsieve.schemas import Outcome
 from rsieve.verify import verify
 
 __all__ = [
+    "hopeless_families",
     "MASTER_KEYS",
     "Canary",
     "canaries",
@@ -47,10 +52,12 @@ __all__ = [
     "WRONG_KINDS",
     "Z95",
     "CalibrationRecord",
+    "CALIBRATION_OVERSAMPLING",
     "CalibrationShard",
     "Probe",
     "calibration_key",
     "calibration_probes",
+    "calibration_rates",
     "calibration_record",
     "hold_back",
     "known_wrong",
@@ -71,6 +78,13 @@ WRONG_KINDS = ("other_reference", "digit_changed", "option_swapped", "truncated"
 # Published "master key" answers that fool LLM judges (Zhao et al. 2025, "One Token to
 # Fool LLM-as-a-Judge"): no content, only a lead-in.
 MASTER_KEYS = (":", "Thought process:", "Solution", "Let's solve this problem step by step.")
+# Eligible items per family, run-wide, as a multiple of the calibration size. Above 1
+# because the rate is set from the family's items when the pool is planned, and only the
+# verifier-accepted ones among them can be sampled: 1.5 still gives the full `size` when
+# about two thirds are accepted. Not 2: the eligible count is binomial around 1.5 x size,
+# so the items probed stay under 2 x size but for a chance of about 1 in 1,000 at size 60
+# (1 in 75 at size 30, 1 in 12 at size 10), whatever the sharding.
+CALIBRATION_OVERSAMPLING = 1.5
 
 
 class _Model(BaseModel):
@@ -118,16 +132,24 @@ class CalibrationRecord(_Model):
     # Token counts when the judge's server returned them (the run report's `tokens`).
     input_tokens: int | None = None
     output_tokens: int | None = None
+    # The reply came from the verdict cache (rsieve.judgecache): no call was made.
+    reused: bool = False
 
 
 class CalibrationShard(_Model):
-    """What the judge stored for one shard at `calibration_key(run, shard)`."""
+    """What the judge stored for one shard at `calibration_key(run, shard)`. `rates`: the
+    eligible rate of each family (`calibration_rates`); a family it does not name (every
+    family of a run planned before family counts were recorded) had `rate`."""
 
     run: str
     shard: str
     size: int
     rate: float
     records: list[CalibrationRecord]
+    rates: dict[str, float] = {}
+    # Families whose rejections this shard did not judge (`judge_skipped`), with the reason
+    # (`hopeless_families`).
+    skipped: dict[str, str] = {}
 
 
 def calibration_key(run: str, shard: str) -> str:
@@ -140,22 +162,74 @@ def sample_rank(item_id: str) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
-def sample_for_calibration(
-    outcomes: Iterable[Outcome], *, size: int, rate: float = 1.0
-) -> list[Outcome]:
-    """Per family, the `size` lowest-ranked verifier-accepted outcomes whose rank is below
-    `rate`, in rank order."""
+def calibration_rates(
+    family_items: Mapping[str, int],
+    *,
+    size: int,
+    rate: float = 1.0,
+    oversampling: float = CALIBRATION_OVERSAMPLING,
+) -> dict[str, float]:
+    """Each family's eligible rate: min(`rate`, `oversampling` x `size` / its items), from
+    the item counts known when the pool was planned (`family_items`). The rank-based
+    sample then probes about `oversampling` x `size` of the family's accepted items
+    run-wide, whatever the sharding; a family of at most that many items keeps `rate`."""
+    return {
+        family: min(rate, oversampling * size / n) if n > 0 else rate
+        for family, n in sorted(family_items.items())
+    }
+
+
+def hopeless_families(
+    records: Iterable[CalibrationRecord],
+    complete: Iterable[str],
+    *,
+    size: int,
+    bound: float,
+) -> dict[str, str]:
+    """The families whose judging can stop (`judge_skipped`), each with its reason: their
+    calibration is complete (`complete`: every item of the family is in hand, so no later
+    probe can change it) and it already shows the judge promoting known-wrong answers (at
+    least one false promotion) with a Wilson upper bound above `bound`, so every promotion
+    it could give would be held back. A calibration that is merely too small to clear the
+    bound, with no false promotion, shows nothing against the judge: the family is judged,
+    its promotions held back (`judge_untrusted`) and listed for review."""
+    done = set(complete)
+    summary = summarise([r for r in records if r.probe.family in done], size=size)
+    out: dict[str, str] = {}
+    for family, entry in summary.items():
+        fp = entry["false_promotion"]
+        if bound < 1.0 and fp["k"] >= 1 and fp["hi"] > bound:
+            out[family] = (
+                f"calibration: {fp['k']}/{fp['n']} known-wrong probes judged CORRECT, upper "
+                f"bound {fp['hi']:.3f} > {bound}"
+            )
+    return out
+
+
+def _candidates(outcomes: Iterable[Outcome]) -> dict[str, list[tuple[float, str, Outcome]]]:
+    """Per family, the verifier-accepted outcomes with an answer, in rank order."""
     by_family: dict[str, list[tuple[float, str, Outcome]]] = defaultdict(list)
     for o in outcomes:
         if o.place != "accepted" or o.promoted_by != "verifier" or o.generation.answer is None:
             continue
         item = o.generation.item
-        rank = sample_rank(item.id)
-        if rank < rate:
-            by_family[item.family].append((rank, item.id, o))
+        by_family[item.family].append((sample_rank(item.id), item.id, o))
+    return {f: sorted(xs, key=lambda t: t[:2]) for f, xs in sorted(by_family.items())}
+
+
+def sample_for_calibration(
+    outcomes: Iterable[Outcome],
+    *,
+    size: int,
+    rate: float = 1.0,
+    rates: Mapping[str, float] | None = None,
+) -> list[Outcome]:
+    """Per family, the `size` lowest-ranked verifier-accepted outcomes whose rank is below
+    the family's rate (`rates`, else `rate`), in rank order."""
     chosen: list[Outcome] = []
-    for family in sorted(by_family):
-        chosen += [o for _, _, o in sorted(by_family[family], key=lambda t: t[:2])[:size]]
+    for family, ranked in _candidates(outcomes).items():
+        below = (rates or {}).get(family, rate)
+        chosen += [o for r, _, o in ranked if r < below][:size]
     return chosen
 
 
@@ -217,7 +291,7 @@ def _truncated(reference: str) -> str | None:
 def known_wrong(outcome: Outcome, peers: Sequence[Outcome] = ()) -> list[Probe]:
     """The known-wrong candidates of one sampled item, each rejected by the item's own
     protocol (a candidate the protocol accepts is not known to be wrong, and is dropped).
-    `peers`: the other sampled items of the family, in rank order (for other_reference)."""
+    `peers`: the family's other accepted items, in rank order (for other_reference)."""
     item = outcome.generation.item
     reference = item.references[0]
     rank = sample_rank(item.id)
@@ -242,17 +316,24 @@ def known_wrong(outcome: Outcome, peers: Sequence[Outcome] = ()) -> list[Probe]:
     ]
 
 
-def calibration_probes(outcomes: Iterable[Outcome], *, size: int, rate: float = 1.0) -> list[Probe]:
+def calibration_probes(
+    outcomes: Iterable[Outcome],
+    *,
+    size: int,
+    rate: float = 1.0,
+    rates: Mapping[str, float] | None = None,
+) -> list[Probe]:
     """Every probe for one shard: per sampled accepted item, its agreement probe (the
-    model's own accepted answer) and its known-wrong candidates."""
-    sampled = sample_for_calibration(outcomes, size=size, rate=rate)
-    by_family: dict[str, list[Outcome]] = defaultdict(list)
-    for o in sampled:
-        by_family[o.generation.item.family].append(o)
+    model's own accepted answer) and its known-wrong candidates. The peers whose
+    references become `other_reference` candidates are the shard's accepted items of the
+    family, sampled or not, in rank order: a sparse sample (a low rate) keeps them."""
+    outcomes = list(outcomes)
+    sampled = sample_for_calibration(outcomes, size=size, rate=rate, rates=rates)
+    peers = {f: [o for _, _, o in xs] for f, xs in _candidates(outcomes).items()}
     probes: list[Probe] = []
     for o in sampled:
         probes.append(_probe(o, "agreement", o.generation.answer or ""))
-        probes += known_wrong(o, by_family[o.generation.item.family])
+        probes += known_wrong(o, peers[o.generation.item.family])
     return probes
 
 
@@ -272,9 +353,11 @@ def calibration_record(
     model_kind: str | None = None,
     input_tokens: int | None = None,
     output_tokens: int | None = None,
+    reused: bool = False,
 ) -> CalibrationRecord:
     """What the judge said on a probe, read exactly as a real verdict (`read_verdict`),
-    with the call's token counts when its server returned them."""
+    with the call's token counts when its server returned them; `reused`: the reply came
+    from the verdict cache (rsieve.judgecache)."""
     parsed = read_verdict(raw_output, finish_reason or "stop", failure)
     return CalibrationRecord(
         probe=probe,
@@ -290,6 +373,7 @@ def calibration_record(
         failed=parsed.failed,
         input_tokens=input_tokens,
         output_tokens=output_tokens,
+        reused=reused,
     )
 
 
@@ -345,7 +429,8 @@ def summarise(
     false promotions by kind; beside them, never mixed in, `unsure` and `failed_by_probe`
     (`{agreement, known_wrong}`), `failed` (their total), `failure_causes` (cause -> count)
     and `probes` (all probes, `{agreement, known_wrong}`); `calibrated` (the false-promotion
-    rate has at least one CORRECT/WRONG verdict); the judge models and their kinds.
+    rate has at least one CORRECT/WRONG verdict); `reused` (the probes whose reply came
+    from the verdict cache); the judge models and their kinds.
     `size`: count only the run-wide `size` lowest-ranked items per family (the bottom-k
     sample; None counts every record). `bound`: also say per family whether its judge
     promotions are held back (uncalibrated, or upper bound above `bound`)."""
@@ -402,6 +487,8 @@ def summarise(
             "failed": sum(vs.count("FAILED") for vs in states.values()),
             "failed_by_probe": {side: vs.count("FAILED") for side, vs in states.items()},
             "failure_causes": dict(sorted(causes.items())),
+            # Probes whose reply came from the verdict cache (no call made this run).
+            "reused": sum(r.reused for r, _, _ in fam),
             "calibrated": false_promotion["n"] > 0,
             "models": sorted({r.model for r, _, _ in fam}),
             "model_kinds": dict(sorted(kinds.items())),
@@ -543,6 +630,17 @@ def render_calibration_markdown(
             )
     if causes:
         out += ["", "Causes of the failed calibration verdicts:", "", *causes]
+    reused = {f: s["reused"] for f, s in summary.items() if s.get("reused")}
+    if reused:
+        probes = sum(sum(s["probes"].values()) for s in summary.values())
+        out += [
+            "",
+            f"{sum(reused.values())} of these {probes} probes were judged before (the same "
+            "judge, template, budget and byte-identical prompt) and their replies reused from "
+            "the verdict cache, without a call: "
+            + ", ".join(f"{family} {n}" for family, n in reused.items())
+            + ".",
+        ]
     return "\n".join(out + [""])
 
 

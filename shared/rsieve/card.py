@@ -251,7 +251,35 @@ def _verdicts_md(report: dict[str, Any]) -> list[str]:
         "| family | judged | CORRECT | WRONG | UNSURE | failed | failure causes |",
         "|---|---|---|---|---|---|---|",
         *rows,
+        *_reused_md(report),
     ]
+
+
+def _reused_md(report: dict[str, Any]) -> list[str]:
+    """The verdicts (per family and for the run) and calibration probes whose reply was
+    reused from the verdict cache: nothing when none was."""
+    families = {
+        f: r.get("judge_reused", 0)
+        for f, r in report.get("families", {}).items()
+        if r.get("judge_reused")
+    }
+    reused = report.get("judge_reused") or {}
+    verdicts, probes = sum(families.values()), reused.get("calibration", 0)
+    if not verdicts and not probes:
+        return []
+    judged = sum(_verdicts(report).values())
+    text = (
+        f"Reused: {verdicts} of the {judged} verdicts"
+        + (
+            " (" + ", ".join(f"{_cell(f)} {n}" for f, n in families.items()) + ")"
+            if verdicts
+            else ""
+        )
+        + f" and {probes} calibration probes were judged before by the same judge (model, "
+        "weights, template, token budget) on the byte-identical prompt: their replies came "
+        "from the verdict cache, read as fresh ones, and no call was made for them."
+    )
+    return ["", text]
 
 
 def _tokens(usage: dict[str, Any]) -> str:
@@ -321,6 +349,15 @@ def _cost_md(report: dict[str, Any]) -> list[str]:
             f"| {_cell(fam)} | {_tokens(u['generator'])} | {_tokens(u['judge'])} | "
             f"{_tokens(u['judge']['calibration'])} |"
         )
+    judge_total = tokens["total"].get("judge") or {}
+    reused = judge_total.get("reused", 0) + (judge_total.get("calibration") or {}).get("reused", 0)
+    if reused:
+        out += [
+            "",
+            f"{reused:,} judge replies (verdicts and calibration probes) were reused from the "
+            "verdict cache: no call was made for them, and neither they nor their tokens "
+            "are counted above.",
+        ]
     if every["calls_without_usage"]:
         out += [
             "",

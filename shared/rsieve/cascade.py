@@ -7,7 +7,13 @@ import hashlib
 from collections.abc import Iterable
 from typing import Any
 
-from rsieve.judge import FAILURE_CAUSES, TEMPLATE_SHA256, build_judge_prompt, read_verdict
+from rsieve.judge import (
+    FAILURE_CAUSES,
+    TEMPLATE_SHA256,
+    build_judge_prompt,
+    guard,
+    read_verdict,
+)
 from rsieve.schemas import Generation, Outcome, Verdict
 from rsieve.verify import verify
 
@@ -96,14 +102,19 @@ def apply_verdict(
     model_kind: str | None = None,
     input_tokens: int | None = None,
     output_tokens: int | None = None,
+    reused: bool = False,
 ) -> Outcome:
-    """Only CORRECT promotes. WRONG: `wrong_answer`; UNSURE (the judge said so):
+    """Only CORRECT promotes, and never a candidate the guard flags (`judge_guarded`, the
+    verdict kept: rsieve.judge.guard). WRONG: `wrong_answer`; UNSURE (the judge said so):
     `judge_unsure`; FAILED (the call failed, or the output was empty, unparsable or cut
     off; the cause is recorded): `judge_failed`, never WRONG, never UNSURE. `model_kind`:
     what the judge model is (rsieve.schemas.MODEL_KINDS), None when undeclared; the token
-    counts: the call's, when its server returned them."""
+    counts: the call's, when its server returned them; `reused`: the reply is an earlier
+    call's, from the verdict cache (rsieve.judgecache), read exactly as a fresh one."""
     parsed = read_verdict(raw_output, finish_reason, failure)
     verdict, cause = parsed.verdict, parsed.cause
+    gen = outcome.generation
+    guarded = guard(gen.item.question, gen.item.references, gen.answer or "")
     record = Verdict(
         verdict=verdict,
         cause=cause,
@@ -115,12 +126,23 @@ def apply_verdict(
         raw_output=raw_output or "",
         input_tokens=input_tokens,
         output_tokens=output_tokens,
+        reused=reused,
+        guard=guarded,
     )
+    if verdict == "CORRECT" and guarded:
+        return outcome.model_copy(update={"verdict": record, "reason": "judge_guarded"})
     if verdict == "CORRECT":
         return outcome.model_copy(
             update={"verdict": record, "place": "accepted", "reason": None, "promoted_by": "judge"}
         )
     return outcome.model_copy(update={"verdict": record, "reason": REASON_OF[verdict]})
+
+
+def skip_judge(outcome: Outcome) -> Outcome:
+    """A rejection the judge is not asked about: its family's calibration already showed
+    the judge cannot clear the false-promotion bound (rsieve.calibration.hopeless_families;
+    the reason per family is stored with the shard's calibration)."""
+    return outcome.model_copy(update={"reason": "judge_skipped"})
 
 
 def _decision_view(o: Any) -> dict[str, Any]:

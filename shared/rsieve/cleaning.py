@@ -50,6 +50,7 @@ __all__ = [
     "assess_pool",
     "cleaning_report",
     "clean_item",
+    "family_items",
     "clean_line",
     "inspect_image",
     "upload_refusal",
@@ -506,6 +507,19 @@ def cleaning_report(
     if screen is not None:
         report["screen"] = dict(screen)
     return report
+
+
+def family_items(report: Mapping[str, Any]) -> dict[str, int]:
+    """Per family, the items a cleaning report (`cleaning_report`) admits past the
+    whole-pool decisions (its purity measurement's `kept`): the family sizes known when the
+    pool is planned, recorded in the run's shards.json for the judge's calibration rates
+    (rsieve.calibration.calibration_rates). An upper bound: the clean stage's checks of
+    each line (its image) may quarantine some of them yet."""
+    return {
+        family: int(fam["purity"]["kept"])
+        for family, fam in sorted((report.get("families") or {}).items())
+        if fam.get("purity") and fam["purity"].get("kept")
+    }
 
 
 def shard_inputs(

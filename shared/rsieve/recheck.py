@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rsieve.calibration import wilson
+from rsieve.judge import guard
 from rsieve.rows import canonical_reference, passed_text
 from rsieve.verify import PROTOCOLS, verify
 
@@ -138,6 +139,13 @@ def recheck_entries(
         judge = qa.get("judge") or {}
         if kind != "rejected" and qa.get("promoted_by") == "judge":
             result.hold_back_checked += 1
+            # A judge promotion whose candidate the guard flags should never have happened.
+            if guard(
+                qa.get("question") or "",
+                list(qa.get("references") or []),
+                qa.get("full_answer") or qa.get("answer") or "",
+            ):
+                result.differences.append(_differs("guard", qa, kind, family=family))
             if family in held or family not in (calibration or {}):
                 result.differences.append(_differs("hold_back", qa, kind, family=family, held=True))
         elif kind == "rejected" and qa.get("reason") == "judge_untrusted":

@@ -2,7 +2,8 @@
 proves it per family (in = accepted + rejected + quarantined).
 
 Beside the accounting, per family: the judge's verdicts (CORRECT / WRONG / UNSURE /
-FAILED, with the failure causes), the model outputs by reasoning form (`closed`, `absent`,
+FAILED, with the failure causes, and how many were reused from the verdict cache), the
+model outputs by reasoning form (`closed`, `absent`,
 `unclosed`) and the accepted items without reasoning; for the run: the thinking modes the
 prompts were rendered with, the models that answered and judged, with their kinds, and
 the tokens they used (`token_usage`)."""
@@ -59,6 +60,8 @@ def _family() -> dict[str, Any]:
         "quarantined_by_reason": Counter(),
         "judge_verdicts": dict.fromkeys(VERDICTS, 0),
         "judge_failure_causes": Counter(),
+        # Verdicts whose reply came from the verdict cache (rsieve.judgecache): no call.
+        "judge_reused": 0,
         "reasoning": dict.fromkeys(REASONING_FORMS, 0),
         "accepted_without_reasoning": 0,
     }
@@ -79,10 +82,18 @@ _USAGE = ("calls", "prompt_tokens", "completion_tokens", "calls_without_usage")
 
 def _usage(role: str) -> dict[str, Any]:
     usage: dict[str, Any] = dict.fromkeys(_USAGE, 0)
-    return usage | {"calibration": dict.fromkeys(_USAGE, 0)} if role == "judge" else usage
+    if role != "judge":
+        return usage
+    # A judge's `reused`: replies taken from the verdict cache, which made no call.
+    return usage | {"reused": 0, "calibration": dict.fromkeys(_USAGE, 0) | {"reused": 0}}
 
 
-def _count(usage: dict[str, Any], prompt: int | None, completion: int | None) -> None:
+def _count(
+    usage: dict[str, Any], prompt: int | None, completion: int | None, reused: bool = False
+) -> None:
+    if reused:  # no call made this run: counted apart, its tokens not at all
+        usage["reused"] = usage.get("reused", 0) + 1
+        return
     usage["calls"] += 1
     usage["prompt_tokens"] += prompt or 0
     usage["completion_tokens"] += completion or 0
@@ -97,37 +108,47 @@ def token_usage(
     generator call per outcome; one judge call per verdict; one per calibration record,
     counted apart (`calibration` inside every judge entry). A judge call that failed (no
     reply: cause `call_failed`) is not counted, nor is an item quarantined as
-    `model_error` (it has no outcome). A usage is `{calls, prompt_tokens,
-    completion_tokens, calls_without_usage}`: a call whose server returned no prompt or no
-    completion token count is counted in `calls_without_usage`, and the sums hold only the
-    counts returned (lower bounds when `calls_without_usage` is not 0).
+    `model_error` (it has no outcome). A verdict or calibration record whose reply was
+    reused from the verdict cache made no call: it is counted in the judge's `reused`
+    (and its calibration's), never in `calls` or the token sums, nor in `all`. A usage is
+    `{calls, prompt_tokens, completion_tokens, calls_without_usage}` (a judge's also
+    `reused`): a call whose server returned no prompt or no completion token count is
+    counted in `calls_without_usage`, and the sums hold only the counts returned (lower
+    bounds when `calls_without_usage` is not 0).
 
     `by_model`: `[{model, role, **usage}]` (judges with `calibration`), generators first;
     `by_family`: family -> `{generator: usage, judge: usage}`; `total`: the same per role,
     and `all`, every call of the run, calibration included."""
-    calls: list[tuple[str, str, str, bool, int | None, int | None]] = []
+    calls: list[tuple[str, str, str, bool, int | None, int | None, bool]] = []
     # Best-of-n: every sample's calls, not only the settled one's.
     sampled = [s for o in outcomes for s in (o, *(o.samples.others if o.samples else ()))]
     for o in sampled:
         g, v = o.generation, o.verdict
-        calls.append(("generator", g.model, g.item.family, False, g.input_tokens, g.output_tokens))
+        calls.append(
+            ("generator", g.model, g.item.family, False, g.input_tokens, g.output_tokens, False)
+        )
         if v is not None and verdict_state(v.verdict, v.cause)[1] != "call_failed":
-            calls.append(("judge", v.model, g.item.family, False, v.input_tokens, v.output_tokens))
+            calls.append(
+                ("judge", v.model, g.item.family, False, v.input_tokens, v.output_tokens, v.reused)
+            )
     for r in calibration:
         if record_state(r)[1] != "call_failed":
-            calls.append(("judge", r.model, r.probe.family, True, r.input_tokens, r.output_tokens))
+            calls.append(
+                ("judge", r.model, r.probe.family, True, r.input_tokens, r.output_tokens, r.reused)
+            )
     by_model: dict[tuple[int, str], dict[str, Any]] = {}
     by_family: dict[str, dict[str, dict[str, Any]]] = {}
     total: dict[str, dict[str, Any]] = {role: _usage(role) for role in TOKEN_ROLES}
     every = dict.fromkeys(_USAGE, 0)
-    for role, model, family, calibrating, prompt, completion in calls:
+    for role, model, family, calibrating, prompt, completion, reused in calls:
         entry = by_model.setdefault(
             (TOKEN_ROLES.index(role), model), {"model": model, "role": role} | _usage(role)
         )
         fam = by_family.setdefault(family, {r: _usage(r) for r in TOKEN_ROLES})
         for usage in (entry, fam[role], total[role]):
-            _count(usage["calibration"] if calibrating else usage, prompt, completion)
-        _count(every, prompt, completion)
+            _count(usage["calibration"] if calibrating else usage, prompt, completion, reused)
+        if not reused:
+            _count(every, prompt, completion)
     return {
         "by_model": [by_model[k] for k in sorted(by_model)],
         "by_family": dict(sorted(by_family.items())),
@@ -169,6 +190,7 @@ def report_part(outcomes: Sequence[Outcome], quarantined: Iterable[Quarantined])
             fam["judge_verdicts"][verdict] += 1
             if cause is not None:
                 fam["judge_failure_causes"][cause] += 1
+            fam["judge_reused"] += outcome.verdict.reused
             judges[(outcome.verdict.model, outcome.verdict.model_kind)] += 1
     for q in quarantined:
         fam = families[q.family or UNKNOWN_FAMILY]
@@ -265,6 +287,8 @@ def finish_report(
                 figures["pass_histogram"].items(), key=lambda kv: tuple(map(int, kv[0].split("/")))
             )
         )
+    summed_tokens = tokens_summed(tokens)
+    judge_tokens = summed_tokens["total"]["judge"]
     placed = sum(placed_lines.values())
     duplicate_ids = sorted(i for i, n in ids.items() if n > 1)
     lines_twice = sorted(ln for ln, n in placed_lines.items() if n > 1)
@@ -282,7 +306,13 @@ def finish_report(
             "generators": _models(generators, "outputs"),
             "judges": _models(judges, "verdicts"),
         },
-        "tokens": tokens_summed(tokens),
+        "tokens": summed_tokens,
+        # Judge replies taken from the verdict cache (no call made by this run): the
+        # verdicts of the families, and the calibration probes (every shard's).
+        "judge_reused": {
+            "verdicts": sum(f.get("judge_reused", 0) for f in families.values()),
+            "calibration": judge_tokens.get("calibration", {}).get("reused", 0),
+        },
         # Best-of-n runs only: per family, pass rates and the yield at n against 1.
         **({"sampling": dict(sorted(sampling.items()))} if sampling else {}),
         "duplicate_ids": duplicate_ids,

@@ -166,9 +166,10 @@ def _qa(outcome: Outcome, kind: str) -> dict[str, Any]:
         decision = outcome.decision.model_dump(exclude={"constants"}) | {
             "constants": json.dumps(outcome.decision.constants, sort_keys=True)
         }
-    # The verdict's token counts are the run report's (cost), not the row's.
+    # The verdict's token counts, and whether its reply was reused from the verdict cache,
+    # are the run report's (cost), not the row's.
     judge = (
-        outcome.verdict.model_dump(exclude={"prompt", "input_tokens", "output_tokens"})
+        outcome.verdict.model_dump(exclude={"prompt", "input_tokens", "output_tokens", "reused"})
         if outcome.verdict
         else None
     )

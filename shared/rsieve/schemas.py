@@ -103,6 +103,11 @@ REJECT_REASONS: dict[str, str] = {
     "answered right and some not (a lucky guess is not training data)",
     "judge_untrusted": "the judge said CORRECT, but its measured false-promotion rate for "
     "the family exceeds the bound, so its promotions are held back",
+    "judge_guarded": "the judge said CORRECT, but the candidate speaks to its grader (a "
+    "verdict word, grading, the reference, an order, a role tag or a control token), "
+    "which a judge is never trusted on",
+    "judge_skipped": "the verifier rejected the answer and the judge was not asked: its "
+    "calibration on this family already showed it cannot clear the false-promotion bound",
 }
 
 Stage = Literal["ingest", "clean", "generate", "verify", "judge", "compact"]
@@ -228,6 +233,14 @@ class Verdict(_Model):
     # in the dataset rows (rsieve.rows.FEATURES).
     input_tokens: int | None = None
     output_tokens: int | None = None
+    # The reply came from the verdict cache (rsieve.judgecache): an earlier call on the
+    # byte-identical prompt by the same judge, applied as a fresh reply would be; no call
+    # was made, so the run's token usage does not count it (its token counts are the
+    # original call's). False for records stored before the cache existed.
+    reused: bool = False
+    # Why the candidate may not be promoted by a judge whatever it says (rsieve.judge.guard:
+    # it speaks to its grader); None when it may. A guarded CORRECT is `judge_guarded`.
+    guard: str | None = None
 
 
 class Outcome(_Model):

@@ -72,6 +72,11 @@ class Settings(BaseSettings):
     # `judge-abstain` (a stand-in that answers UNSURE to everything) is for tests that need
     # a judge that never promotes.
     judge_model: str = "judge-smollm2"
+    # The judge weights' identity: the sha256 of its checkpoint (empty: undeclared, the
+    # model is known by its name alone). With the name, the prompt template and the budget
+    # it addresses the verdict cache (rsieve.judgecache, docs/judge.md): set it whenever
+    # the weights served under a name can change, or a reply of the old weights is reused.
+    judge_weights_sha256: str = Field("", pattern=r"^([0-9a-f]{64})?$")
     # Items in flight at Triton per call (the judge) or per generator worker when its engine
     # declares no capacity (engine_capacity, below).
     max_inflight: int = Field(32, ge=1, description="items in flight at Triton per worker")
@@ -353,6 +358,7 @@ DECIDING = frozenset(
         # The models, how they are asked and what they may answer.
         "generator_model",
         "judge_model",
+        "judge_weights_sha256",
         "model_interface",
         "judge_interface",
         "openai_extra_body",
@@ -413,6 +419,7 @@ SAMPLING = (
 SINCE_FIRST_IDS = frozenset(
     {
         "judge_interface",
+        "judge_weights_sha256",
         "openai_extra_body",
         "generator_kind",
         "judge_kind",

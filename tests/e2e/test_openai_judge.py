@@ -14,6 +14,8 @@ from typing import Any
 import datasets
 import pytest
 
+from rsieve.adapters.storage import S3Store
+from rsieve.judgecache import CACHE_PREFIX
 from rsieve.schemas import ShardOutput
 from rsieve_cli.client import upload, wait_for_run
 from rsieve_cli.local.checkpoints import smollm2_checkpoint
@@ -52,8 +54,6 @@ def stack(start_stack: Any, server: Server) -> Stack:
 
 
 def _judge_outputs(stack: Stack, run: str) -> list[ShardOutput]:
-    from rsieve.adapters.storage import S3Store
-
     store = S3Store(stack_settings(stack))
     return [ShardOutput.model_validate_json(store.get(k)) for k in store.list(f"runs/{run}/judge/")]
 
@@ -110,6 +110,10 @@ def test_the_example_pool_is_judged_over_the_openai_interface(
 
 def test_the_server_killed_mid_run_loses_nothing(stack: Stack, server: Server) -> None:
     settings = stack_settings(stack)
+    # The pool was judged before: without the verdict cache this run calls the server again.
+    store = S3Store(settings)
+    for key in list(store.list(CACHE_PREFIX)):
+        store.delete(key)
     start = server.completions()
     run = upload(settings, POOL, "ex-killed")
     deadline = time.monotonic() + 300

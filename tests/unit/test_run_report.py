@@ -90,6 +90,7 @@ def test_consistent_run_adds_up() -> None:
         "adds_up": True,
         "judge_verdicts": {"CORRECT": 0, "WRONG": 0, "UNSURE": 0, "FAILED": 0},
         "judge_failure_causes": {},
+        "judge_reused": 0,
         "reasoning": {"closed": 1, "absent": 0, "unclosed": 0},
         "accepted_without_reasoning": 0,
     }

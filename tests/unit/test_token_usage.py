@@ -44,8 +44,12 @@ def _usage(calls: int, prompt: int, completion: int, without: int = 0) -> dict[s
     }
 
 
-def _judge(calls: dict[str, int], calibration: dict[str, int]) -> dict[str, Any]:
-    return calls | {"calibration": calibration}
+def _judge(
+    calls: dict[str, int], calibration: dict[str, int], reused: int = 0, reused_probes: int = 0
+) -> dict[str, Any]:
+    """A judge's usage: its calls and the replies reused from the verdict cache (no call),
+    with its calibration's the same way."""
+    return calls | {"reused": reused, "calibration": calibration | {"reused": reused_probes}}
 
 
 NONE = _usage(0, 0, 0)

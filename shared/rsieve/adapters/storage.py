@@ -9,6 +9,7 @@ Keys (deterministic, so a redelivered message rewrites the same object):
     runs/<run>/calibration/<shard>.json   the judge's calibration probes for a shard
     runs/<run>/reviews/<sha256(id)>.json  a person's review of a judge promotion
     runs/<run>/cleaning.json           whole-pool cleaning measurements (purity, duplicates)
+    judge-cache/<sha256>.json          a judge reply, by what decided it (rsieve.judgecache)
     index/runs/<run>.json              written at submission, so runs list cheaply
     datasets/<dataset>/...             the published dataset; manifest.json written last,
                                        each commit's card and report under commits/<run>/

@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     params.cache_ram_mib = args.cache_ram_mib
     params.use_jinja = True  # the GGUF's own chat template, rendered by llama.cpp
     params.warmup = False
+    # Prometheus counters at /metrics (tokens read and generated, requests): how a test or
+    # an operator sees that a run called the judge, or did not.
+    params.endpoint_metrics = True
     key = os.environ.get(API_KEY_ENV, "")
     if key:
         params.api_keys = [key]

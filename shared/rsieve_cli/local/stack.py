@@ -28,6 +28,7 @@ from rsieve_cli.local.checkpoints import (
 
 __all__ = [
     "JUDGE_CHECKPOINT_ENV",
+    "LLAMA_JUDGES",
     "QWEN_JUDGE_MODEL",
     "REPO_ROOT",
     "SERVICES",
