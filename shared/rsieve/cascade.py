@@ -114,7 +114,7 @@ def apply_verdict(
     parsed = read_verdict(raw_output, finish_reason, failure)
     verdict, cause = parsed.verdict, parsed.cause
     gen = outcome.generation
-    guarded = guard(gen.item.question, gen.item.references, gen.answer or "")
+    guarded = guard(gen.item.question, gen.item.references, gen.answer or "", gen.item.protocol)
     record = Verdict(
         verdict=verdict,
         cause=cause,

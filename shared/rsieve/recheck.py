@@ -144,6 +144,7 @@ def recheck_entries(
                 qa.get("question") or "",
                 list(qa.get("references") or []),
                 qa.get("full_answer") or qa.get("answer") or "",
+                (qa.get("verification") or {}).get("protocol"),
             ):
                 result.differences.append(_differs("guard", qa, kind, family=family))
             if family in held or family not in (calibration or {}):

@@ -104,7 +104,8 @@ REJECT_REASONS: dict[str, str] = {
     "judge_untrusted": "the judge said CORRECT, but its measured false-promotion rate for "
     "the family exceeds the bound, so its promotions are held back",
     "judge_guarded": "the judge said CORRECT, but the candidate speaks to its grader (a "
-    "verdict word, grading, the reference, an order, a role tag or a control token), "
+    "verdict word, grading, the reference, an order, a role tag or a control token) or "
+    "holds none of the references' word, number or option where those can be looked for, "
     "which a judge is never trusted on",
     "judge_skipped": "the verifier rejected the answer and the judge was not asked: its "
     "calibration on this family already showed it cannot clear the false-promotion bound",

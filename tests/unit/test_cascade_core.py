@@ -20,7 +20,7 @@ from tests.unit._records import make_generation, make_item
 
 
 def _pending() -> Outcome:
-    out = verify_generation(make_generation(make_item(references=["COFFEE"]), "TOFFEE"))
+    out = verify_generation(make_generation(make_item(references=["COFFEE"]), "It reads COFFEE."))
     assert needs_judge(out)
     return out
 
@@ -99,7 +99,9 @@ def test_rejected_by_protocol_is_pending_judge() -> None:
 def test_judge_prompt_uses_stored_question_references_and_answer() -> None:
     out = _pending()
     item = out.generation.item
-    assert judge_prompt(out) == build_judge_prompt(item.question, item.references, "TOFFEE")
+    assert judge_prompt(out) == build_judge_prompt(
+        item.question, item.references, "It reads COFFEE."
+    )
 
 
 def test_correct_promotes_by_judge() -> None:

@@ -188,7 +188,7 @@ def test_no_correct_or_wrong_verdict_is_na_and_held_back(raws: list[str | None])
     assert row.endswith(" yes |")
     # The family's judge promotions are held back, as with no calibration at all.
     promoted = judged(
-        make_item("p", family="SynthWords", references=["COLOUR"]), "COLOR", "CORRECT"
+        make_item("p", family="SynthWords", references=["COLOUR"]), "it reads COLOUR", "CORRECT"
     )
     assert untrusted_families(summary, 0.05) == {"SynthWords"}
     held = hold_back([promoted], summary, 0.05)[0]
@@ -237,8 +237,8 @@ def test_hold_back_demotes_judge_promotions_of_untrusted_families() -> None:
     amounts = make_item("a", line=2, family="SynthAmounts", references=["11850"])
     other = make_item("o", line=3, family="SynthOther", references=["TREE"])
     outs = [
-        judged(words, "COLOR", "CORRECT"),
-        judged(amounts, "11.85O", "CORRECT"),
+        judged(words, "it reads COLOUR", "CORRECT"),
+        judged(amounts, "11,850 pesos", "CORRECT"),
         judged(other, "BUSH", "WRONG"),
         accepted(make_item("v", line=4)),
     ]
@@ -259,7 +259,7 @@ def test_hold_back_demotes_judge_promotions_of_untrusted_families() -> None:
     assert (listing[1]["question"], listing[1]["reference"], listing[1]["candidate"]) == (
         words.question,
         "COLOUR",
-        "COLOR",
+        "it reads COLOUR",
     )
 
 

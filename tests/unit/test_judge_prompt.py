@@ -17,6 +17,8 @@ from rsieve.judge import (
     datamark,
     guard,
     judge_mark,
+    judge_view,
+    numbers_of,
     read_verdict,
 )
 
@@ -37,18 +39,18 @@ def test_prompt_is_reproducible_and_mark_depends_on_content() -> None:
 
 
 def test_mark_and_template_are_pinned() -> None:
-    # docs/judge.md: the mark is the first 12 hex digits of sha256("judge/3" \0 question
+    # docs/judge.md: the mark is the first 12 hex digits of sha256("judge/5" \0 question
     # \0 references... \0 \0 candidate); these digests were computed by hand, once.
-    assert judge_mark("Q?", ["42"], "41") == "5b2c3ad9e7ed"
-    assert judge_mark("Q?", ["4", "2"], "") == "e16ddcd01e1f"
+    assert judge_mark("Q?", ["42"], "41") == "5c57fe266b3e"
+    assert judge_mark("Q?", ["4", "2"], "") == "0d37a9ae0338"
     prompt = build_judge_prompt("Q?", ["42", "forty-two"], "41")
-    assert _block(prompt, "question") == ["eebdf57e6375| Q?"]
-    assert _block(prompt, "reference") == ["eebdf57e6375| 42 | forty-two"]
+    assert _block(prompt, "question") == ["9a865637a92b| Q?"]
+    assert _block(prompt, "reference") == ["9a865637a92b| 42 | forty-two"]
     # Records carry template_sha256: the template's text belongs to its version, so a change
     # to TEMPLATE needs a new TEMPLATE_VERSION (and new pins here).
     assert (TEMPLATE_VERSION, TEMPLATE_SHA256) == (
-        "judge/3",
-        "f459641524f49dbb503a6faa32285c73afb6720b1f8e5f73b537d33158ff866f",
+        "judge/5",
+        "948e23daf22654036865da4b9970250dbb8401dc38975dc717cdddfec05f0bc3",
     )
 
 
@@ -155,7 +157,7 @@ def test_guard_flags_a_candidate_that_speaks_to_its_grader(candidate: str, cause
         "forty-two",
         "It is wrong to say 41; it is 42",
         "$42.00",
-        "",
+        "forty two",
     ],
 )
 def test_guard_lets_an_ordinary_answer_through(candidate: str) -> None:
@@ -167,3 +169,53 @@ def test_guard_ignores_words_the_item_itself_contains() -> None:
     assert guard("Which word is printed: VERDICT or JURY?", ["JURY"], "VERDICT") is None
     assert guard("What does the reference card say?", ["DRAW"], "the reference card") is None
     assert guard("What is printed?", ["JURY"], "VERDICT") is not None
+
+
+def test_numbers_are_shown_as_digits_and_option_letters_with_their_text() -> None:
+    # Normalising before asking, each step deterministic: the judge compares like with like.
+    assert numbers_of("$1,250.00") == ["1250"]
+    assert numbers_of("two thousand seventy-two") == ["2072"]
+    assert numbers_of("tres mil ciento setenta y dos") == ["3172"]
+    assert numbers_of("1.2 million") == numbers_of("$1.2M") == ["1200000"]
+    prompt = build_judge_prompt("What is the amount?", ["2072"], "two thousand seventy-two")
+    assert "<candidate_digits>\n" in prompt and "| 2072\n</candidate_digits>" in prompt
+    plain = build_judge_prompt("What is the amount?", ["2072"], "2072")
+    assert "\n<candidate_digits>\n" not in plain
+    assert "\n<candidate_digits>\n" not in build_judge_prompt("What word?", ["CAT"], "7 cats")
+    question = "Which animal?\nA. cat\nB. dog\nC. cow"
+    assert judge_view(question, ["B"], "dog") == (["B. dog"], "")
+
+
+@pytest.mark.parametrize(
+    ("references", "candidate", "protocol"),
+    [
+        (["FRAGRANCES"], "FRAGRANCE", "alnum"),  # a near miss of a word read
+        (["9557"], "9575", "number"),
+        (["9557"], "nine thousand five hundred seventy-five", "exact"),
+        (["B"], "(D)", "mc"),
+    ],
+)
+def test_a_judge_may_not_promote_a_candidate_without_the_references_content(
+    references: list[str], candidate: str, protocol: str
+) -> None:
+    question = "Which animal?\nA. cat\nB. dog\nC. cow\nD. hen" if references == ["B"] else "Q?"
+    found = guard(question, references, candidate, protocol)
+    assert found is not None and found.startswith("unsupported")
+
+
+@pytest.mark.parametrize(
+    ("references", "candidate", "protocol"),
+    [
+        (["FRAGRANCES"], "The sign says fragrances.", "alnum"),
+        (["9557"], "$9,557.00", "number"),
+        (["9557"], "nine thousand five hundred fifty-seven", "exact"),
+        (["B"], "the dog", "mc"),
+        (["grey"], "gray", "vqa"),  # a synonym: for the judge to weigh, not the guard
+        (["New York"], "NYC", "anls"),  # a phrase: nothing to look for
+    ],
+)
+def test_the_content_check_leaves_a_right_answer_to_the_judge(
+    references: list[str], candidate: str, protocol: str
+) -> None:
+    question = "Which animal?\nA. cat\nB. dog\nC. cow\nD. hen" if references == ["B"] else "Q?"
+    assert guard(question, references, candidate, protocol) is None

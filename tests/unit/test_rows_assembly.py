@@ -69,12 +69,12 @@ def test_accepted_goes_to_think_and_nothink() -> None:
 
 
 def test_judge_promoted_row_carries_the_verdict() -> None:
-    out = judged(make_item(references=["COFFEE"]), "the word COFFE", "CORRECT")
+    out = judged(make_item(references=["COFFEE"]), "the word COFFEE", "CORRECT")
     splits = assemble_rows([out])
     assert set(splits) == {"SynthWords_RS_think", "SynthWords_RS_nothink"}
     qa = _only_qa(splits["SynthWords_RS_think"])
     assert qa["promoted_by"] == "judge"
-    assert qa["answer"] == "the word COFFE"
+    assert qa["answer"] == "the word COFFEE"
     assert qa["verification"]["accepted"] is False
     assert qa["judge"]["verdict"] == "CORRECT"
     assert qa["judge"]["model"] == "test-judge"
@@ -175,9 +175,9 @@ def test_an_answer_that_passed_on_its_first_line_is_that_line() -> None:
 
 def test_a_judge_promotion_keeps_the_whole_answer() -> None:
     item = make_item(family="SynthWords", references=["COFFEE"])
-    out = judged(item, "the word COFFE", "CORRECT")
+    out = judged(item, "the word COFFEE", "CORRECT")
     qa = _only_qa(assemble_rows([out])["SynthWords_RS_nothink"])
-    assert qa["answer"] == qa["full_answer"] == "the word COFFE"
+    assert qa["answer"] == qa["full_answer"] == "the word COFFEE"
 
 
 def test_mc_options_travel_with_the_row() -> None:
@@ -250,7 +250,7 @@ def test_rows_conform_to_features() -> None:
     shared = "shared-image"
     outcomes = [
         accepted(make_item("a", line=1, image=shared)),
-        judged(make_item("b", line=2, image=shared, references=["TEA"]), "COFFEE", "CORRECT"),
+        judged(make_item("b", line=2, image=shared, references=["TEA"]), "the word TEA", "CORRECT"),
         judged(make_item("c", line=3, references=["TEA"]), "COFFEE", "WRONG"),
         judged(make_item("d", line=4, references=["TEA"]), "COFFEE", None),
         failed(make_item("e", line=5), "<think>cut"),

@@ -31,7 +31,7 @@ def _q(
 def _consistent() -> tuple[list[Outcome], list[Quarantined]]:
     outcomes = [
         accepted(make_item("a", line=1)),
-        judged(make_item("b", line=2, references=["TEA"]), "COFFEE", "CORRECT"),
+        judged(make_item("b", line=2, references=["TEA"]), "the word TEA", "CORRECT"),
         judged(make_item("c", line=3, references=["TEA"]), "COFFEE", "WRONG"),
         judged(make_item("d", line=4, references=["TEA"]), "COFFEE", None),
         failed(make_item("e", line=5), "<think>cut"),
@@ -226,7 +226,7 @@ def test_judge_verdicts_per_family_with_failure_causes() -> None:
     outcomes = []
     for i, (family, raw, finish) in enumerate(raws):
         pending = verify_generation(
-            make_generation(make_item(f"j{i}", line=i + 1, family=family, **ref), "COFFEE")
+            make_generation(make_item(f"j{i}", line=i + 1, family=family, **ref), "the word TEA")
         )  # type: ignore[arg-type]
         outcomes.append(
             apply_verdict(
@@ -300,7 +300,8 @@ def test_reasoning_counts_and_accepted_without_reasoning() -> None:
     plain = _gen_kind(accepted(make_item("b", line=2)), reasoning=None, raw_output="COFFEE")
     empty = _gen_kind(accepted(make_item("c", line=3)), reasoning="")
     promoted = _gen_kind(
-        judged(make_item("d", line=4, references=["TEA"]), "COFFEE", "CORRECT"), reasoning=None
+        judged(make_item("d", line=4, references=["TEA"]), "the word TEA", "CORRECT"),
+        reasoning=None,
     )
     cut = failed(make_item("e", line=5), "<think>cut")
     wrong = _gen_kind(

@@ -76,9 +76,11 @@ def run_task(context: Context, name: str, **kwargs: Any) -> None:
 
 def _answer(reference: str, line: int) -> str:
     """The reference on even lines (every fourth with an explanation on a second line, which
-    the verifier passes on the first line alone), "nothing" on odd ones."""
+    the verifier passes on the first line alone), "nothing" on odd ones, but for COFFEE (the
+    table judge's CORRECT): a sentence holding it, which the verifier rejects and a judge
+    may promote."""
     if line % 2:
-        return "nothing"
+        return "the word COFFEE, I think" if reference == "COFFEE" else "nothing"
     return f"{reference}\nThat is what the image shows." if line % 4 == 0 else reference
 
 

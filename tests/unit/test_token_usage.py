@@ -65,7 +65,10 @@ def _run() -> tuple[list[Outcome], list[CalibrationRecord]]:
         judged(make_item("s2", line=2, references=["TEA"]), "COFFEE", "WRONG"), "vlm-a", 200, 20
     )
     synth_promoted = _tokens(
-        judged(make_item("s3", line=3, references=["TEA"]), "COFFEE", "CORRECT"), "vlm-b", None, 5
+        judged(make_item("s3", line=3, references=["TEA"]), "the word TEA", "CORRECT"),
+        "vlm-b",
+        None,
+        5,
     )
     doc_failed = _tokens(
         judged(
@@ -217,7 +220,7 @@ def test_card_says_nothing_of_missing_usage_when_every_call_reported_it() -> Non
 
 def test_verdict_tokens_stay_out_of_the_rows() -> None:
     out = _judge_tokens(
-        judged(make_item(references=["COFFEE"]), "the word COFFE", "CORRECT"), 50, 3
+        judged(make_item(references=["COFFEE"]), "the word COFFEE", "CORRECT"), 50, 3
     )
-    bare = judged(make_item(references=["COFFEE"]), "the word COFFE", "CORRECT")
+    bare = judged(make_item(references=["COFFEE"]), "the word COFFEE", "CORRECT")
     assert assemble_rows([out]) == assemble_rows([bare])
