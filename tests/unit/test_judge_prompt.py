@@ -39,18 +39,18 @@ def test_prompt_is_reproducible_and_mark_depends_on_content() -> None:
 
 
 def test_mark_and_template_are_pinned() -> None:
-    # docs/judge.md: the mark is the first 12 hex digits of sha256("judge/5" \0 question
+    # docs/judge.md: the mark is the first 12 hex digits of sha256("judge/6" \0 question
     # \0 references... \0 \0 candidate); these digests were computed by hand, once.
-    assert judge_mark("Q?", ["42"], "41") == "5c57fe266b3e"
-    assert judge_mark("Q?", ["4", "2"], "") == "0d37a9ae0338"
+    assert judge_mark("Q?", ["42"], "41") == "538ff3a5c1b5"
+    assert judge_mark("Q?", ["4", "2"], "") == "8a98d0f03e03"
     prompt = build_judge_prompt("Q?", ["42", "forty-two"], "41")
-    assert _block(prompt, "question") == ["9a865637a92b| Q?"]
-    assert _block(prompt, "reference") == ["9a865637a92b| 42 | forty-two"]
+    assert _block(prompt, "question") == ["a7850ff503f4| Q?"]
+    assert _block(prompt, "reference") == ["a7850ff503f4| 42 | forty-two"]
     # Records carry template_sha256: the template's text belongs to its version, so a change
     # to TEMPLATE needs a new TEMPLATE_VERSION (and new pins here).
     assert (TEMPLATE_VERSION, TEMPLATE_SHA256) == (
-        "judge/5",
-        "948e23daf22654036865da4b9970250dbb8401dc38975dc717cdddfec05f0bc3",
+        "judge/6",
+        "d8a98473e93154e055447f22d4c86d6d29ca0ea0de949fae734c3be7d10717c5",
     )
 
 
@@ -178,12 +178,16 @@ def test_numbers_are_shown_as_digits_and_option_letters_with_their_text() -> Non
     assert numbers_of("tres mil ciento setenta y dos") == ["3172"]
     assert numbers_of("1.2 million") == numbers_of("$1.2M") == ["1200000"]
     prompt = build_judge_prompt("What is the amount?", ["2072"], "two thousand seventy-two")
-    assert "<candidate_digits>\n" in prompt and "| 2072\n</candidate_digits>" in prompt
+    assert "<candidate>\n" in prompt and "| 2072\n</candidate>" in prompt
+    assert "| two thousand seventy-two\n</candidate_as_written>" in prompt
     plain = build_judge_prompt("What is the amount?", ["2072"], "2072")
-    assert "\n<candidate_digits>\n" not in plain
-    assert "\n<candidate_digits>\n" not in build_judge_prompt("What word?", ["CAT"], "7 cats")
+    assert "\n<candidate_as_written>\n" not in plain
+    # Not an amount (a sentence, a unit the program does not know), or not a number asked.
+    assert judge_view("Q?", ["3.5"], "$3.50 per kg")[1:] == ("$3.50 per kg", "")
+    assert judge_view("Q?", ["3815"], "The amount is 3815.")[1:] == ("The amount is 3815.", "")
+    assert judge_view("What word?", ["CAT"], "two")[1:] == ("two", "")
     question = "Which animal?\nA. cat\nB. dog\nC. cow"
-    assert judge_view(question, ["B"], "dog") == (["B. dog"], "")
+    assert judge_view(question, ["B"], "dog") == (["B. dog"], "dog", "")
 
 
 @pytest.mark.parametrize(
