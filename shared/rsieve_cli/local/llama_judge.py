@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     # The prompt cache kept in RAM beside the slots (llama.cpp's --cache-ram): bounded.
     parser.add_argument("--cache-ram-mib", type=int, default=256)
+    # Read the judge template's shared part into every slot once the model is loaded, while
+    # the rest of the stack starts, so the first verdicts pay only for their own data.
+    parser.add_argument("--no-warm", dest="warm", action="store_false")
     args = parser.parse_args(argv)
 
     import xllamacpp as xlc
@@ -74,9 +77,48 @@ def main(argv: list[str] | None = None) -> int:
         f"({args.parallel} slots, loaded in {time.monotonic() - started:.1f} s)",
         flush=True,
     )
+    if args.warm:
+        threading.Thread(
+            target=_warm,
+            args=(server.listening_address, args.alias, key, args.parallel),
+            daemon=True,
+        ).start()
     stop.wait()
     del server
     return 0
+
+
+def _warm(address: str, alias: str, key: str, slots: int) -> None:
+    """One request per slot holding the judge template's shared part (the prompt of an
+    empty item), answered with one token: the slots' prompt caches then hold it."""
+    import json
+    import urllib.request
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rsieve.judge import build_judge_prompt
+
+    body = json.dumps(
+        {
+            "model": alias,
+            "messages": [{"role": "user", "content": build_judge_prompt("", [""], "")}],
+            "max_tokens": 1,
+            "temperature": 0,
+        }
+    ).encode()
+    headers = {"Content-Type": "application/json"} | (
+        {"Authorization": f"Bearer {key}"} if key else {}
+    )
+
+    def one(_: int) -> None:
+        request = urllib.request.Request(f"{address}/v1/chat/completions", body, headers)
+        try:
+            urllib.request.urlopen(request, timeout=300).read()
+        except OSError as exc:  # a warm-up that fails costs time later, nothing else
+            print(f"llama_judge: warm-up failed: {exc}", flush=True)
+
+    with ThreadPoolExecutor(slots) as pool:
+        list(pool.map(one, range(slots)))
+    print("llama_judge: the judge template's shared part is cached in every slot", flush=True)
 
 
 if __name__ == "__main__":

@@ -66,11 +66,14 @@ QWEN_JUDGE_MODEL = "judge-qwen2.5-coder-1.5b"
 # A verdict is one word; the budget leaves room for a short phrase before it.
 QWEN_MAX_NEW_TOKENS = 32
 # Accepted items probed per family to calibrate it on the local stack: each item costs
-# about five probes of about a second of two CPU cores, and the example pool is for seeing
-# the pipeline whole in under a minute. A calibration this small cannot clear the
+# about five probes of two to three seconds of two CPU cores, and the example pool is for
+# seeing the pipeline whole in about a minute. A calibration this small cannot clear the
 # false-promotion bound, so the example's judge promotions are held back and the card says
 # so; a real pool names its own size (RSIEVE_JUDGE_CALIBRATION_SIZE; docs/judge.md).
-QWEN_CALIBRATION_SIZE = 2
+QWEN_CALIBRATION_SIZE = 1
+# Verdicts in flight on the local judge server: on two cores two slots read as fast as
+# four, and each slot reads the template's shared part once (docs/models.md).
+QWEN_PARALLEL = 2
 # Judges served by llama.cpp: model id -> the GGUF file (prepared at install).
 LLAMA_JUDGES = {QWEN_JUDGE_MODEL: qwen_judge_gguf}
 # The CPU judges, the preferred first: the stack's services use the first it serves unless a
@@ -299,6 +302,7 @@ class Stack:
                 port=c.judge_port,
                 api_key=c.judge_key,
                 log=self.logs / "judge-server.log",
+                parallel=QWEN_PARALLEL,
             )
             self._record("judge-server", judge_proc)
         if self.pid("triton") is None:
