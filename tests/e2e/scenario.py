@@ -149,7 +149,7 @@ def build(folder: Path) -> Scenario:
         "blur.png",
         blur,
         answer="colour",
-        output="<think>British spelling?</think>color",
+        output="<think>the word on the sign</think>It reads colour.",
         judge="CORRECT",
         expect=("accepted", "judge"),
     )
