@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -20,8 +20,12 @@ POOL = REPO_ROOT / "examples" / "pool"
 
 
 @pytest.fixture(scope="module")
-def stack(start_stack: Callable[..., Stack]) -> Stack:
-    return start_stack(["rapidocr", QWEN_JUDGE_MODEL])  # type: ignore[no-any-return]
+def stack(start_stack: Callable[..., Stack]) -> Iterator[Stack]:
+    started: Stack = start_stack(["rapidocr", QWEN_JUDGE_MODEL])
+    yield started
+    # Stopped with the module, not at the session's end: its judge server holds a 1.1 GB
+    # model, and the suite's stacks add up in memory.
+    started.down()
 
 
 def _prompt_tokens_read(stack: Stack) -> float:

@@ -6,6 +6,7 @@ count its inferences, and its report and card count every verdict and probe as r
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,13 @@ JUDGE = "obedient-judge"
 
 
 @pytest.fixture(scope="module")
-def stack(start_stack: Any) -> Stack:
-    return start_stack(  # type: ignore[no-any-return]
+def stack(start_stack: Any) -> Iterator[Stack]:
+    started: Stack = start_stack(
         ["rapidocr", JUDGE],
         settings_env={"RSIEVE_JUDGE_MODEL": JUDGE, "RSIEVE_SHARD_SIZE": "6"},
     )
+    yield started
+    started.down()  # not kept to the session's end: the suite's stacks add up in memory
 
 
 def _inferences(stack: Stack) -> int:
