@@ -169,6 +169,7 @@ class StackConfig:
         RSIEVE_JUDGE_MAX_NEW_TOKENS (a verdict's budget: every token is CPU time, and a
         batch decodes until its longest answer ends)."""
         out: dict[str, str] = {}
+        defaults: dict[str, str] = {}
         judge = self.judge()
         if judge:
             out["RSIEVE_JUDGE_MODEL"] = judge
@@ -188,26 +189,20 @@ class StackConfig:
                 "RSIEVE_JUDGE_MAX_NEW_TOKENS": str(QWEN_MAX_NEW_TOKENS),
                 "RSIEVE_JUDGE_CALIBRATION_SIZE": str(QWEN_CALIBRATION_SIZE),
             }
-            out.update(
-                {
-                    k: v
-                    for k, v in defaults.items()
-                    if k not in self.settings_env and k not in os.environ
-                }
-            )
-        if (judge or named) == SMOLLM2_MODEL and SMOLLM2_MODEL in self.models:
+        elif (judge or named) == SMOLLM2_MODEL and SMOLLM2_MODEL in self.models:
             defaults = {
                 "RSIEVE_JUDGE_TOKENIZER": str(self.judge_checkpoint()),
                 "RSIEVE_JUDGE_MAX_NEW_TOKENS": str(SMOLLM2_MAX_NEW_TOKENS),
                 "RSIEVE_JUDGE_CALIBRATION_SIZE": str(SMOLLM2_CALIBRATION_SIZE),
             }
-            out.update(
-                {
-                    k: v
-                    for k, v in defaults.items()
-                    if k not in self.settings_env and k not in os.environ
-                }
-            )
+        # What serving the judge well needs, unless named in settings_env or the environment.
+        out.update(
+            {
+                k: v
+                for k, v in defaults.items()
+                if k not in self.settings_env and k not in os.environ
+            }
+        )
         return out
 
     def env(self) -> dict[str, str]:
