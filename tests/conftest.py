@@ -48,13 +48,17 @@ def stack_settings(stack: Stack) -> Settings:
     return Settings.from_env_map(stack.config.env())
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def start_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Stack]]:
     """start_stack(models, settings_env, triton_env) -> a running Stack on free ports.
 
     Triton loads only ``models``; the generator and the judge the services are set to use
     must be among them (name them in ``settings_env``; without RSIEVE_JUDGE_MODEL the stack
-    picks the CPU judge it serves, judge-smollm2 or judge-abstain)."""
+    picks the CPU judge it serves, judge-smollm2 or judge-abstain).
+
+    Module-scoped: a module's stacks stop when the module ends. Kept to the session's end,
+    seventeen stacks (about 170 processes, a llama.cpp judge among them) shared two cores
+    and 24 GB by the last module, and Triton's Python stubs were killed for memory."""
     started: list[Stack] = []
 
     def start(
