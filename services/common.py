@@ -30,7 +30,7 @@ from rsieve.decontam import EVALSET_PREFIX
 from rsieve.errors import NotFoundError, RetryableError
 from rsieve.generation import AsyncModel, ModelInfo
 from rsieve.schemas import STAGES, Item, Quarantined, RunSpec, ShardOutput, ShardQuarantine
-from rsieve.settings import SAMPLING, Settings, get_settings
+from rsieve.settings import SAMPLING, TRAINING, Settings, get_settings
 
 log = logging.getLogger("rsieve")
 
@@ -148,11 +148,14 @@ class Context:
         return spec
 
     def run_settings(self, run: str) -> Settings:
-        """The service's settings with the run's own sampling, as its spec records it."""
+        """The service's settings with the run's own sampling and training acceptance, as
+        its spec records them."""
         if run not in self._run_settings:
             spec = self.spec(run).settings
-            self._run_settings[run] = self.settings.for_run(
-                {k: spec[k] for k in SAMPLING if k in spec}
+            chosen = self.settings.for_run({k: spec[k] for k in SAMPLING if k in spec})
+            # Validated when the run was submitted (Settings' own validators).
+            self._run_settings[run] = chosen.model_copy(
+                update={k: spec[k] for k in TRAINING if k in spec}
             )
         return self._run_settings[run]
 

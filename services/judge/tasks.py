@@ -48,7 +48,11 @@ def register(ctx: Context) -> None:
                 rate=s.judge_calibration_rate,
             )
             probes = calibration_probes(
-                verified, size=s.judge_calibration_size, rate=s.judge_calibration_rate, rates=rates
+                verified,
+                size=s.judge_calibration_size,
+                rate=s.judge_calibration_rate,
+                rates=rates,
+                policy=s.training_policy(),
             )
             # Exactly what the judge receives (its tokenizer's special tokens neutralised,
             # as its client does), known before the call: the verdict cache's key.

@@ -1,5 +1,6 @@
 """Verifier: scores each answer with its family's protocol (whole, first line, first
-paragraph); what it accepts is final, what it rejects goes to the judge."""
+paragraph) and the run's training rule; what both accept is final, what either refuses
+goes to the judge (a benchmark pass that training refuses as a `near_miss`)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ def register(ctx: Context) -> None:
     def verify(run: str, shard: str, lines: int) -> None:
         if not ctx.done(run, "verify", shard):
             generations = ctx.load(run, "generate", shard).generations
+            policy = ctx.run_settings(run).training_policy()
             results = ctx.guard("verify", run, shard).run(
-                generations, verify_generation, poisoned=_poisoned, key=lambda g: g.item.line
+                generations,
+                lambda g: verify_generation(g, policy),
+                poisoned=_poisoned,
+                key=lambda g: g.item.line,
             )
             # An item isolated here leaves whole: its other samples (best-of-n) with it.
             quarantined = list({r.line: r for r in results if isinstance(r, Quarantined)}.values())

@@ -5,9 +5,13 @@
 - **Specificity (false promotion).** The judge grades known-wrong candidates built from the
   same sampled items: another item's reference, the reference with one digit changed, a
   swapped option letter, the reference truncated, a published "master key" (":",
-  "Thought process:" ...). A candidate is only a probe if the item's own protocol rejects
-  it, so it is wrong by the family's rule. The false-promotion rate is the share called
-  CORRECT: the figure that matters for training data.
+  "Thought process:" ...), and the near misses of the item's own protocol: one letter of
+  the reference changed, two adjacent digits swapped (a date's 2021 as 2012), a number 3%
+  off, each kept only where the benchmark's scorer passes it (ANLS, relaxed accuracy), so
+  a judge that waves near misses through is caught. A candidate is only a probe if the
+  family's training acceptance refuses it (rsieve.verify.TRAINING_RULES), so it is wrong
+  by the family's rule. The false-promotion rate is the share called CORRECT: the figure
+  that matters for training data.
 
 Both rates count only the probes the judge answered CORRECT or WRONG, and come with
 Wilson 95% intervals and their sample sizes, per family. UNSURE (the judge's own answer)
@@ -34,14 +38,15 @@ import hashlib
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from rsieve.cascade import verdict_state
+from rsieve.cascade import DEFAULT_POLICY, rejection_reason, verdict_state
 from rsieve.judge import TEMPLATE_SHA256, build_judge_prompt, judge_mark, read_verdict
-from rsieve.schemas import Outcome
-from rsieve.verify import verify
+from rsieve.schemas import Decision, Outcome
+from rsieve.verify import TrainingPolicy, verify
 
 __all__ = [
     "hopeless_families",
@@ -74,7 +79,18 @@ __all__ = [
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 SAMPLING_VERSION = "calibration/1"
-WRONG_KINDS = ("other_reference", "digit_changed", "option_swapped", "truncated", "master_key")
+# Known-wrong candidates that the benchmark's scorer would pass: probed only where it does.
+NEAR_MISS_KINDS = ("letter_changed", "digits_swapped", "number_off")
+# How far off a near-miss number is: inside relaxed accuracy's 5%, outside any rounding.
+NEAR_MISS_NUMBER_OFF = Decimal("1.03")
+WRONG_KINDS = (
+    "other_reference",
+    "digit_changed",
+    "option_swapped",
+    "truncated",
+    "master_key",
+    *NEAR_MISS_KINDS,
+)
 # Published "master key" answers that fool LLM judges (Zhao et al. 2025, "One Token to
 # Fool LLM-as-a-Judge"): no content, only a lead-in.
 MASTER_KEYS = (":", "Thought process:", "Solution", "Let's solve this problem step by step.")
@@ -92,7 +108,15 @@ class _Model(BaseModel):
 
 
 ProbeKind = Literal[
-    "agreement", "other_reference", "digit_changed", "option_swapped", "truncated", "master_key"
+    "agreement",
+    "other_reference",
+    "digit_changed",
+    "option_swapped",
+    "truncated",
+    "master_key",
+    "letter_changed",
+    "digits_swapped",
+    "number_off",
 ]
 
 
@@ -233,10 +257,17 @@ def sample_for_calibration(
     return chosen
 
 
-def _rejects(outcome: Outcome, candidate: str) -> bool:
+def _decide(outcome: Outcome, candidate: str, policy: TrainingPolicy) -> Decision:
     item = outcome.generation.item
     options = {"options": item.options} if item.options else {}
-    return not verify(item.protocol, candidate, item.references, **options).accepted
+    rule = policy.rule_for(item.family, item.protocol)
+    return verify(item.protocol, candidate, item.references, training=rule, **options)
+
+
+def _rejects(outcome: Outcome, candidate: str, policy: TrainingPolicy) -> bool:
+    """Known wrong: training acceptance refuses it (the benchmark may still pass it)."""
+    decision = _decide(outcome, candidate, policy)
+    return not decision.accepted or decision.near_miss
 
 
 def _probe(
@@ -281,6 +312,49 @@ def _option_swapped(outcome: Outcome, reference: str) -> str | None:
     return letters[(letters.index(ref) + 1) % len(letters)]
 
 
+def _letter_changed(reference: str, rank: float) -> str | None:
+    places = [i for i, ch in enumerate(reference) if ch.isascii() and ch.isalpha()]
+    if not places:
+        return None
+    i = places[_pick(rank, len(places), 11)]
+    ch = reference[i]
+    base = ord("a") if ch.islower() else ord("A")
+    other = chr(base + (ord(ch) - base + 1 + _pick(rank, 25, 13)) % 26)  # never the same
+    return reference[:i] + other + reference[i + 1 :]
+
+
+def _digits_swapped(reference: str, rank: float) -> str | None:
+    pairs = [
+        i
+        for i in range(len(reference) - 1)
+        if reference[i].isdigit()
+        and reference[i + 1].isdigit()
+        and reference[i] != reference[i + 1]
+        and reference[i : i + 2].isascii()
+    ]
+    if not pairs:
+        return None
+    i = pairs[_pick(rank, len(pairs), 17)]
+    return reference[:i] + reference[i + 1] + reference[i] + reference[i + 2 :]
+
+
+def _number_off(reference: str) -> str | None:
+    """The reference 3% higher, written at its own precision (a trailing "%" kept)."""
+    text = reference.strip()
+    percent = text.endswith("%")
+    try:
+        value = Decimal(text.rstrip("%"))
+    except InvalidOperation:
+        return None
+    if not value.is_finite() or not value:
+        return None
+    try:
+        off = (value * NEAR_MISS_NUMBER_OFF).quantize(value, rounding=ROUND_HALF_UP)
+    except InvalidOperation:
+        return None
+    return f"{off}%" if percent else str(off)
+
+
 def _truncated(reference: str) -> str | None:
     text = reference.strip()
     if sum(ch.isalnum() for ch in text) < 2:
@@ -288,10 +362,14 @@ def _truncated(reference: str) -> str | None:
     return text[: max(1, len(text) // 2)].rstrip()
 
 
-def known_wrong(outcome: Outcome, peers: Sequence[Outcome] = ()) -> list[Probe]:
-    """The known-wrong candidates of one sampled item, each rejected by the item's own
-    protocol (a candidate the protocol accepts is not known to be wrong, and is dropped).
+def known_wrong(
+    outcome: Outcome, peers: Sequence[Outcome] = (), policy: TrainingPolicy | None = None
+) -> list[Probe]:
+    """The known-wrong candidates of one sampled item, each refused by the family's
+    training acceptance (`policy`'s rule; a candidate it accepts is not known to be wrong,
+    and is dropped); the near-miss kinds only where the benchmark's scorer passes them.
     `peers`: the family's other accepted items, in rank order (for other_reference)."""
+    policy = policy or DEFAULT_POLICY
     item = outcome.generation.item
     reference = item.references[0]
     rank = sample_rank(item.id)
@@ -302,18 +380,29 @@ def known_wrong(outcome: Outcome, peers: Sequence[Outcome] = ()) -> list[Probe]:
         start = _pick(rank, len(others))
         for j in range(len(others)):
             other = others[(start + j) % len(others)].generation.item
-            if _rejects(outcome, other.references[0]):
+            if _rejects(outcome, other.references[0], policy):
                 built.append(("other_reference", other.references[0], other.id))
                 break
     built.append(("digit_changed", _digit_changed(reference, rank), None))
     built.append(("option_swapped", _option_swapped(outcome, reference), None))
     built.append(("truncated", _truncated(reference), None))
     built.append(("master_key", MASTER_KEYS[_pick(rank, len(MASTER_KEYS), 3)], None))
-    return [
+    probes = [
         _probe(outcome, kind, cand, source=src)
         for kind, cand, src in built
-        if cand is not None and cand.strip() and _rejects(outcome, cand)
+        if cand is not None and cand.strip() and _rejects(outcome, cand, policy)
     ]
+    seen = {p.candidate for p in probes}
+    for kind, cand in (
+        ("letter_changed", _letter_changed(reference, rank)),
+        ("digits_swapped", _digits_swapped(reference, rank)),
+        ("number_off", _number_off(reference)),
+    ):
+        if cand is None or cand in seen or not _decide(outcome, cand, policy).near_miss:
+            continue
+        seen.add(cand)
+        probes.append(_probe(outcome, kind, cand))  # type: ignore[arg-type]
+    return probes
 
 
 def calibration_probes(
@@ -322,9 +411,11 @@ def calibration_probes(
     size: int,
     rate: float = 1.0,
     rates: Mapping[str, float] | None = None,
+    policy: TrainingPolicy | None = None,
 ) -> list[Probe]:
     """Every probe for one shard: per sampled accepted item, its agreement probe (the
-    model's own accepted answer) and its known-wrong candidates. The peers whose
+    model's own accepted answer) and its known-wrong candidates (`policy`: the run's
+    training acceptance, which says what is known to be wrong). The peers whose
     references become `other_reference` candidates are the shard's accepted items of the
     family, sampled or not, in rank order: a sparse sample (a low rate) keeps them."""
     outcomes = list(outcomes)
@@ -333,7 +424,7 @@ def calibration_probes(
     probes: list[Probe] = []
     for o in sampled:
         probes.append(_probe(o, "agreement", o.generation.answer or ""))
-        probes += known_wrong(o, peers[o.generation.item.family])
+        probes += known_wrong(o, peers[o.generation.item.family], policy)
     return probes
 
 
@@ -531,7 +622,13 @@ def hold_back(
     promoted = {o.generation.item.family for o in outcomes if o.promoted_by == "judge"}
     held = untrusted_families(summary, bound, promoted)
     return [
-        o.model_copy(update={"place": "rejected", "reason": "judge_untrusted", "promoted_by": None})
+        o.model_copy(
+            update={
+                "place": "rejected",
+                "reason": rejection_reason(o, "judge_untrusted"),
+                "promoted_by": None,
+            }
+        )
         if o.promoted_by == "judge" and o.generation.item.family in held
         else o
         for o in outcomes

@@ -14,7 +14,7 @@ from rsieve.judge import TEMPLATE_SHA256, VERDICTS
 from rsieve.report import REASONING_FORMS, UNRECORDED
 from rsieve.rows import features
 from rsieve.schemas import QUARANTINE_REASONS, REJECT_REASONS
-from rsieve.verify import PROTOCOLS
+from rsieve.verify import PROTOCOLS, training_rules_view
 
 __all__ = ["THINKING_MEANINGS", "card_front_matter", "describe_models", "render_card"]
 
@@ -368,6 +368,60 @@ def _cost_md(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def _training_md(settings: dict[str, Any], report: dict[str, Any], used: list[str]) -> list[str]:
+    """The training acceptance of each protocol used, its rule's constants, the families'
+    own rules, and per family the near misses (benchmark pass, training refused)."""
+    by_protocol = settings.get("training_rules") or {}
+    by_family = settings.get("family_training_rules") or {}
+    rules = training_rules_view()
+    out = [
+        "",
+        "## Training acceptance",
+        "",
+        "Two numbers per decision: the benchmark's score and pass (its reference scorer's, "
+        "exactly: `verification.accepted`) and training acceptance "
+        "(`verification.training_accepted`), the stricter bar a training target must also "
+        "meet. An answer the benchmark passes and training refuses is a near miss: "
+        "rejected with reason `near_miss` and sent to the judge, which may promote it "
+        "with a calibrated CORRECT only.",
+        "",
+        "| protocol | training rule | constants |",
+        "|---|---|---|",
+    ]
+    for name in used:
+        rule = by_protocol.get(name, "benchmark")
+        constants = rules.get(rule, {}).get("constants", {})
+        out.append(f"| `{name}` | `{rule}` | {_cell(json.dumps(constants, ensure_ascii=False))} |")
+    if by_family:
+        out += ["", "Families with a rule of their own:", ""]
+        out += [f"- {_cell(f)}: `{r}`" for f, r in sorted(by_family.items())]
+    families = {f: r for f, r in report.get("families", {}).items() if r.get("near_misses")}
+    if not families:
+        return out + ["", "No near miss in the latest run."]
+    out += [
+        "",
+        "| family | near misses | promoted by the judge |",
+        "|---|---|---|",
+        *[
+            f"| {_cell(f)} | {r['near_misses']} | {r.get('near_misses_promoted', 0)} |"
+            for f, r in families.items()
+        ],
+        "",
+        "Examples:",
+        "",
+        "| family | id | answer | reference | score | judge | place |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for f, r in families.items():
+        for e in r.get("near_miss_examples") or []:
+            out.append(
+                f"| {_cell(f)} | {_cell(e['id'])} | {_cell(e['answer'])} | "
+                f"{_cell(' / '.join(e['references']))} | {e['score']} | "
+                f"{_cell(e['verdict'] or 'not asked')} | {e['place']} |"
+            )
+    return out
+
+
 def render_card(
     *,
     dataset: str,
@@ -464,6 +518,7 @@ def render_card(
             f"| `{name}` | {p.version} | >= {p.threshold} | "
             f"{_cell(json.dumps(p.constants, ensure_ascii=False))} |"
         )
+    out += _training_md(settings, report, used)
     if calibration_md.strip().startswith("## "):
         out += ["", calibration_md.strip()]
     else:

@@ -15,11 +15,12 @@ from rsieve.judge import (
     read_verdict,
 )
 from rsieve.schemas import Generation, Outcome, Verdict
-from rsieve.verify import verify
+from rsieve.verify import TrainingPolicy, verify
 
 __all__ = [
     "recheck_outcomes",
     "REASON_OF",
+    "rejection_reason",
     "apply_verdict",
     "judge_prompt",
     "needs_judge",
@@ -46,9 +47,10 @@ def verdict_state(verdict: str, cause: str | None) -> tuple[str, str | None]:
     return "FAILED", kind if kind in FAILURE_CAUSES else "unknown"
 
 
-def verify_generation(gen: Generation) -> Outcome:
-    """Accepted by the protocol, rejected for a generation failure, or pending the judge
-    (rejected with reason None)."""
+def verify_generation(gen: Generation, policy: TrainingPolicy | None = None) -> Outcome:
+    """Accepted by the protocol and its training rule (`policy`: the run's, by default the
+    settings' defaults), rejected for a generation failure, or pending the judge: rejected
+    with reason None, or `near_miss` when the benchmark passes what training refuses."""
     if gen.failure is not None or gen.answer is None:
         return Outcome(
             generation=gen,
@@ -60,8 +62,9 @@ def verify_generation(gen: Generation) -> Outcome:
         )
     item = gen.item
     options = {"options": item.options} if item.options else {}
-    decision = verify(item.protocol, gen.answer, item.references, **options)
-    if decision.accepted:
+    rule = (policy or DEFAULT_POLICY).rule_for(item.family, item.protocol)
+    decision = verify(item.protocol, gen.answer, item.references, training=rule, **options)
+    if decision.accepted and not decision.near_miss:
         return Outcome(
             generation=gen,
             decision=decision,
@@ -75,13 +78,23 @@ def verify_generation(gen: Generation) -> Outcome:
         decision=decision,
         verdict=None,
         place="rejected",
-        reason=None,
+        reason="near_miss" if decision.near_miss else None,
         promoted_by=None,
     )
 
 
+DEFAULT_POLICY = TrainingPolicy()
+
+
 def needs_judge(outcome: Outcome) -> bool:
-    return outcome.place == "rejected" and outcome.reason is None
+    return outcome.place == "rejected" and outcome.reason in (None, "near_miss")
+
+
+def rejection_reason(outcome: Outcome, reason: str) -> str:
+    """A near miss keeps `near_miss` whatever the judge did short of promoting it (its
+    verdict is recorded): the split's reason says why the benchmark's pass was not enough."""
+    decision = outcome.decision
+    return "near_miss" if decision is not None and decision.near_miss else reason
 
 
 def judge_prompt(outcome: Outcome) -> str:
@@ -130,19 +143,23 @@ def apply_verdict(
         guard=guarded,
     )
     if verdict == "CORRECT" and guarded:
-        return outcome.model_copy(update={"verdict": record, "reason": "judge_guarded"})
+        return outcome.model_copy(
+            update={"verdict": record, "reason": rejection_reason(outcome, "judge_guarded")}
+        )
     if verdict == "CORRECT":
         return outcome.model_copy(
             update={"verdict": record, "place": "accepted", "reason": None, "promoted_by": "judge"}
         )
-    return outcome.model_copy(update={"verdict": record, "reason": REASON_OF[verdict]})
+    return outcome.model_copy(
+        update={"verdict": record, "reason": rejection_reason(outcome, REASON_OF[verdict])}
+    )
 
 
 def skip_judge(outcome: Outcome) -> Outcome:
     """A rejection the judge is not asked about: its family's calibration already showed
     the judge cannot clear the false-promotion bound (rsieve.calibration.hopeless_families;
     the reason per family is stored with the shard's calibration)."""
-    return outcome.model_copy(update={"reason": "judge_skipped"})
+    return outcome.model_copy(update={"reason": rejection_reason(outcome, "judge_skipped")})
 
 
 def _decision_view(o: Any) -> dict[str, Any]:
@@ -158,11 +175,28 @@ def _decision_view(o: Any) -> dict[str, Any]:
                 "score": d.score,
                 "variant": d.variant,
                 "threshold": d.threshold,
+                **(
+                    {
+                        "training_rule": d.training.rule,
+                        "training_accepted": d.training.accepted,
+                        "training_variant": d.training.variant,
+                    }
+                    if d.training is not None
+                    else {}
+                ),
             }
             if d is not None
             else {"decision": None}
         ),
     }
+
+
+def _stored_policy(outcome: Any) -> TrainingPolicy:
+    """The rule the stored decision was made under (a record from before training
+    acceptance: `benchmark`, as it was decided)."""
+    d = outcome.decision
+    rule = d.training.rule if d is not None and d.training is not None else "benchmark"
+    return TrainingPolicy(by_protocol={}, by_family={outcome.generation.item.family: rule})
 
 
 def recheck_outcomes(outcomes: Iterable[Any]) -> tuple[int, list[dict[str, Any]]]:
@@ -172,10 +206,12 @@ def recheck_outcomes(outcomes: Iterable[Any]) -> tuple[int, list[dict[str, Any]]
     for stored in outcomes:
         checked += 1
         try:
-            now = _decision_view(verify_generation(stored.generation))
+            now = _decision_view(verify_generation(stored.generation, _stored_policy(stored)))
         except Exception as exc:  # noqa: BLE001 - a protocol gone or failing is a difference
             now = {"error": f"{type(exc).__name__}: {exc}"}
         before = _decision_view(stored)
+        if "training_rule" not in before:  # decided before training acceptance existed
+            now = {k: v for k, v in now.items() if not k.startswith("training_")}
         if now != before:
             item = stored.generation.item
             diffs.append(

@@ -5,8 +5,10 @@ version and constants, the references, the multiple-choice options, the whole
 post-reasoning answer (`full_answer`, or `wrong_vlm` in a rejected split) and the
 variant that passed. `recheck_entries` recomputes, for each entry:
 
-- the verifier decision with today's rsieve.verify (accepted, score, variant; a protocol
-  whose version changed since is a difference, named as such);
+- the verifier decision with today's rsieve.verify: both numbers, the benchmark's
+  (accepted, score, variant; a protocol whose version changed since is a difference, named
+  as such) and training acceptance under the entry's recorded rule (accepted, variant;
+  a near miss in an accepted split without a judge promotion is a difference);
 - the training target: an accepted entry's `answer` is the form that passed
   (`rsieve.rows.passed_text`), and the shown reference is the canonical one
   (`rsieve.rows.canonical_reference`);
@@ -28,7 +30,7 @@ from typing import Any
 from rsieve.calibration import wilson
 from rsieve.judge import guard
 from rsieve.rows import canonical_reference, passed_text
-from rsieve.verify import PROTOCOLS, verify
+from rsieve.verify import PROTOCOLS, TRAINING_RULES, verify
 
 __all__ = ["RecheckResult", "held_back_families", "recheck_entries"]
 
@@ -108,16 +110,32 @@ def recheck_entries(
             if protocol not in PROTOCOLS:
                 result.differences.append(_differs("protocol_gone", qa, kind, protocol=protocol))
                 continue
+            rule = stored.get("training_rule")
+            if rule is not None and rule not in TRAINING_RULES:
+                result.differences.append(_differs("training_rule_gone", qa, kind, rule=rule))
+                continue
             now = verify(
-                protocol, prediction, references, **({"options": options} if options else {})
+                protocol,
+                prediction,
+                references,
+                training=rule,
+                **({"options": options} if options else {}),
             )
-            before = (
+            before: tuple[Any, ...] = (
                 stored["version"],
                 bool(stored["accepted"]),
                 round(float(stored["score"]), 6),
                 stored.get("variant"),
             )
-            after = (now.version, now.accepted, round(now.score, 6), now.variant)
+            after: tuple[Any, ...] = (now.version, now.accepted, round(now.score, 6), now.variant)
+            if rule is not None and now.training is not None:
+                before += (stored.get("training_accepted"), stored.get("training_variant"))
+                after += (now.training.accepted, now.training.variant)
+                stored_constants = stored.get("training_constants")
+                if stored_constants and json.loads(stored_constants) != now.training.constants:
+                    result.differences.append(_differs("training_constants", qa, kind, rule=rule))
+            if kind != "rejected" and qa.get("promoted_by") == "verifier" and now.near_miss:
+                result.differences.append(_differs("near_miss_accepted", qa, kind, rule=rule))
             constants = (
                 json.loads(stored["constants"]) if stored.get("constants") else now.constants
             )
@@ -129,7 +147,10 @@ def recheck_entries(
                     _differs(what, qa, kind, stored=list(before), recomputed=list(after))
                 )
             if kind != "rejected" and qa.get("promoted_by") == "verifier":
-                target = passed_text(prediction, stored.get("variant"))
+                target = passed_text(
+                    prediction,
+                    stored.get("training_variant") if rule is not None else stored.get("variant"),
+                )
                 if qa.get("answer") != target:
                     result.differences.append(
                         _differs("answer", qa, kind, stored=qa.get("answer"), expected=target)
@@ -149,7 +170,17 @@ def recheck_entries(
                 result.differences.append(_differs("guard", qa, kind, family=family))
             if family in held or family not in (calibration or {}):
                 result.differences.append(_differs("hold_back", qa, kind, family=family, held=True))
-        elif kind == "rejected" and qa.get("reason") == "judge_untrusted":
+        elif kind == "rejected" and (
+            qa.get("reason") == "judge_untrusted"
+            or (qa.get("reason") == "near_miss" and judge.get("verdict") == "CORRECT")
+        ):
+            if qa.get("reason") == "near_miss" and guard(
+                qa.get("question") or "",
+                list(qa.get("references") or []),
+                qa.get("wrong_vlm") or "",
+                (qa.get("verification") or {}).get("protocol"),
+            ):
+                continue  # a guarded CORRECT: held back by the guard, not the calibration
             result.hold_back_checked += 1
             trusted = family in (calibration or {}) and family not in held
             if trusted or judge.get("verdict") != "CORRECT":

@@ -64,7 +64,16 @@ def _family() -> dict[str, Any]:
         "judge_reused": 0,
         "reasoning": dict.fromkeys(REASONING_FORMS, 0),
         "accepted_without_reasoning": 0,
+        # Answers the benchmark passes and training acceptance refuses (rsieve.verify), how
+        # many of them the judge promoted, and a few for the card.
+        "near_misses": 0,
+        "near_misses_promoted": 0,
+        "near_miss_examples": [],
     }
+
+
+# Near misses a report part keeps as examples per family (the card shows them).
+NEAR_MISS_EXAMPLES = 3
 
 
 def _models(seen: Counter[tuple[str, str | None]], count: str) -> list[dict[str, Any]]:
@@ -156,6 +165,21 @@ def token_usage(
     }
 
 
+def _near_miss_example(outcome: Outcome) -> dict[str, Any]:
+    gen, decision = outcome.generation, outcome.decision
+    assert decision is not None and decision.training is not None
+    return {
+        "id": gen.item.id,
+        "answer": gen.answer,
+        "references": list(gen.item.references[:3]),
+        "protocol": decision.protocol,
+        "score": round(decision.score, 4),
+        "rule": decision.training.rule,
+        "verdict": outcome.verdict.verdict if outcome.verdict else None,
+        "place": outcome.place,
+    }
+
+
 def report_part(outcomes: Sequence[Outcome], quarantined: Iterable[Quarantined]) -> dict[str, Any]:
     """The figures of one part of a run (all of it, or one compaction partition), in a form
     `finish_report` sums: counters, the lines placed and the ids seen (JSON-able)."""
@@ -185,6 +209,11 @@ def report_part(outcomes: Sequence[Outcome], quarantined: Iterable[Quarantined])
         else:
             fam["rejected"] += 1
             fam["rejected_by_reason"][outcome.reason or "unknown"] += 1
+        if outcome.decision is not None and outcome.decision.near_miss:
+            fam["near_misses"] += 1
+            fam["near_misses_promoted"] += outcome.promoted_by == "judge"
+            if len(fam["near_miss_examples"]) < NEAR_MISS_EXAMPLES:
+                fam["near_miss_examples"].append(_near_miss_example(outcome))
         if outcome.verdict is not None:
             verdict, cause = verdict_state(outcome.verdict.verdict, outcome.verdict.cause)
             fam["judge_verdicts"][verdict] += 1
@@ -281,6 +310,7 @@ def finish_report(
         for key in ("rejected_by_reason", "quarantined_by_reason", "judge_failure_causes"):
             fam[key] = dict(sorted(fam[key].items()))
         fam["adds_up"] = fam["in"] == fam["accepted"] + fam["rejected"] + fam["quarantined"]
+        fam["near_miss_examples"] = (fam.get("near_miss_examples") or [])[:NEAR_MISS_EXAMPLES]
     for figures in sampling.values():
         figures["pass_histogram"] = dict(
             sorted(

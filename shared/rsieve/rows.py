@@ -15,7 +15,7 @@ from typing import Any
 
 import datasets
 
-from rsieve.schemas import Outcome
+from rsieve.schemas import Decision, Outcome
 from rsieve.verify import variants
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "passed_text",
     "split_kinds",
     "split_name",
+    "target_variant",
 ]
 
 SPLIT_KINDS = ("RS_think", "RS_nothink", "rejected")
@@ -43,6 +44,13 @@ _DECISION = {
     "score": datasets.Value("float64"),
     "threshold": datasets.Value("float64"),
     "accepted": datasets.Value("bool"),
+    # Training acceptance beside the benchmark's pass (rsieve.verify.TRAINING_RULES): the
+    # rule, its constants as JSON, whether it accepted and at which variant. A near miss
+    # has `accepted` true and `training_accepted` false.
+    "training_rule": datasets.Value("string"),
+    "training_constants": datasets.Value("string"),
+    "training_accepted": datasets.Value("bool"),
+    "training_variant": datasets.Value("string"),
 }
 _JUDGE = {
     "verdict": datasets.Value("string"),
@@ -150,6 +158,14 @@ def canonical_reference(references: Sequence[str]) -> str:
     return max(references, key=lambda r: (counts[r], -references.index(r)))
 
 
+def target_variant(decision: Decision) -> str | None:
+    """The form an accepted answer is trained on: the first that training acceptance took
+    (a form the benchmark also passes), else, for a decision from before training
+    acceptance, the benchmark's."""
+    training = decision.training
+    return training.variant if training is not None else decision.variant
+
+
 def passed_text(answer: str, variant: str | None) -> str:
     """The form of the answer that passed the verifier (rsieve.verify.variants: whole,
     first_line or first_paragraph): an accepted row's training target. No variant (a
@@ -163,8 +179,15 @@ def _qa(outcome: Outcome, kind: str) -> dict[str, Any]:
     item = gen.item
     decision = None
     if outcome.decision:
-        decision = outcome.decision.model_dump(exclude={"constants"}) | {
-            "constants": json.dumps(outcome.decision.constants, sort_keys=True)
+        training = outcome.decision.training
+        decision = outcome.decision.model_dump(exclude={"constants", "training"}) | {
+            "constants": json.dumps(outcome.decision.constants, sort_keys=True),
+            "training_rule": training.rule if training else None,
+            "training_constants": (
+                json.dumps(training.constants, sort_keys=True) if training else None
+            ),
+            "training_accepted": training.accepted if training else None,
+            "training_variant": training.variant if training else None,
         }
     # The verdict's token counts, and whether its reply was reused from the verdict cache,
     # are the run report's (cost), not the row's.
@@ -200,7 +223,7 @@ def _qa(outcome: Outcome, kind: str) -> dict[str, Any]:
     else:
         whole = gen.answer or ""
         verified = outcome.decision if outcome.promoted_by == "verifier" else None
-        variant = verified.variant if verified else None
+        variant = target_variant(verified) if verified else None
         entry.update(answer=passed_text(whole, variant), full_answer=whole, org_answer=reference)
         if kind == "RS_think":
             entry["reasoning"] = gen.reasoning

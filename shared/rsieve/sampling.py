@@ -24,8 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from rsieve.cascade import needs_judge
 from rsieve.mcq import lettered_options, render_block
-from rsieve.rows import passed_text
+from rsieve.rows import passed_text, target_variant
 from rsieve.schemas import Item, Outcome, Quarantined, Samples
 from rsieve.verify import canonical, verify
 
@@ -112,7 +113,7 @@ def to_judge(verified: Sequence[Outcome], judge_samples: int) -> list[int]:
     chosen: list[int] = []
     for i, o in enumerate(verified):
         line = o.generation.item.line
-        if o.place != "rejected" or o.reason is not None or line in accepted_lines:
+        if not needs_judge(o) or line in accepted_lines:
             continue
         if o.generation.sample is not None and asked.get(line, 0) >= judge_samples:
             continue
@@ -133,13 +134,15 @@ def _same_answer(a: Outcome, b: Outcome) -> bool:
 
     def text(o: Outcome) -> str:
         decision = o.decision if o.promoted_by == "verifier" else None
-        return passed_text(o.generation.answer or "", decision.variant if decision else None)
+        return passed_text(
+            o.generation.answer or "", target_variant(decision) if decision else None
+        )
 
     ta, tb = text(a), text(b)
     fa, fb = canonical(item.protocol, ta, item.options), canonical(item.protocol, tb, item.options)
     if fa is not None and fb is not None:
         return fa == fb
-    options = {"options": item.options} if item.options else {}
+    options: dict[str, Any] = {"options": item.options} if item.options else {}
     return (
         verify(item.protocol, ta, [tb], **options).accepted
         and verify(item.protocol, tb, [ta], **options).accepted

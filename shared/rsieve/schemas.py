@@ -19,6 +19,7 @@ __all__ = [
     "QUARANTINE_REASONS",
     "REJECT_REASONS",
     "Decision",
+    "TrainingDecision",
     "Generation",
     "Item",
     "Outcome",
@@ -109,6 +110,10 @@ REJECT_REASONS: dict[str, str] = {
     "which a judge is never trusted on",
     "judge_skipped": "the verifier rejected the answer and the judge was not asked: its "
     "calibration on this family already showed it cannot clear the false-promotion bound",
+    "near_miss": "the benchmark's scorer passes the answer but training acceptance refuses "
+    "it (it equals no reference under the protocol's training rule: a name one letter off, "
+    "a number 3% off), and the judge did not promote it; what the judge said, if it was "
+    "asked, is its recorded verdict",
 }
 
 Stage = Literal["ingest", "clean", "generate", "verify", "judge", "compact"]
@@ -201,8 +206,21 @@ class Generation(_Model):
     seed: int | None = None
 
 
+class TrainingDecision(_Model):
+    """Training acceptance (rsieve.verify.TRAINING_RULES): whether an answer the benchmark
+    passes is also a training target, by which rule and constants, at which variant."""
+
+    rule: str
+    constants: dict[str, Any]
+    accepted: bool
+    variant: str | None
+
+
 class Decision(_Model):
-    """The verifier's decision: enough to recompute it."""
+    """The verifier's decision: enough to recompute it. `accepted`, `score`, `variant` and
+    `threshold` are the benchmark's own (its scorer, exactly); `training` is the stricter
+    acceptance for training data beside it (None: a record from before it existed, or a
+    caller that asked for the benchmark's decision alone)."""
 
     protocol: str
     version: str
@@ -211,6 +229,12 @@ class Decision(_Model):
     score: float
     variant: str | None
     threshold: float
+    training: TrainingDecision | None = None
+
+    @property
+    def near_miss(self) -> bool:
+        """The benchmark passes the answer; training acceptance refuses it."""
+        return self.accepted and self.training is not None and not self.training.accepted
 
 
 VerdictName = Literal["CORRECT", "WRONG", "UNSURE", "FAILED"]

@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rsieve.images import MAX_PIXELS
 from rsieve.schemas import DATASET_PATTERN, ModelKind
+from rsieve.verify import DEFAULT_TRAINING_RULES, TrainingPolicy, check_training_rules
 
 __all__ = [
     "API_TOKEN_MIN_CHARS",
@@ -23,6 +24,7 @@ __all__ = [
     "OPERATIONAL",
     "SAMPLING",
     "SINCE_FIRST_IDS",
+    "TRAINING",
     "Settings",
     "api_token_problem",
     "get_settings",
@@ -224,6 +226,12 @@ class Settings(BaseSettings):
     judge_calibration_size: int = Field(60, ge=0, description="calibration sample per family")
     judge_calibration_rate: float = Field(1.0, ge=0.0, le=1.0)
     judge_false_promotion_bound: float = Field(0.05, ge=0.0, le=1.0)
+    # Training acceptance (docs/verifiers.md): the rule an answer the benchmark passes must
+    # also meet to become a training target, per protocol (one not named: `benchmark`, the
+    # pass as is) and per family (overriding its protocol's). What it refuses is a
+    # `near_miss` rejection, which the judge may promote like any other.
+    training_rules: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_TRAINING_RULES))
+    family_training_rules: dict[str, str] = {}
 
     # API.
     api_url: str = "http://127.0.0.1:18080"
@@ -261,6 +269,14 @@ class Settings(BaseSettings):
         ):
             raise ValueError("production needs real S3 credentials (RSIEVE_S3_ACCESS_KEY/..)")
         return self
+
+    @model_validator(mode="after")
+    def _training_rules_exist(self) -> Settings:
+        check_training_rules(self.training_rules, self.family_training_rules)
+        return self
+
+    def training_policy(self) -> TrainingPolicy:
+        return TrainingPolicy(self.training_rules, self.family_training_rules)
 
     @model_validator(mode="after")
     def _pass_rate_window_is_a_range(self) -> Settings:
@@ -396,6 +412,9 @@ DECIDING = frozenset(
         "judge_calibration_size",
         "judge_calibration_rate",
         "judge_false_promotion_bound",
+        # What becomes a training target.
+        "training_rules",
+        "family_training_rules",
     }
 )
 # What a submission may choose for its own run (POST /runs `sampling`, `rsieve run
@@ -412,6 +431,11 @@ SAMPLING = (
     "pass_rate_window",
     "circular",
 )
+
+# How a run decides what becomes a training target. Like SAMPLING, every stage reads
+# these from the run's spec, not from its own environment (Context.run_settings), so a
+# worker started with other settings still decides the run as its id says.
+TRAINING = ("training_rules", "family_training_rules")
 
 # DECIDING fields added after run ids were first given out. Each enters a run's id only
 # when set to something other than its default, so a pool submitted with the defaults keeps

@@ -5,6 +5,12 @@ A protocol is `(prediction: str, references: Sequence[str], **options) -> float`
 card: a model that answers right and then explains is not penalised), and returns a
 `Decision` that records protocol, version, constants, threshold, score and the variant
 that matched, so any decision can be recomputed from what is stored.
+
+Two numbers per decision: the benchmark's own score and pass (exactly its reference
+scorer's), and training acceptance (`TRAINING_RULES`): whether an answer the benchmark
+passes is also a training target. Two scorers forgive wrong answers on purpose (ANLS
+credits "Jane Smith" for "John Smith"; relaxed accuracy "105" for "100"), which is right
+for a score and wrong for a target a model learns to write with confidence.
 """
 
 from __future__ import annotations
@@ -12,20 +18,27 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
 from rapidfuzz.distance import Levenshtein
 
-from rsieve.schemas import Decision
+from rsieve.schemas import Decision, TrainingDecision
 
 __all__ = [
+    "DEFAULT_TRAINING_RULES",
     "PROTOCOLS",
+    "TRAINING_RULES",
     "Protocol",
+    "TrainingPolicy",
+    "TrainingRule",
     "canonical",
+    "check_training_rules",
     "protocol_versions",
     "register",
+    "training_rules_view",
     "variants",
     "verify",
 ]
@@ -531,6 +544,149 @@ def math(prediction: str, references: Sequence[str], **_: Any) -> float:
     return 0.0
 
 
+# --- training acceptance -----------------------------------------------------------------
+#
+# A rule is a pure predicate on one form of the answer that the benchmark already passes:
+# training acceptance is always the benchmark's pass *and* the rule, so it never accepts
+# what the benchmark refuses. `benchmark` adds nothing: the protocols whose pass is already
+# exact (alnum, exact, number, mc, math) and vqa (three of ten annotators agreeing is the
+# field's own meaning of right) keep it.
+
+TrainingFn = Callable[..., bool]
+
+
+@dataclass(frozen=True)
+class TrainingRule:
+    name: str
+    fn: TrainingFn
+    # The protocols the rule can judge (None: every one).
+    protocols: tuple[str, ...] | None
+    constants: dict[str, Any] = field(default_factory=dict)
+
+
+TRAINING_RULES: dict[str, TrainingRule] = {}
+
+
+def training_rule(
+    name: str, *, protocols: tuple[str, ...] | None = None, **constants: Any
+) -> Callable[[TrainingFn], TrainingFn]:
+    def wrap(fn: TrainingFn) -> TrainingFn:
+        TRAINING_RULES[name] = TrainingRule(name, fn, protocols, dict(constants))
+        return fn
+
+    return wrap
+
+
+@training_rule("benchmark", meaning="the benchmark's own pass, nothing more")
+def _benchmark(prediction: str, references: Sequence[str], **_: Any) -> bool:
+    return True
+
+
+@training_rule(
+    "anls_exact",
+    protocols=("anls",),
+    normalisation='" ".join(s.strip().lower().split())',
+    score=1.0,
+    meaning="equal to a reference after ANLS's own normalisation (ANLS 1.0)",
+)
+def _anls_exact(prediction: str, references: Sequence[str], **_: Any) -> bool:
+    pred = anls_norm(prediction)
+    return any(pred == anls_norm(ref) for ref in references)
+
+
+def _relaxed_decimal(text: str) -> Decimal | None:
+    """A relaxed-accuracy number as a Decimal, its written precision kept ("10.50" has two
+    places); the same strings `relaxed_float` reads, a trailing "%" dividing by 100."""
+    percent = text.endswith("%")
+    try:
+        value = Decimal(text.rstrip("%") if percent else text)
+    except (InvalidOperation, ValueError):
+        return None
+    if not value.is_finite():
+        return None
+    return value.scaleb(-2) if percent else value
+
+
+def _at_precision_of(pred: Decimal, ref: Decimal) -> bool:
+    try:
+        quantum = Decimal(1).scaleb(ref.as_tuple().exponent)  # type: ignore[arg-type]
+        return pred.quantize(quantum, rounding=ROUND_HALF_UP) == ref
+    except InvalidOperation:  # more digits than the context holds: no agreement to show
+        return False
+
+
+@training_rule(
+    "relaxed_precision",
+    protocols=("relaxed",),
+    numbers="the answer rounded half up to the reference's written precision equals it",
+    text="str.lower() equality, as the benchmark",
+    zero_reference="text, as the benchmark",
+    meaning="10.5 and 10.50 agree; 10.6, 105 for 100 and 2015 for 2020 do not",
+)
+def _relaxed_precision(prediction: str, references: Sequence[str], **_: Any) -> bool:
+    pred = _relaxed_decimal(prediction)
+    for ref in references:
+        gold = _relaxed_decimal(ref)
+        if pred is not None and gold:  # as the benchmark: a zero target compares as text
+            if _at_precision_of(pred, gold):
+                return True
+        elif prediction.lower() == ref.lower():
+            return True
+    return False
+
+
+# The rule of each protocol not named here is `benchmark`.
+DEFAULT_TRAINING_RULES: dict[str, str] = {"anls": "anls_exact", "relaxed": "relaxed_precision"}
+
+
+@dataclass(frozen=True)
+class TrainingPolicy:
+    """Which training rule decides an item: its family's (overriding), else its
+    protocol's, else `benchmark`. Built from the settings (`Settings.training_policy`)."""
+
+    by_protocol: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_TRAINING_RULES))
+    by_family: Mapping[str, str] = field(default_factory=dict)
+
+    def rule_for(self, family: str, protocol: str) -> str:
+        name = self.by_family.get(family) or self.by_protocol.get(protocol) or "benchmark"
+        rule = TRAINING_RULES.get(name)
+        if rule is None:
+            raise ValueError(f"unknown training rule {name!r}; known: {sorted(TRAINING_RULES)}")
+        if rule.protocols is not None and protocol not in rule.protocols:
+            raise ValueError(
+                f"the training rule {name!r} judges only {list(rule.protocols)}; the family "
+                f"{family!r} is scored by {protocol!r}"
+            )
+        return name
+
+
+def check_training_rules(by_protocol: Mapping[str, str], by_family: Mapping[str, str]) -> None:
+    """A clear error for a rule that does not exist, or is set on a protocol it cannot
+    judge (a family's protocol is known only per item: `TrainingPolicy.rule_for`)."""
+    for where, rules in (("protocol", by_protocol), ("family", by_family)):
+        for key, name in rules.items():
+            rule = TRAINING_RULES.get(name)
+            if rule is None:
+                raise ValueError(
+                    f"the {where} {key!r} names an unknown training rule {name!r}; known: "
+                    f"{sorted(TRAINING_RULES)}"
+                )
+            if where == "protocol" and key not in PROTOCOLS:
+                raise ValueError(f"training rule for an unknown protocol {key!r}")
+            if where == "protocol" and rule.protocols is not None and key not in rule.protocols:
+                raise ValueError(
+                    f"the training rule {name!r} judges only {list(rule.protocols)}, not {key!r}"
+                )
+
+
+def training_rules_view() -> dict[str, dict[str, Any]]:
+    """Every training rule with its constants and the protocols it judges (the card)."""
+    return {
+        name: {"protocols": list(r.protocols or []), "constants": r.constants}
+        for name, r in sorted(TRAINING_RULES.items())
+    }
+
+
 # --- the decision ----------------------------------------------------------------------
 
 
@@ -556,16 +712,58 @@ def variants(prediction: str) -> list[tuple[str, str]]:
     return list(_forms(prediction))
 
 
-def verify(protocol: str, prediction: str, references: Sequence[str], **options: Any) -> Decision:
-    """Score every variant; accept on the first that reaches the protocol's threshold."""
+def verify(
+    protocol: str,
+    prediction: str,
+    references: Sequence[str],
+    *,
+    training: str | None = None,
+    **options: Any,
+) -> Decision:
+    """Score every variant; accept on the first that reaches the protocol's threshold.
+    `training`: a training rule's name (`TRAINING_RULES`); the decision then also records
+    training acceptance: the first variant the benchmark passes that the rule accepts."""
     proto = PROTOCOLS[protocol]
     best = 0.0
+    decision = None
     for name, form in _forms(prediction):
         score = float(proto.fn(form, references, **options))
         if score >= proto.threshold:
-            return _decision(proto, accepted=True, score=score, variant=name)
+            decision = _decision(proto, accepted=True, score=score, variant=name)
+            break
         best = max(best, score)
-    return _decision(proto, accepted=False, score=best, variant=None)
+    if decision is None:
+        decision = _decision(proto, accepted=False, score=best, variant=None)
+    if training is None:
+        return decision
+    rule = TRAINING_RULES[training]
+    variant = None
+    if decision.accepted:
+        if rule.name == "benchmark":
+            variant = decision.variant
+        else:
+            variant = next(
+                (
+                    name
+                    for name, form in _forms(prediction)
+                    if proto.fn(form, references, **options) >= proto.threshold
+                    and rule.fn(form, references, **options)
+                ),
+                None,
+            )
+    return decision.model_copy(
+        update={"training": _training_decision(rule.name, variant is not None, variant)}
+    )
+
+
+@functools.lru_cache(maxsize=1 << 10)
+def _training_decision(rule: str, accepted: bool, variant: str | None) -> TrainingDecision:
+    return TrainingDecision(
+        rule=rule,
+        constants=TRAINING_RULES[rule].constants,
+        accepted=accepted,
+        variant=variant,
+    )
 
 
 def _decision(proto: Protocol, *, accepted: bool, score: float, variant: str | None) -> Decision:

@@ -291,14 +291,21 @@ def test_the_audit_counts_items_and_samples(runs: dict[int, Any]) -> None:
 
 def test_distinct_never_keeps_two_answers_that_normalise_the_same(tmp_path: Path) -> None:
     """Right answers come as forms anls normalises together (case, spacing) or as one it
-    does not (a trailing 'S', still accepted: distance 1/7)."""
+    does not (a trailing 'S', which the benchmark accepts: distance 1/7; training at the
+    benchmark's pass, so it is kept, not refused as a near miss)."""
 
     def forms(reference: str, rng: random.Random) -> str:
         return rng.choice([reference.lower(), f"  {reference} ", reference, reference + "S"])
 
     pool = make_pool(tmp_path / "pool", count=40, protocol="anls")
     ctx, store, run, _ = pipeline(
-        pool, StochasticStandIn(0.9, forms), samples=8, temperature=0.7, keep="distinct", max_kept=8
+        pool,
+        StochasticStandIn(0.9, forms),
+        samples=8,
+        temperature=0.7,
+        keep="distinct",
+        max_kept=8,
+        training_rules={"anls": "benchmark"},
     )
     accepted = [qa for row in rows(store, "bon")["SynthWords_RS_nothink"] for qa in row["qa"]]
     by_item: dict[str, list[str]] = {}

@@ -23,7 +23,7 @@ def _rid(settings: Settings) -> str:
 
 def _another_value(name: str) -> Any:
     """A valid value for the field other than its default."""
-    default = Settings.model_fields[name].default
+    default = Settings.model_fields[name].get_default(call_default_factory=True)
     if isinstance(default, bool):
         candidates: list[Any] = [not default]
     elif isinstance(default, int):
@@ -33,7 +33,7 @@ def _another_value(name: str) -> Any:
     elif isinstance(default, list):
         candidates = [["/elsewhere"], ["other-bucket"]]
     elif isinstance(default, dict):
-        candidates = [{"Fam": ["other"]}]
+        candidates = [{"Fam": ["other"]}, {"anls": "benchmark"}, {"Fam": "benchmark"}]
     elif isinstance(default, str):
         candidates = [
             "lenient",

@@ -1,0 +1,195 @@
+"""Training acceptance on the real stack (Redis, SeaweedFS, Triton, the workers): the
+generator and the judge are a crafted OpenAI-compatible server (tests/e2e/crafted_server.py)
+that answers what each item needs. DocVQA (ANLS) and ChartQA (relaxed accuracy) answers
+that the benchmark passes but are wrong ("Jane Smith" for "John Smith", a swapped date,
+"105" for "100", "2015" for "2020") reach the judge as `near_miss` and never a training
+split: the judge says WRONG to three, CORRECT to one, which calibration holds back."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import datasets
+import pytest
+
+from rsieve.adapters.exports import export_dataset
+from rsieve.adapters.pools import upload_pool
+from rsieve.adapters.storage import S3Store
+from rsieve.calibration import NEAR_MISS_KINDS, CalibrationShard, calibration_key
+from rsieve.schemas import ShardOutput
+from rsieve_cli.client import submit, wait_for_run
+from rsieve_cli.local.stack import Stack
+from tests.conftest import stack_settings
+from tests.e2e.crafted_server import CraftedServer
+from tests.e2e.scenario import Scenario
+
+GENERATOR, JUDGE = "crafted-vlm", "crafted-judge"
+# id, family, question, reference, the generator's answer, place, reason or promoted_by
+ITEMS = [
+    ("d-name", "DocVQA", "Who signed the letter?", "John Smith", "Jane Smith"),
+    ("d-date", "DocVQA", "When was the letter dated?", "2021-03-04", "2012-03-04"),
+    ("d-exact", "DocVQA", "What is the company name?", "Acme Corporation", "ACME  corporation"),
+    ("c-105", "ChartQA", "What is the value of the blue bar?", "100", "105"),
+    ("c-year", "ChartQA", "In which year did sales peak?", "2020", "2015"),
+    ("c-exact", "ChartQA", "What is the value of the red bar?", "10.5", "10.50"),
+]
+NEAR_MISSES = {"d-name", "d-date", "c-105", "c-year"}
+# The judge calls one near miss CORRECT; everything else (the probes too) WRONG.
+JUDGED_CORRECT = "c-105"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CraftedServer]:
+    question = {i: q for i, _, q, _, _ in ITEMS}
+    rules = {
+        GENERATOR: {
+            "rules": [[q, f"<think>I read the image.</think>{a}"] for _, _, q, _, a in ITEMS],
+            "default": "<think>?</think>unreadable",
+        },
+        JUDGE: {
+            "rules": [[question[JUDGED_CORRECT], "The value matches.\nCORRECT"]],
+            "default": "It differs from the reference.\nWRONG",
+        },
+    }
+    with CraftedServer.serving(tmp_path_factory.mktemp("crafted"), rules) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def stack(start_stack: Any, server: CraftedServer) -> Stack:
+    return start_stack(  # type: ignore[no-any-return]
+        ["judge-abstain"],  # loaded, unused: both roles are on the crafted server
+        settings_env={
+            "RSIEVE_MODEL_INTERFACE": "openai",
+            "RSIEVE_JUDGE_INTERFACE": "openai",
+            "RSIEVE_GENERATOR_OPENAI_URL": server.url,
+            "RSIEVE_GENERATOR_MODEL": GENERATOR,
+            "RSIEVE_JUDGE_MODEL": JUDGE,
+            "RSIEVE_JUDGE_CALIBRATION_SIZE": "2",
+            "RSIEVE_MODEL_RETRIES": "0",
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def run(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    folder = tmp_path_factory.mktemp("pool") / "truth"
+    folder.mkdir()
+    s = Scenario(folder)
+    for item_id, family, question, reference, _ in ITEMS:
+        data = s.image(f"{item_id}.png", item_id.upper())
+        s.item(
+            item_id,
+            family,
+            f"{item_id}.png",
+            data,
+            answer=reference,
+            output=None,
+            expect=("-", "-"),
+            question=question,
+        )
+    s.write()
+    settings = stack_settings(stack)
+    store = S3Store(settings)
+    run = submit(settings, upload_pool(store, folder), "truth")
+    wait_for_run(settings, run, timeout=300)
+    return run, export_dataset(store, "truth", tmp_path_factory.mktemp("out"))
+
+
+def _outputs(stack: Stack, run: str, stage: str) -> list[ShardOutput]:
+    store = S3Store(stack_settings(stack))
+    return [
+        ShardOutput.model_validate_json(store.get(k)) for k in store.list(f"runs/{run}/{stage}/")
+    ]
+
+
+def test_near_misses_reach_the_judge_and_no_training_split(
+    stack: Stack, server: CraftedServer, run: tuple[str, Path]
+) -> None:
+    run_id, path = run
+    verified = {
+        o.generation.item.id: o for out in _outputs(stack, run_id, "verify") for o in out.verified
+    }
+    assert set(verified) == {i[0] for i in ITEMS}
+    for item_id, o in verified.items():
+        assert o.decision is not None and o.decision.accepted, item_id  # the benchmark passes all
+        assert o.decision.training is not None
+        if item_id in NEAR_MISSES:
+            assert (o.place, o.reason, o.decision.training.accepted) == (
+                "rejected",
+                "near_miss",
+                False,
+            )
+            assert o.decision.near_miss
+            # ANLS credits a near miss with part of a point; relaxed accuracy with all of it.
+            assert (o.decision.score < 1.0) == (o.generation.item.family == "DocVQA")
+        else:
+            assert (o.place, o.promoted_by, o.decision.training.accepted) == (
+                "accepted",
+                "verifier",
+                True,
+            )
+    # Every near miss, and nothing else of the pool, was put to the judge (beside the
+    # calibration probes): the server received each verdict's prompt.
+    judged = {
+        o.generation.item.id: o for out in _outputs(stack, run_id, "judge") for o in out.outcomes
+    }
+    assert {i for i, o in judged.items() if o.verdict is not None} == NEAR_MISSES
+    asked = {r["user"] for r in server.requests(JUDGE)}
+    for item_id in NEAR_MISSES:
+        o = judged[item_id]
+        assert o.verdict is not None and o.place == "rejected" and o.reason == "near_miss"
+        assert o.verdict.prompt in asked
+        assert o.verdict.verdict == ("CORRECT" if item_id == JUDGED_CORRECT else "WRONG")
+    # The export: no near miss in a training split; each in its family's rejected split
+    # with both numbers recorded.
+    ds = datasets.load_dataset(str(path))
+    placed = {
+        qa["id"]: (split, qa) for split, rows in ds.items() for row in rows for qa in row["qa"]
+    }
+    for item_id, family, _, reference, answer in ITEMS:
+        split, qa = placed[item_id]
+        v = qa["verification"]
+        if item_id in NEAR_MISSES:
+            assert split == f"{family}_rejected" and qa["reason"] == "near_miss"
+            assert (qa["answer"], qa["wrong_vlm"]) == (reference, answer)
+            assert v["accepted"] is True and v["training_accepted"] is False
+            assert (
+                v["training_rule"]
+                == {"DocVQA": "anls_exact", "ChartQA": "relaxed_precision"}[family]
+            )
+        else:
+            assert split.startswith(f"{family}_RS_") and qa["promoted_by"] == "verifier"
+            assert v["training_accepted"] is True and json.loads(v["training_constants"])
+    # The run report and the card count the near misses per family.
+    report = json.loads((path / "run_report.json").read_text())
+    assert report["adds_up"]
+    fams = report["families"]
+    assert (fams["DocVQA"]["near_misses"], fams["ChartQA"]["near_misses"]) == (2, 2)
+    assert fams["DocVQA"]["near_misses_promoted"] == fams["ChartQA"]["near_misses_promoted"] == 0
+    assert fams["ChartQA"]["rejected_by_reason"] == {"near_miss": 2}
+    card = (path / "README.md").read_text()
+    assert "## Training acceptance" in card
+    assert "| `anls` | `anls_exact` |" in card and "| `relaxed` | `relaxed_precision` |" in card
+    assert "| DocVQA | 2 | 0 |" in card and "Jane Smith" in card
+
+
+def test_calibration_probes_the_protocols_near_misses(stack: Stack, run: tuple[str, Path]) -> None:
+    run_id, _ = run
+    store = S3Store(stack_settings(stack))
+    shards = json.loads(store.get(f"runs/{run_id}/shards.json"))["shards"]
+    records = [
+        r
+        for shard in shards
+        for r in CalibrationShard.model_validate_json(
+            store.get(calibration_key(run_id, shard))
+        ).records
+    ]
+    kinds = {(r.probe.family, r.probe.kind): r.probe.candidate for r in records}
+    assert ("DocVQA", "letter_changed") in kinds
+    assert kinds.get(("ChartQA", "number_off")) == "10.8"
+    near = [r for r in records if r.probe.kind in NEAR_MISS_KINDS]
+    assert near and all(r.probe.expected == "WRONG" and r.verdict == "WRONG" for r in near)
