@@ -93,6 +93,9 @@ def test_consistent_run_adds_up() -> None:
         "judge_reused": 0,
         "reasoning": {"closed": 1, "absent": 0, "unclosed": 0},
         "accepted_without_reasoning": 0,
+        "near_misses": 0,
+        "near_misses_promoted": 0,
+        "near_miss_examples": [],
     }
     # Records written before the thinking mode and model kinds were stored.
     assert report["thinking_modes"] == {"unrecorded": 6}
