@@ -23,6 +23,7 @@ from rsieve.schemas import ShardOutput
 from rsieve_cli.client import submit, wait_for_run
 from rsieve_cli.local.stack import Stack
 from tests.conftest import stack_settings
+from tests.e2e.cli import run_cli
 from tests.e2e.crafted_server import CraftedServer
 from tests.e2e.scenario import Scenario
 
@@ -175,6 +176,13 @@ def test_near_misses_reach_the_judge_and_no_training_split(
     assert "## Training acceptance" in card
     assert "| `anls` | `anls_exact` |" in card and "| `relaxed` | `relaxed_precision` |" in card
     assert "| DocVQA | 2 | 0 |" in card and "Jane Smith" in card
+    # `rsieve recheck` recomputes both numbers from the published files alone.
+    rechecked = run_cli(stack, "recheck", str(path), "--json")
+    assert rechecked.returncode == 0, rechecked.stdout[-3000:] + rechecked.stderr[-2000:]
+    summary = json.loads(rechecked.stdout)
+    # One decision per qa entry: an accepted item has two, in _RS_think and _RS_nothink.
+    entries = len(NEAR_MISSES) + 2 * (len(ITEMS) - len(NEAR_MISSES))
+    assert summary["agreement"] == 1.0 and summary["decisions"] == entries, summary
 
 
 def test_calibration_probes_the_protocols_near_misses(stack: Stack, run: tuple[str, Path]) -> None:
