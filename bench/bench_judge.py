@@ -469,7 +469,7 @@ def machine() -> dict[str, Any]:
         from bench_pipeline import machine_reference
 
         return machine_reference()
-    except Exception:  # the pipeline bench's imports (the local stack) may be unavailable
+    except Exception:  # noqa: BLE001 - the pipeline bench's imports (the local stack) may be unavailable
         return {"cores": os.cpu_count(), "cpu_model": platform.processor() or "unknown"}
 
 

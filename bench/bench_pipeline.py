@@ -375,7 +375,7 @@ def pipeline_run(stack: Stack, pool: Path, items: int) -> dict[str, Any]:
 
 def verify_pass(stack: Stack, settings: Any, run: str, shards: dict[str, int]) -> float:
     """Seconds for the verify queue to redo every shard of `run`."""
-    import redis  # noqa: TID251 - a benchmark, not the core
+    import redis
 
     from rsieve.adapters.queues import enqueue, make_celery
     from rsieve.adapters.storage import S3Store

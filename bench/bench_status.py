@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_pipeline as bp  # noqa: E402
+import bench_pipeline as bp
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import redis
 from celery import Celery, Task, current_task
@@ -277,7 +277,7 @@ class StageTask(Task):
                 raise
             raise Reject(exc.reason, requeue=True) from exc
 
-    _started: dict[str, float] = {}
+    _started: ClassVar[dict[str, float]] = {}
 
     def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:
         log_context(run=kwargs.get("run"), shard=kwargs.get("shard"), task=self.name)

@@ -38,7 +38,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import redis
 from celery import bootsteps
@@ -180,7 +180,7 @@ class Intake(bootsteps.StartStopStep):
     """Hands the consumer's prefetch (QoS) to the worker's feeder, which takes a shard only
     when its engine share runs short of work (module docstring)."""
 
-    requires = {"celery.worker.consumer.tasks:Tasks"}
+    requires: ClassVar[set[str]] = {"celery.worker.consumer.tasks:Tasks"}
 
     def start(self, c: Any) -> None:
         c.app.rsieve_feeder.attach(c.qos)

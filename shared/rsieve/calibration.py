@@ -49,22 +49,22 @@ from rsieve.schemas import Decision, Outcome
 from rsieve.verify import TrainingPolicy, verify
 
 __all__ = [
-    "hopeless_families",
+    "CALIBRATION_OVERSAMPLING",
     "MASTER_KEYS",
-    "Canary",
-    "canaries",
-    "canary_flips",
     "WRONG_KINDS",
     "Z95",
     "CalibrationRecord",
-    "CALIBRATION_OVERSAMPLING",
     "CalibrationShard",
+    "Canary",
     "Probe",
     "calibration_key",
     "calibration_probes",
     "calibration_rates",
     "calibration_record",
+    "canaries",
+    "canary_flips",
     "hold_back",
+    "hopeless_families",
     "known_wrong",
     "probe_prompt",
     "promotions_listing",
@@ -703,7 +703,7 @@ def render_calibration_markdown(
             "",
         ]
     if not summary:
-        return "\n".join(out + ["No calibration sample was judged.", ""])
+        return "\n".join([*out, "No calibration sample was judged.", ""])
     out += [
         "| family | items | sensitivity | false promotion | by kind (k/n) | "
         "UNSURE (agreement / known-wrong) | failed (agreement / known-wrong) |"
@@ -738,7 +738,7 @@ def render_calibration_markdown(
             + ", ".join(f"{family} {n}" for family, n in reused.items())
             + ".",
         ]
-    return "\n".join(out + [""])
+    return "\n".join([*out, ""])
 
 
 # --- canaries: wrong answers with injection suffixes, where no verdict may flip ----------

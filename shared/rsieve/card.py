@@ -246,8 +246,9 @@ def _verdicts_md(report: dict[str, Any]) -> list[str]:
             f"{causes or '-'} |"
         )
     if not rows:
-        return out + ["No answer reached the judge in this run."]
-    return out + [
+        return [*out, "No answer reached the judge in this run."]
+    return [
+        *out,
         "| family | judged | CORRECT | WRONG | UNSURE | failed | failure causes |",
         "|---|---|---|---|---|---|---|",
         *rows,
@@ -309,7 +310,7 @@ def _sampling_md(report: dict[str, Any]) -> list[str]:
             f"| {_cell(family)} | {s['items']} | {s['samples']} | {s['accepted_at_n']} "
             f"| {s['accepted_at_1']} | {histogram} |"
         )
-    return out + [""]
+    return [*out, ""]
 
 
 def _cost_md(report: dict[str, Any]) -> list[str]:
@@ -318,7 +319,7 @@ def _cost_md(report: dict[str, Any]) -> list[str]:
     out = ["## Cost", ""]
     tokens = report.get("tokens")
     if not tokens:  # a report written before token usage was counted
-        return out + ["Token usage was not recorded for this run."]
+        return [*out, "Token usage was not recorded for this run."]
     out += [
         f"Tokens used by the latest run `{report['run']}`, as the model servers reported "
         "them: one call per answer and per judge verdict, and the judge's calibration "
@@ -397,7 +398,7 @@ def _training_md(settings: dict[str, Any], report: dict[str, Any], used: list[st
         out += [f"- {_cell(f)}: `{r}`" for f, r in sorted(by_family.items())]
     families = {f: r for f, r in report.get("families", {}).items() if r.get("near_misses")}
     if not families:
-        return out + ["", "No near miss in the latest run."]
+        return [*out, "", "No near miss in the latest run."]
     out += [
         "",
         "| family | near misses | promoted by the judge |",
@@ -503,7 +504,7 @@ def render_card(
         ],
         "",
     ]
-    out += _reasoning_md(settings, report) + [""] + _verdicts_md(report)
+    out += [*_reasoning_md(settings, report), "", *_verdicts_md(report)]
     out += [
         "",
         "## Verification protocols",

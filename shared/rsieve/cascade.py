@@ -18,12 +18,12 @@ from rsieve.schemas import Generation, Outcome, Verdict
 from rsieve.verify import TrainingPolicy, verify
 
 __all__ = [
-    "recheck_outcomes",
     "REASON_OF",
-    "rejection_reason",
     "apply_verdict",
     "judge_prompt",
     "needs_judge",
+    "recheck_outcomes",
+    "rejection_reason",
     "verdict_state",
     "verify_generation",
 ]

@@ -48,18 +48,18 @@ __all__ = [
     "PoolAssessment",
     "Provenance",
     "assess_pool",
-    "cleaning_report",
     "clean_item",
-    "family_items",
     "clean_line",
+    "cleaning_report",
+    "family_items",
     "inspect_image",
-    "upload_refusal",
     "line_image_path",
     "parse_line",
     "poisoned_line",
     "pool_image_path",
     "render_cleaning",
     "shard_inputs",
+    "upload_refusal",
 ]
 
 POLICY_VERSION = "clean/2"

@@ -24,8 +24,8 @@ __all__ = [
     "ModelRequest",
     "image_quarantine",
     "poisoned_item",
-    "record_generations",
     "ready_items",
+    "record_generations",
     "sampled",
 ]
 

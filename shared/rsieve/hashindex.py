@@ -141,7 +141,7 @@ def _hashes(data: bytes, crops: tuple[float, ...], max_pixels: int | None) -> li
             return [int(str(imagehash.phash(_crop(img, f), hash_size=8)), 16) for f in crops]
     except ValueError:
         raise
-    except Exception as exc:  # noqa: BLE001 - Pillow raises many types for bad data
+    except Exception as exc:
         raise ValueError(f"cannot decode image: {type(exc).__name__}: {exc}") from exc
 
 

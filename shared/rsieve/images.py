@@ -90,7 +90,7 @@ def prepare_image(data: bytes, *, max_side: int, max_pixels: int) -> PreparedIma
             img.load()
     except ImageError:
         raise
-    except Exception as exc:  # noqa: BLE001 - Pillow raises many types for bad data
+    except Exception as exc:
         raise ImageError(f"cannot decode image: {type(exc).__name__}: {exc}") from exc
     fmt = img.format or ""
     rotated = img.getexif().get(_ORIENTATION, 1) not in (0, 1)

@@ -59,8 +59,8 @@ from rsieve.verify import PROTOCOLS
 
 __all__ = [
     "Candidate",
-    "DupId",
     "DedupOut",
+    "DupId",
     "DupLine",
     "IdRecord",
     "ImageRecord",

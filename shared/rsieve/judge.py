@@ -33,21 +33,21 @@ from rsieve.schemas import VerdictName
 from rsieve.think import CLOSE
 
 __all__ = [
+    "FAILURE_CAUSES",
+    "GUARD_VERSION",
+    "JUDGE_WORDS",
     "MARK_HEX",
     "TEMPLATE",
     "TEMPLATE_SHA256",
     "TEMPLATE_VERSION",
-    "FAILURE_CAUSES",
-    "JUDGE_WORDS",
     "VERDICTS",
     "ParsedVerdict",
     "build_judge_prompt",
     "datamark",
     "guard",
+    "judge_mark",
     "judge_view",
     "numbers_of",
-    "GUARD_VERSION",
-    "judge_mark",
     "parse_verdict",
     "read_verdict",
 ]

@@ -144,7 +144,7 @@ _MARKERS: list[tuple[str, re.Pattern[str], bool]] = [
 
 def _split_markers(
     text: str, marker: re.Pattern[str], need_cue: bool
-) -> tuple[str, dict[str, str]] | None | Literal["ambiguous"]:
+) -> tuple[str, dict[str, str]] | Literal["ambiguous"] | None:
     """(stem, options) when `text` ends in options A, B, .. marked by `marker`."""
     if need_cue:
         cue = _CUE.search(text)

@@ -28,9 +28,9 @@ __all__ = [
     "finish_report",
     "reasoning_form",
     "report_part",
-    "tokens_summed",
     "run_report",
     "token_usage",
+    "tokens_summed",
 ]
 
 UNKNOWN_FAMILY = "(unknown)"

@@ -15,11 +15,10 @@ from rsieve.packs import ImageRef
 
 __all__ = [
     "MODEL_KINDS",
-    "THINKING_MODES",
     "QUARANTINE_REASONS",
     "REJECT_REASONS",
+    "THINKING_MODES",
     "Decision",
-    "TrainingDecision",
     "Generation",
     "Item",
     "Outcome",
@@ -31,6 +30,7 @@ __all__ = [
     "ShardOutput",
     "ShardQuarantine",
     "ShardTask",
+    "TrainingDecision",
     "Verdict",
 ]
 

@@ -91,7 +91,7 @@ def friendly(fn: F) -> F:
             message = f"storage or queue unreachable ({exc}); fix: {STACK_FIX}"
         except (RsieveError, OSError, TimeoutError) as exc:
             message = str(exc) or type(exc).__name__
-        except Exception as exc:  # noqa: BLE001 - redis/botocore connection errors and kin
+        except Exception as exc:
             if type(exc).__module__.split(".")[0] in ("redis", "botocore", "kombu"):
                 message = f"{type(exc).__name__}: {exc}; fix: {STACK_FIX}"
             else:
@@ -678,7 +678,7 @@ def _recheck_folder(folder: Path) -> dict[str, Any]:
     if not shards:
         raise Failure(f"{folder} holds no data/*.parquet", "give the folder `rsieve export` wrote")
     reports: dict[str, dict[str, Any]] = {}
-    for path in sorted((folder / "reports").glob("*.json")) + [folder / "run_report.json"]:
+    for path in [*sorted((folder / "reports").glob("*.json")), folder / "run_report.json"]:
         if path.is_file():
             report = json.loads(path.read_text())
             reports[report.get("run", path.stem)] = report

@@ -73,7 +73,7 @@ def upload(
     with tempfile.TemporaryDirectory(prefix="rsieve-send-") as tmp:
         archive = Path(tmp) / f"{folder.resolve().name or 'pool'}.tar"
         archive_pool(folder, archive)
-        for attempt in range(busy_retries + 1):  # noqa: B007 - `attempt` read after
+        for attempt in range(busy_retries + 1):
             with archive.open("rb") as f:
                 resp = httpx.post(
                     f"{settings.api_url}/runs/upload",

@@ -59,8 +59,19 @@ class Server:
         exe = Path(sys.executable).with_name("transformers")
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
-                [exe, "serve", self.name, "--host", "127.0.0.1", "--port", str(self.port)]
-                + ["--device", "cpu", "--log-level", "info"],
+                [
+                    exe,
+                    "serve",
+                    self.name,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--device",
+                    "cpu",
+                    "--log-level",
+                    "info",
+                ],
                 cwd=self.root,
                 stdout=log,
                 stderr=subprocess.STDOUT,

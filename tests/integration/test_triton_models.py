@@ -284,7 +284,7 @@ def test_rapidocr_with_detection_reads_a_word_on_a_page(
 ) -> None:
     image = render_word("ESPLANADE", canvas=(900, 600))
     text, finish = infer(client, "rapidocr-det", "read it", image)
-    think, answer = split_think(text)
+    _think, answer = split_think(text)
     assert alnum(answer) == "ESPLANADE", text
     assert finish == "stop"
 

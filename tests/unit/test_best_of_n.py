@@ -298,7 +298,7 @@ def test_distinct_never_keeps_two_answers_that_normalise_the_same(tmp_path: Path
         return rng.choice([reference.lower(), f"  {reference} ", reference, reference + "S"])
 
     pool = make_pool(tmp_path / "pool", count=40, protocol="anls")
-    ctx, store, run, _ = pipeline(
+    _ctx, store, _run, _ = pipeline(
         pool,
         StochasticStandIn(0.9, forms),
         samples=8,

@@ -4,6 +4,7 @@ and with the code (service modules, settings fields, paths in the repository).""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import signal
@@ -316,7 +317,7 @@ def test_no_literal_secrets_in_compose(
                 assert VAR_REF.search(value), f"{where} must come from .env (${{...}})"
             check(where, value)
         command = as_list(service.get("command"))
-        for flag, value in zip(command, command[1:], strict=False):
+        for flag, value in itertools.pairwise(command):
             if flag.lstrip("-").lower() in {"requirepass", "masterauth", "password"}:
                 assert VAR_REF.fullmatch(value), f"{name}: {flag} must come from .env"
         for part in command:

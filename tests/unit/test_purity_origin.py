@@ -174,7 +174,7 @@ def test_the_setting_overrides_the_dominant_origin() -> None:
 
 
 def test_the_setting_reaches_assess_pool_and_the_report() -> None:
-    recs, genuine, foreign = _card_pool()
+    recs, genuine, _foreign = _card_pool()
     got = _assess(recs, purity_origins={"TextVQA": ["VQAv2"]})
     assert {ln for ln, (r, _) in got.verdicts.items() if r == "off_task"} == set(genuine)
     assert got.report["policy"]["purity_origins"] == {"TextVQA": ["vqav2"]}
@@ -217,7 +217,7 @@ def test_items_without_origin_fall_back_to_the_form_rules() -> None:
         "template_off": 3,
         "template_on": 3,
     }
-    assert got.exceeded and got.dropped_lines == list(range(25, 31)) + [34, 35, 36]
+    assert got.exceeded and got.dropped_lines == [*list(range(25, 31)), 34, 35, 36]
     # under the threshold the form rules only measure; origin still drops
     got = measure_purity("IIIT5K", "alnum", qs, threshold=0.5, min_items=20, embed=None)
     assert not got.exceeded and got.dropped_lines == list(range(25, 31))

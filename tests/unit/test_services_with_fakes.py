@@ -214,7 +214,7 @@ def test_the_run_id_comes_from_the_pools_content_never_from_its_marker(
 ) -> None:
     from services.api.runs import stored_pool_digest
 
-    context, store, sent, table = ctx
+    context, store, _sent, _table = ctx
     uri = upload_pool(store, ROOT / "examples" / "pool")
     prefix = uri.split("/", 3)[3]
     marker = store.get(prefix + "_complete").decode()
@@ -237,7 +237,7 @@ def test_a_pool_written_without_packs_is_digested_from_its_objects(
 ) -> None:
     from services.api.runs import stored_pool_digest
 
-    context, store, sent, table = ctx
+    context, store, _sent, _table = ctx
     uri = upload_pool(store, ROOT / "examples" / "pool")
     prefix = uri.split("/", 3)[3]
     by_hand = "by-hand/"

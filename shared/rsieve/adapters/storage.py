@@ -104,7 +104,7 @@ class S3Store:
         """boto3's errors as rsieve's (NotFound, Retryable, Permanent), in one place."""
         try:
             yield
-        except Exception as exc:  # noqa: BLE001 - translated
+        except Exception as exc:
             raise _translate(exc, key) from exc
 
     def get(self, key: str) -> bytes:

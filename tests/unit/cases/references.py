@@ -278,26 +278,26 @@ class OfficialVQAEval:
             "!",
         ]
 
-    def processPunctuation(self, inText: str) -> str:  # noqa: N802 (the original's name)
-        outText = inText  # noqa: N806
+    def processPunctuation(self, inText: str) -> str:
+        outText = inText
         for p in self.punct:
             if (p + " " in inText or " " + p in inText) or (
                 re.search(self.commaStrip, inText) is not None
             ):
-                outText = outText.replace(p, "")  # noqa: N806
+                outText = outText.replace(p, "")
             else:
-                outText = outText.replace(p, " ")  # noqa: N806
-        outText = self.periodStrip.sub("", outText, re.UNICODE)  # noqa: N806, B034
+                outText = outText.replace(p, " ")
+        outText = self.periodStrip.sub("", outText, re.UNICODE)
         return outText
 
-    def processDigitArticle(self, inText: str) -> str:  # noqa: N802
-        outText = []  # noqa: N806
-        tempText = inText.lower().split()  # noqa: N806
+    def processDigitArticle(self, inText: str) -> str:
+        outText = []
+        tempText = inText.lower().split()
         for word in tempText:
             word = self.manualMap.setdefault(word, word)
             if word not in self.articles:
                 outText.append(word)
-        for wordId, word in enumerate(outText):  # noqa: N806
+        for wordId, word in enumerate(outText):
             if word in self.contractions:
                 outText[wordId] = self.contractions[word]
         return " ".join(outText)
@@ -306,20 +306,20 @@ class OfficialVQAEval:
         """evaluate()'s body for one question; answers carry answer_id as in the json."""
         gts = {"answers": [{"answer": a, "answer_id": i + 1} for i, a in enumerate(answers)]}
         gts = copy.deepcopy(gts)
-        resAns = res_answer  # noqa: N806
-        resAns = resAns.replace("\n", " ")  # noqa: N806
-        resAns = resAns.replace("\t", " ")  # noqa: N806
-        resAns = resAns.strip()  # noqa: N806
-        resAns = self.processPunctuation(resAns)  # noqa: N806
-        resAns = self.processDigitArticle(resAns)  # noqa: N806
-        gtAcc = []  # noqa: N806
-        gtAnswers = [ans["answer"] for ans in gts["answers"]]  # noqa: N806
+        resAns = res_answer
+        resAns = resAns.replace("\n", " ")
+        resAns = resAns.replace("\t", " ")
+        resAns = resAns.strip()
+        resAns = self.processPunctuation(resAns)
+        resAns = self.processDigitArticle(resAns)
+        gtAcc = []
+        gtAnswers = [ans["answer"] for ans in gts["answers"]]
         if len(set(gtAnswers)) > 1:
-            for ansDic in gts["answers"]:  # noqa: N806
+            for ansDic in gts["answers"]:
                 ansDic["answer"] = self.processPunctuation(ansDic["answer"])
-        for gtAnsDatum in gts["answers"]:  # noqa: N806
-            otherGTAns = [item for item in gts["answers"] if item != gtAnsDatum]  # noqa: N806
-            matchingAns = [item for item in otherGTAns if item["answer"] == resAns]  # noqa
+        for gtAnsDatum in gts["answers"]:
+            otherGTAns = [item for item in gts["answers"] if item != gtAnsDatum]
+            matchingAns = [item for item in otherGTAns if item["answer"] == resAns]
             acc = min(1, float(len(matchingAns)) / 3)
             gtAcc.append(acc)
         return float(sum(gtAcc)) / len(gtAcc)

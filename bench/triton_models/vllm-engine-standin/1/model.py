@@ -433,7 +433,7 @@ class TritonPythonModel:
         for item in pending:  # unloaded mid-generation: vLLM's word for it is "abort"
             try:
                 self._send(item, 0, finish="abort")
-            except Exception:  # noqa: BLE001, S110 - the client may be gone already
+            except Exception:  # noqa: BLE001 - the client may be gone already
                 pass
         self._metrics.clear()  # each Metric before its MetricFamily, as Triton requires
         self._families.clear()

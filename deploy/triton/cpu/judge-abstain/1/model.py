@@ -44,7 +44,7 @@ class TritonPythonModel:
         for request in requests:
             try:
                 responses.append(self._answer(request))
-            except Exception as exc:  # one failing request must not fail the batch
+            except Exception as exc:  # noqa: BLE001 - one failing request must not fail the batch
                 error = pb_utils.TritonError(f"{type(exc).__name__}: {exc}")
                 responses.append(pb_utils.InferenceResponse(output_tensors=[], error=error))
         return responses

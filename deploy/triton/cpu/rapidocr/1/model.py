@@ -156,7 +156,7 @@ class TritonPythonModel:
             except RequestError as exc:
                 error = pb_utils.TritonError(str(exc))
                 responses.append(pb_utils.InferenceResponse(output_tensors=[], error=error))
-            except Exception as exc:  # one failing request must not fail the batch
+            except Exception as exc:  # noqa: BLE001 - one failing request must not fail the batch
                 self.logger.log_error(f"rapidocr: request failed: {exc!r}")
                 responses.append(
                     pb_utils.InferenceResponse(

@@ -154,7 +154,7 @@ class TritonPythonModel:
             text = self.processor.apply_chat_template(
                 [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
             )
-        head, sep, tail = text.rpartition(OPEN)
+        _head, sep, tail = text.rpartition(OPEN)
         prefix = sep + tail if sep and not tail.strip() else ""
         return text, prefix
 
