@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help run test bench bench-scale test-unit lint stack-up stack-down example-pool clean
+.PHONY: help run test test-fast bench bench-scale test-unit lint stack-up stack-down example-pool clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -40,7 +40,10 @@ bench: $(STAMP) ## performance suite (about 9 min): prints tables, writes bench/
 bench-scale: $(STAMP) ## pipeline cost against pool size (20,000 and 200,000 items): writes bench/scale.json
 	$(PY) bench/bench_scale.py
 
-test-unit: $(STAMP) ## the core's tests only (seconds, no services)
+test-fast: $(STAMP) ## the tests that start no service and run no model (the edit-test loop, about a minute)
+	$(PY) -m pytest -q -m "not (stack or triton or model or deploy or browser)"
+
+test-unit: $(STAMP) ## tests/unit only (a minute; includes kubectl, TRL and tiny-model tests)
 	$(PY) -m pytest -q tests/unit
 
 lint: $(STAMP) ## ruff (rules, banned imports, format) and mypy (pydantic plugin) on the core and the services

@@ -35,6 +35,48 @@ TRITON_MODELS = {
 }
 
 
+# The suite's tiers: what a test needs beyond Python. `make test-fast` runs the tests with
+# none of them (the edit-test loop, no service started); `make test` runs everything.
+TIERS = {
+    "stack": "starts the real local stack (Redis, SeaweedFS, Triton, the workers, the API)",
+    "triton": "starts a Triton server of its own",
+    "model": "runs a real model (SmolLM2, Qwen, a tiny VLM, transformers serve, TRL)",
+    "deploy": "runs kubectl (kustomize) or docker on the deployment files",
+    "browser": "drives Chromium",
+}
+# By module, where the module as a whole needs the tier (tests/e2e is `stack` by folder).
+_TIER_MODULES = {
+    "test_compose_s3": ("stack",),
+    "test_engine_standin": ("triton",),
+    "test_generator_models": ("triton", "model"),
+    "test_judge_qwen_stack": ("model",),
+    "test_judge_real_smollm2": ("triton", "model"),
+    "test_judge_smollm2": ("triton", "model"),
+    "test_triton_models": ("triton",),
+    "test_k8s_engines": ("deploy",),
+    "test_k8s_manifests": ("deploy",),
+    "test_k8s_watch": ("deploy",),
+    "test_models_chat": ("model",),
+    "test_trainer_collation": ("model",),
+    "test_review_page": ("stack", "browser"),
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, meaning in TIERS.items():
+        config.addinivalue_line("markers", f"{name}: {meaning}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.path
+        tiers = set(_TIER_MODULES.get(path.stem, ()))
+        if "e2e" in path.parts or "start_stack" in getattr(item, "fixturenames", ()):
+            tiers.add("stack")
+        for tier in sorted(tiers):
+            item.add_marker(getattr(pytest.mark, tier))
+
+
 def triton_model_env(models: Iterable[str]) -> dict[str, str]:
     """The environment Triton needs for ``models`` beyond the defaults: the SmolLM2 judge's
     checkpoint folder (prepared once, cached in var/models) when judge-smollm2 is among them.
