@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -21,6 +21,11 @@ from rich.table import Table
 
 from rsieve.errors import NotFoundError, RetryableError, RsieveError
 from rsieve.schemas import STAGES
+
+if TYPE_CHECKING:  # imported where used: the command line starts without them
+    from rsieve.settings import Settings
+    from rsieve_cli.local.stack import Stack
+    from services.common import Context
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False)
 stack_app = typer.Typer(help="The local stack (Redis, SeaweedFS, Triton, workers, API).")
@@ -32,7 +37,7 @@ app.add_typer(evalset_app, name="evalset")
 console = Console(stderr=True)
 
 
-def _stack():
+def _stack() -> Stack:
     from rsieve_cli.local.stack import Stack, StackConfig
 
     state = Path(os.environ.get("RSIEVE_STACK_DIR", "var/stack")).resolve()
@@ -42,7 +47,7 @@ def _stack():
     return Stack(StackConfig(state_dir=state))
 
 
-def _settings():
+def _settings() -> Settings:
     """Settings for the local stack when one was started here, else from RSIEVE_* env."""
     from rsieve.settings import Settings
 
@@ -53,7 +58,7 @@ def _settings():
     return Settings()
 
 
-def _context():
+def _context() -> Context:
     from services.common import bootstrap
 
     return bootstrap(_settings())
