@@ -49,7 +49,7 @@ def _tiny_gguf(path: Path, name: str) -> None:
 def test_a_gguf_that_is_not_the_pinned_model_is_refused(tmp_path: Path) -> None:
     other = tmp_path / "other.gguf"
     _tiny_gguf(other, "Some Other Model")
-    with pytest.raises(checkpoints.ModelRefused, match="general.name"):
+    with pytest.raises(checkpoints.ModelRefused, match=r"general\.name"):
         checkpoints.check_gguf_metadata(other)
 
 
@@ -107,3 +107,67 @@ def test_the_real_judge_server_answers_a_verdict(tmp_path: Path) -> None:
         assert key not in log.read_text()  # the key is never on the command line or logged
     finally:
         processes.stop(proc)
+
+
+def _wait_warm(log: Path, timeout: float = 180.0) -> str:
+    """The launcher's warm-up line, once written: how the slots got the shared part."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in log.read_text(errors="replace").splitlines():
+            if "cached in every slot" in line:
+                return line
+        time.sleep(0.2)
+    raise AssertionError(f"no warm-up line in {log}:\n{log.read_text()[-2000:]}")
+
+
+def test_a_second_start_restores_the_warmed_slots_from_disk(tmp_path: Path) -> None:
+    """The first start reads the template's shared part once and saves the slot; the next
+    start restores it into every slot; a verdict then reads only its own item."""
+    model, kv = checkpoints.qwen_judge_gguf(), tmp_path / "kv"
+    lines, timings = [], {}
+    for start in range(2):
+        port, key = processes.free_port(), "k" * 32
+        log = tmp_path / f"judge-server-{start}.log"
+        proc = processes.start_llama_judge(
+            model=model,
+            alias=QWEN_JUDGE_MODEL,
+            port=port,
+            api_key=key,
+            log=log,
+            parallel=2,
+            kv_dir=kv,
+        )
+        try:
+            processes.wait_llama_judge(port, key, QWEN_JUDGE_MODEL, 120, proc=proc, log=log)
+            lines.append(_wait_warm(log))
+            if start == 1:
+                prompt = build_judge_prompt("What word?", ["WORLD"], "world")
+                r = httpx.post(
+                    f"http://127.0.0.1:{port}/v1/chat/completions",
+                    json={
+                        "model": QWEN_JUDGE_MODEL,
+                        "messages": [{"role": "user", "content": prompt}],
+                        "temperature": 0,
+                        "max_tokens": 16,
+                    },
+                    headers={"Authorization": f"Bearer {key}"},
+                    timeout=120,
+                )
+                r.raise_for_status()
+                reply = r.json()
+                timings = reply.get("timings") or {}
+                choice = reply["choices"][0]
+                assert (
+                    read_verdict(choice["message"]["content"], choice["finish_reason"]).verdict
+                    == "CORRECT"
+                )
+                prompt_tokens = reply["usage"]["prompt_tokens"]
+        finally:
+            processes.stop(proc)
+    assert "read once, saved" in lines[0] and "restored from disk" in lines[1], lines
+    [saved] = list(kv.iterdir())
+    assert saved.name.startswith("judge-prefix-") and saved.stat().st_size > 1_000_000
+    # Only the item's own tokens were read: the shared part came from the restored slot.
+    assert 0 < timings["prompt_n"] < prompt_tokens / 3, (timings, prompt_tokens)

@@ -44,6 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     # Read the judge template's shared part into every slot once the model is loaded, while
     # the rest of the stack starts, so the first verdicts pay only for their own data.
     parser.add_argument("--no-warm", dest="warm", action="store_false")
+    # Where the slots' state after the warm-up is kept between starts (llama.cpp's slot
+    # save / restore): a later start restores the shared part into every slot from disk
+    # (milliseconds) instead of reading it again (seconds of both cores per slot). The file
+    # is named by what decides its content (see _prefix_file); absent: no file, as before.
+    parser.add_argument("--kv-dir", default="")
     args = parser.parse_args(argv)
 
     import xllamacpp as xlc
@@ -66,6 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     key = os.environ.get(API_KEY_ENV, "")
     if key:
         params.api_keys = [key]
+    prefix_file = ""
+    if args.kv_dir:
+        os.makedirs(args.kv_dir, exist_ok=True)
+        params.slot_save_path = os.path.join(args.kv_dir, "")  # llama.cpp appends the name
+        prefix_file = _prefix_file(args.model, args.ctx_per_slot, xlc)
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -80,7 +90,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.warm:
         threading.Thread(
             target=_warm,
-            args=(server.listening_address, args.alias, key, args.parallel),
+            args=(
+                server.listening_address,
+                args.alias,
+                key,
+                args.parallel,
+                prefix_file,
+                args.kv_dir,
+            ),
             daemon=True,
         ).start()
     stop.wait()
@@ -88,37 +105,87 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _warm(address: str, alias: str, key: str, slots: int) -> None:
-    """One request per slot holding the judge template's shared part (the prompt of an
-    empty item), answered with one token: the slots' prompt caches then hold it."""
+def _prefix_file(model: str, ctx_per_slot: int, xlc: object) -> str:
+    """The slot-state file's name: a hash of what decides its bytes (the GGUF by path,
+    size and modification time; the prompt the warm-up sends; the slot's context; the
+    llama.cpp build), so a changed model, template or runtime never restores stale state."""
+    import hashlib
+    import json
+
+    from rsieve.judge import build_judge_prompt
+
+    stat = os.stat(model)
+    decided = json.dumps(
+        [
+            os.path.realpath(model),
+            stat.st_size,
+            stat.st_mtime_ns,
+            build_judge_prompt("", [""], ""),
+            ctx_per_slot,
+            getattr(xlc, "__version__", ""),
+        ]
+    )
+    return f"judge-prefix-{hashlib.sha256(decided.encode()).hexdigest()[:24]}.bin"
+
+
+def _warm(
+    address: str, alias: str, key: str, slots: int, prefix_file: str = "", kv_dir: str = ""
+) -> None:
+    """Every slot's prompt cache holding the judge template's shared part (the prompt of
+    an empty item): restored from `prefix_file` where an earlier start saved it; else one
+    slot reads it (a one-token request) and is saved, and the other slots restore it."""
     import json
     import urllib.request
     from concurrent.futures import ThreadPoolExecutor
 
     from rsieve.judge import build_judge_prompt
 
-    body = json.dumps(
-        {
-            "model": alias,
-            "messages": [{"role": "user", "content": build_judge_prompt("", [""], "")}],
-            "max_tokens": 1,
-            "temperature": 0,
-        }
-    ).encode()
+    started = time.monotonic()
     headers = {"Content-Type": "application/json"} | (
         {"Authorization": f"Bearer {key}"} if key else {}
     )
 
-    def one(_: int) -> None:
-        request = urllib.request.Request(f"{address}/v1/chat/completions", body, headers)
+    def post(path: str, payload: dict[str, object]) -> bool:
+        request = urllib.request.Request(f"{address}{path}", json.dumps(payload).encode(), headers)
         try:
             urllib.request.urlopen(request, timeout=300).read()
+            return True
         except OSError as exc:  # a warm-up that fails costs time later, nothing else
-            print(f"llama_judge: warm-up failed: {exc}", flush=True)
+            print(f"llama_judge: warm-up step {path} failed: {exc}", flush=True)
+            return False
 
-    with ThreadPoolExecutor(slots) as pool:
-        list(pool.map(one, range(slots)))
-    print("llama_judge: the judge template's shared part is cached in every slot", flush=True)
+    def read(slot: int) -> bool:
+        return post(
+            "/v1/chat/completions",
+            {
+                "model": alias,
+                "messages": [{"role": "user", "content": build_judge_prompt("", [""], "")}],
+                "max_tokens": 1,
+                "temperature": 0,
+                "id_slot": slot,  # llama.cpp's own field: this slot, not the least used
+            },
+        )
+
+    def restore(slot: int) -> bool:
+        return post(f"/slots/{slot}?action=restore", {"filename": prefix_file})
+
+    how = "read"
+    saved = bool(prefix_file) and os.path.isfile(os.path.join(kv_dir, prefix_file))
+    if saved and all(restore(i) for i in range(slots)):
+        how = "restored from disk"
+    elif prefix_file and read(0) and post("/slots/0?action=save", {"filename": prefix_file}):
+        with ThreadPoolExecutor(slots) as pool:
+            if not all(pool.map(restore, range(1, slots))):
+                list(pool.map(read, range(1, slots)))
+        how = "read once, saved"
+    else:
+        with ThreadPoolExecutor(slots) as pool:
+            list(pool.map(read, range(slots)))
+    print(
+        f"llama_judge: the judge template's shared part is cached in every slot ({how}, "
+        f"{time.monotonic() - started:.1f} s)",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -42,18 +42,18 @@ HOST = "127.0.0.1"
 
 __all__ = [
     "HOST",
-    "free_port",
-    "start_redis",
-    "wait_redis",
-    "start_s3",
-    "wait_s3",
-    "s3_ports",
-    "triton_paths",
-    "triton_env",
     "SITE_PACKAGES_ENV",
+    "free_port",
+    "s3_ports",
+    "start_redis",
+    "start_s3",
     "start_triton",
-    "wait_triton",
     "stop",
+    "triton_env",
+    "triton_paths",
+    "wait_redis",
+    "wait_s3",
+    "wait_triton",
 ]
 
 
@@ -581,10 +581,18 @@ def wait_triton(
 
 
 def start_llama_judge(
-    *, model: Path, alias: str, port: int, api_key: str, log: Path, parallel: int = 4
+    *,
+    model: Path,
+    alias: str,
+    port: int,
+    api_key: str,
+    log: Path,
+    parallel: int = 4,
+    kv_dir: Path | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start llama.cpp's server (rsieve_cli.local.llama_judge) for the judge GGUF on
-    127.0.0.1:``port``, requiring ``api_key`` (passed in the environment, not argv)."""
+    127.0.0.1:``port``, requiring ``api_key`` (passed in the environment, not argv);
+    ``kv_dir``: where the slots' warmed-up state is kept between starts."""
     cmd = [
         sys.executable, "-m", "rsieve_cli.local.llama_judge",
         "--model", str(model),
@@ -593,6 +601,8 @@ def start_llama_judge(
         "--port", str(port),
         "--parallel", str(parallel),
     ]  # fmt: skip
+    if kv_dir is not None:
+        cmd += ["--kv-dir", str(kv_dir)]
     from rsieve_cli.local.llama_judge import API_KEY_ENV
 
     return _popen(cmd, log=log, env={**os.environ, API_KEY_ENV: api_key})

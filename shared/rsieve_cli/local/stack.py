@@ -298,6 +298,9 @@ class Stack:
                 api_key=c.judge_key,
                 log=self.logs / "judge-server.log",
                 parallel=QWEN_PARALLEL,
+                # Beside the model, not in the stack's state: a new stack on this machine
+                # restores the warmed-up slots instead of reading the template again.
+                kv_dir=MODELS_DIR / "judge-kv",
             )
             self._record("judge-server", judge_proc)
         if self.pid("triton") is None:
