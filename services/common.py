@@ -20,13 +20,13 @@ from celery import Celery, Task, current_task
 from celery.exceptions import Reject
 from kombu.exceptions import OperationalError
 
+from rsieve import keys
 from rsieve.adapters.gate import EngineGate
 from rsieve.adapters.metrics import JsonFormatter, RedisMetrics, log_context
 from rsieve.adapters.model import Model, open_model
 from rsieve.adapters.queues import enqueue, make_celery
 from rsieve.adapters.storage import ObjectStore, S3Store, read_images
 from rsieve.audit import plan_reconcile
-from rsieve.decontam import EVALSET_PREFIX
 from rsieve.errors import NotFoundError, RetryableError
 from rsieve.generation import AsyncModel, ModelInfo
 from rsieve.schemas import STAGES, Item, Quarantined, RunSpec, ShardOutput, ShardQuarantine
@@ -126,11 +126,9 @@ class Context:
         their content's sha256 when there are any (adding or changing a set makes the next
         submission of a pool a new run)."""
         sets = {
-            key[len(EVALSET_PREFIX) : -len(".json")]: hashlib.sha256(
-                self.store.get(key)
-            ).hexdigest()
-            for key in self.store.list(EVALSET_PREFIX)
-            if key.endswith(".json")
+            name: hashlib.sha256(self.store.get(key)).hexdigest()
+            for key in self.store.list(keys.EVALSETS_PREFIX)
+            if (name := keys.evalset_name(key)) is not None
         }
         return (settings or self.settings).fingerprint() | ({"evalsets": sets} if sets else {})
 
@@ -141,7 +139,7 @@ class Context:
         three times)."""
         spec = self._specs.get(run)
         if spec is None:
-            spec = RunSpec.model_validate_json(self.store.get(f"runs/{run}/run.json"))
+            spec = RunSpec.model_validate_json(self.store.get(keys.run_spec(run)))
             if len(self._specs) >= SPECS_KEPT:
                 self._specs.clear()
             self._specs[run] = spec
@@ -159,27 +157,24 @@ class Context:
             )
         return self._run_settings[run]
 
-    def output_key(self, run: str, stage: str, shard: str) -> str:
-        return f"runs/{run}/{stage}/{shard}.json"
-
     def load(self, run: str, stage: str, shard: str) -> ShardOutput:
-        return ShardOutput.model_validate_json(self.store.get(self.output_key(run, stage, shard)))
+        return ShardOutput.model_validate_json(self.store.get(keys.stage_output(run, stage, shard)))
 
     def quarantined(self, run: str, stage: str, shard: str) -> list[Quarantined]:
         """A stored output's quarantine alone (its items are not validated)."""
-        raw = self.store.get(self.output_key(run, stage, shard))
+        raw = self.store.get(keys.stage_output(run, stage, shard))
         return list(ShardQuarantine.model_validate_json(raw).quarantined)
 
     def save(self, out: ShardOutput) -> None:
         self.store.put(
-            self.output_key(out.run, out.stage, out.shard),
+            keys.stage_output(out.run, out.stage, out.shard),
             out.model_dump_json().encode(),
             content_type="application/json",
         )
         _observe_shard(self, out)
 
     def done(self, run: str, stage: str, shard: str) -> bool:
-        return self.store.exists(self.output_key(run, stage, shard))
+        return self.store.exists(keys.stage_output(run, stage, shard))
 
     def next(self, task: str, **kwargs: Any) -> None:
         self.send(task, kwargs)
@@ -211,12 +206,12 @@ class Context:
 
     def shard_index(self, run: str) -> dict[str, Any] | None:
         try:
-            return dict(json.loads(self.store.get(f"runs/{run}/shards.json")))
+            return dict(json.loads(self.store.get(keys.shards(run))))
         except NotFoundError:
             return None
 
     def stored_shards(self, run: str, stage: str) -> set[str]:
-        prefix = f"runs/{run}/{stage}/"
+        prefix = keys.stage_prefix(run, stage)
         return {k[len(prefix) :].removesuffix(".json") for k in self.store.list(prefix)}
 
     def load_run(self, run: str) -> tuple[dict[str, Any] | None, dict[str, dict[str, ShardOutput]]]:
@@ -233,7 +228,7 @@ class Context:
     def compacted(self, run: str) -> bool:
         spec = self.spec(run)
         try:
-            manifest = json.loads(self.store.get(f"datasets/{spec.dataset}/manifest.json"))
+            manifest = json.loads(self.store.get(keys.manifest(spec.dataset)))
         except NotFoundError:
             return False
         return run in manifest.get("runs", [])

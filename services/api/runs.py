@@ -22,6 +22,7 @@ from typing import Any, Literal
 from fastapi import HTTPException
 from pydantic import ValidationError
 
+from rsieve import keys
 from rsieve.adapters.exports import run_file_key, run_manifest
 from rsieve.adapters.metrics import progress
 from rsieve.adapters.pools import upload_pool
@@ -31,12 +32,11 @@ from rsieve.packs import INDEX as PACK_INDEX
 from rsieve.packs import INDEX_BUCKETS, ImageRef, PackIndex, index_bucket_key
 from rsieve.sampling import dataset_conflict
 from rsieve.schemas import DATASET_PATTERN, STAGES, Outcome, RunSpec, ShardOutput
-from rsieve.submission import REFUSED, digest_of, run_id
+from rsieve.submission import ITEMS, REFUSED, digest_of, run_id
 from rsieve.verify import protocol_versions
+from rsieve.watch import COMPLETE
 from services.api.models import StageProgress
 from services.common import Context
-
-INDEX = "index/runs/"  # index/runs/<run>.json: one small object per submitted run
 
 
 def submit(
@@ -53,15 +53,13 @@ def submit(
     bucket, prefix = parse_s3_uri(pool_uri)
     if bucket != ctx.settings.s3_bucket or not prefix.endswith("/"):
         raise HTTPException(422, f"pool_uri must be s3://{ctx.settings.s3_bucket}/<prefix>/")
-    if not ctx.store.exists(f"{prefix}_complete"):
+    if not ctx.store.exists(prefix + COMPLETE):
         raise HTTPException(404, "pool upload is not complete (no _complete marker)")
     pool_sha = stored_pool_digest(ctx, prefix)
     fingerprint = ctx.fingerprint(settings)
     run = run_id(pool_sha, dataset, fingerprint, protocol_versions())
-    spec_key = f"runs/{run}/run.json"
-    conflict = dataset_conflict(
-        ctx.load_json(f"datasets/{dataset}/manifest.json"), settings.samples
-    )
+    spec_key = keys.run_spec(run)
+    conflict = dataset_conflict(ctx.load_json(keys.manifest(dataset)), settings.samples)
     if conflict:
         raise HTTPException(409, conflict)
     if not ctx.store.exists(spec_key):
@@ -75,7 +73,7 @@ def submit(
         )
         ctx.store.put(spec_key, spec.model_dump_json(indent=1).encode())
         ctx.store.put(
-            f"{INDEX}{run}.json",
+            keys.run_index(run),
             json.dumps(
                 {"run": run, "dataset": dataset, "pool_uri": pool_uri, "submitted_at": time.time()}
             ).encode(),
@@ -96,7 +94,7 @@ def stored_pool_digest(ctx: Context, prefix: str) -> str:
     and a large pool's index is read bucket by bucket (the buckets ingest's join reads),
     each bucket sorted to a temporary file and the files merged in name order."""
     store = ctx.store
-    items_sha = _streamed_sha256(ctx, f"{prefix}items.jsonl")
+    items_sha = _streamed_sha256(ctx, prefix + ITEMS)
     refused = _streamed_sha256(ctx, prefix + REFUSED) if store.exists(prefix + REFUSED) else None
     if store.exists(prefix + index_bucket_key(0)):
         with tempfile.TemporaryDirectory(prefix="rsieve-digest-") as tmp:
@@ -105,7 +103,7 @@ def stored_pool_digest(ctx: Context, prefix: str) -> str:
         index = PackIndex.model_validate_json(store.get(prefix + PACK_INDEX))
         files = {path: ref.sha256 for path, ref in index.images.items()}
     except NotFoundError:
-        skip = {"items.jsonl", REFUSED, "_complete"}
+        skip = {ITEMS, REFUSED, COMPLETE}
         files = {
             key[len(prefix) :]: hashlib.sha256(store.get(key)).hexdigest()
             for key in store.list(prefix)
@@ -213,21 +211,21 @@ def spec(ctx: Context, run: str) -> RunSpec:
     if not RUN_PATTERN.match(run):
         raise HTTPException(404, f"no run {run!r}")
     try:
-        return RunSpec.model_validate_json(_write_once(ctx, f"runs/{run}/run.json"))
+        return RunSpec.model_validate_json(_write_once(ctx, keys.run_spec(run)))
     except NotFoundError:
         raise HTTPException(404, f"no run {run!r}") from None
 
 
 def shard_index(ctx: Context, run: str) -> dict[str, Any] | None:
     try:
-        return dict(json.loads(_write_once(ctx, f"runs/{run}/shards.json")))
+        return dict(json.loads(_write_once(ctx, keys.shards(run))))
     except NotFoundError:
         return None
 
 
 def index_entry(ctx: Context, run: str) -> dict[str, Any] | None:
     try:
-        return dict(json.loads(_write_once(ctx, f"{INDEX}{run}.json")))
+        return dict(json.loads(_write_once(ctx, keys.run_index(run))))
     except NotFoundError:
         return None
 
@@ -328,13 +326,9 @@ _CACHE: dict[tuple[str, int], list[dict[str, Any]]] = {}
 _IMAGES: dict[str, dict[str, ImageRef]] = {}  # run -> sha256 -> where, beside _CACHE
 
 
-def review_key(run: str, item_id: str) -> str:
-    return f"runs/{run}/reviews/{hashlib.sha256(item_id.encode()).hexdigest()}.json"
-
-
 def reviews(ctx: Context, run: str) -> dict[str, dict[str, Any]]:
     found = {}
-    for key in ctx.store.list(f"runs/{run}/reviews/"):
+    for key in ctx.store.list(keys.reviews_prefix(run)):
         r = json.loads(ctx.store.get(key))
         found[r["item_id"]] = r
     return found

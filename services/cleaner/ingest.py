@@ -3,9 +3,9 @@ what each round's task reads and writes. `rsieve.ingest` (tasks.py) plans the ru
 sends each round's tasks once the round before is stored; each `rsieve.ingest_part`
 task runs one step here for one range or partition.
 
-Storage, under runs/<run>/ingest/: `plan.json`; `<kind>/<to>/<from>.json`, the records
-one task hands the tasks of the next rounds (`to`: the range or partition that reads
-them); `done/<round>/<part>.json`, written last by each task, with its summary."""
+Storage (rsieve.keys), under runs/<run>/ingest/: `plan.json`; `<kind>/<to>/<from>.json`,
+the records one task hands the tasks of the next rounds (`to`: the range or partition that
+reads them); `done/<round>/<part>.json`, written last by each task, with its summary."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 from pydantic import BaseModel, TypeAdapter
 
+from rsieve import keys
 from rsieve.adapters.embedder import load_embedder
 from rsieve.cleaning import cleaning_report, family_items, line_image_path
 from rsieve.decontam import screen_summary
@@ -45,7 +46,7 @@ from rsieve.ingestion import (
 )
 from rsieve.packs import INDEX, INDEX_BUCKETS, ImageRef, index_bucket_key
 from rsieve.provenance import verify_source
-from rsieve.submission import REFUSED
+from rsieve.submission import ITEMS, REFUSED
 from services.cleaner.screen import load_screen
 from services.cleaner.sources import pack_index, resolver
 from services.common import Context
@@ -76,10 +77,10 @@ def pool_key(ctx: Context, run: str) -> str:
 def plan(ctx: Context, run: str) -> IngestPlan:
     """The run's plan: stored, or made by streaming the pool file once (and stored when
     the pool needs more than one range)."""
-    key = f"runs/{run}/ingest/plan.json"
+    key = keys.ingest_plan(run)
     if ctx.store.exists(key):
         return IngestPlan.model_validate_json(ctx.store.get(key))
-    items = pool_key(ctx, run) + "items.jsonl"
+    items = pool_key(ctx, run) + ITEMS
     size = ctx.store.size(items) or 0
 
     def chunks() -> Iterator[bytes]:
@@ -99,7 +100,7 @@ def packs(ctx: Context, run: str) -> None:
     prefix = pool_key(ctx, run)
     if ctx.store.exists(prefix + INDEX):
         return
-    lines = range_lines(ctx.store.get(prefix + "items.jsonl"), 1)
+    lines = range_lines(ctx.store.get(prefix + ITEMS), 1)
     paths = [p for pl, _ in lines if (p := line_image_path(pl)) is not None]
     pack_index(ctx, prefix, list(dict.fromkeys(paths)))
 
@@ -114,12 +115,8 @@ def first_send(ctx: Context, run: str, round_: str) -> bool:
 
 
 def missing(ctx: Context, run: str, round_: str, total: int) -> list[int]:
-    done = set(ctx.store.list(f"runs/{run}/ingest/done/{round_}/"))
-    return [p for p in range(total) if _done_key(run, round_, p) not in done]
-
-
-def _done_key(run: str, round_: str, part: int) -> str:
-    return f"runs/{run}/ingest/done/{round_}/{part:05d}.json"
+    done = set(ctx.store.list(keys.ingest_done_prefix(run, round_)))
+    return [p for p in range(total) if keys.ingest_done(run, round_, p) not in done]
 
 
 @functools.cache
@@ -133,19 +130,19 @@ def _put(
     """Records for the tasks that read them: one JSON array per reader."""
     for dest, records in sorted(by_dest.items()):
         data = _records(type(records[0])).dump_json(list(records))
-        ctx.store.put(f"runs/{run}/ingest/{kind}/{dest:05d}/{src}.json", data)
+        ctx.store.put(keys.ingest_part(run, kind, dest, src), data)
 
 
 def _read(ctx: Context, run: str, kind: str, dest: int, model: type[M]) -> list[M]:
     out: list[M] = []
-    for key in sorted(ctx.store.list(f"runs/{run}/ingest/{kind}/{dest:05d}/")):
+    for key in sorted(ctx.store.list(keys.ingest_part_prefix(run, kind, dest))):
         out.extend(_records(model).validate_json(ctx.store.get(key)))
     return out
 
 
 def _range_bytes(ctx: Context, run: str, the_plan: IngestPlan, part: int) -> bytes:
     r = the_plan.ranges[part]
-    return ctx.store.get_range(pool_key(ctx, run) + "items.jsonl", r.start, r.end)
+    return ctx.store.get_range(pool_key(ctx, run) + ITEMS, r.start, r.end)
 
 
 def _pack_refs(
@@ -174,7 +171,7 @@ def step(ctx: Context, run: str, the_plan: IngestPlan, round_: str, part: int) -
     if round_ not in _STEPS:
         raise ValueError(f"no ingest round {round_!r}")
     summary = _STEPS[round_](ctx, run, the_plan, part)
-    ctx.store.put(_done_key(run, round_, part), json.dumps(summary).encode())
+    ctx.store.put(keys.ingest_done(run, round_, part), json.dumps(summary).encode())
 
 
 def _map(ctx: Context, run: str, the_plan: IngestPlan, part: int) -> dict[str, Any]:
@@ -269,8 +266,7 @@ def _apply(ctx: Context, run: str, the_plan: IngestPlan, part: int) -> dict[str,
         verdicts=_read(ctx, run, "verdicts", part, LineVerdict),
         rules=_read(ctx, run, "rules", part, LineRule),
     ):
-        key = f"runs/{run}/input/{shard_in.shard}.json"
-        ctx.store.put(key, shard_in.model_dump_json().encode())
+        ctx.store.put(keys.shard_input(run, shard_in.shard), shard_in.model_dump_json().encode())
     return {}
 
 
@@ -293,7 +289,7 @@ def lazy_embed(texts: Sequence[str]) -> np.ndarray:
 
 def report(ctx: Context, run: str, the_plan: IngestPlan) -> None:
     """runs/<run>/cleaning.json from the exact, screen and purity summaries (once)."""
-    key = f"runs/{run}/cleaning.json"
+    key = keys.cleaning(run)
     if ctx.store.exists(key):
         return
     s, k = ctx.settings, the_plan.partitions
@@ -302,15 +298,15 @@ def report(ctx: Context, run: str, the_plan: IngestPlan) -> None:
     families: dict[str, Any] = {}
     screen: dict[str, Any] = {}
     for part in range(k):
-        exact = json.loads(ctx.store.get(_done_key(run, "exact", part)))
-        d = json.loads(ctx.store.get(_done_key(run, "screen", part)))
+        exact = json.loads(ctx.store.get(keys.ingest_done(run, "exact", part)))
+        d = json.loads(ctx.store.get(keys.ingest_done(run, "screen", part)))
         for counts in (exact["duplicates"], d["duplicates"]):
             for family, n in counts.items():
                 duplicates[family] = duplicates.get(family, 0) + n
         for name, n in d["evalsets"].items():
             evalsets[name] = evalsets.get(name, 0) + n
         screen = d["screen"]
-        families |= json.loads(ctx.store.get(_done_key(run, "purity", part)))["families"]
+        families |= json.loads(ctx.store.get(keys.ingest_done(run, "purity", part)))["families"]
     out = cleaning_report(
         families,
         duplicates,
@@ -341,6 +337,6 @@ def commit(ctx: Context, run: str, the_plan: IngestPlan) -> None:
         "blank_lines": the_plan.blank_lines,
         # Items per family (cleaning.json, written by `report` before the apply round),
         # for the judge's calibration rates (docs/judge.md).
-        "families": family_items(ctx.load_json(f"runs/{run}/cleaning.json") or {}),
+        "families": family_items(ctx.load_json(keys.cleaning(run)) or {}),
     }
-    ctx.store.put(f"runs/{run}/shards.json", json.dumps(index).encode())  # commit point
+    ctx.store.put(keys.shards(run), json.dumps(index).encode())  # commit point

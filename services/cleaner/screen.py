@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from rsieve.decontam import EVALSET_PREFIX, EvalSet, Screen
+from rsieve import keys
+from rsieve.decontam import EvalSet, Screen
 from services.common import Context
 
 
@@ -18,15 +19,13 @@ def load_screen(
 ) -> Screen:
     store, s = ctx.store, ctx.settings
     evalsets = {}
-    for key in store.list(EVALSET_PREFIX):
-        if key.endswith(".json"):
+    for key in store.list(keys.EVALSETS_PREFIX):
+        if keys.evalset_name(key) is not None:
             es = EvalSet.from_json(store.get(key))
             evalsets[es.name] = es
     committed = {}
-    keys = f"datasets/{dataset}/keys/"
-    for key in store.list(keys):
-        if key.endswith(".near.json"):
-            run = key[len(keys) : -len(".near.json")]
+    for key in store.list(keys.dataset_keys_prefix(dataset)):
+        if (run := keys.near_keys_run(dataset, key)) is not None:
             committed[run] = [
                 (str(h), str(q), str(a))
                 for h, q, a in json.loads(store.get(key))

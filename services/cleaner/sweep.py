@@ -11,6 +11,7 @@ import json
 import logging
 import time
 
+from rsieve import keys
 from rsieve.adapters.metrics import progress
 from rsieve.audit import stalled
 from rsieve.schemas import STAGES
@@ -31,7 +32,7 @@ def sweep(ctx: Context, now: float | None = None) -> list[str]:
     """One sweep; returns the runs reconciled."""
     now = time.time() if now is None else now
     swept = []
-    for key in ctx.store.list("index/runs/"):
+    for key in ctx.store.list(keys.RUN_INDEX_PREFIX):
         entry = json.loads(ctx.store.get(key))
         run = entry["run"]
         if ctx.redis.sismember(DONE, run):

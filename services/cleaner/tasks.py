@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+from rsieve import keys
 from rsieve.adapters.storage import read_images
 from rsieve.cleaning import (
     assess_pool,
@@ -23,7 +24,7 @@ from rsieve.cleaning import (
 from rsieve.provenance import verify_source
 from rsieve.schemas import Item, Quarantined, ShardOutput
 from rsieve.shards import ShardInput, split_pool
-from rsieve.submission import REFUSED
+from rsieve.submission import ITEMS, REFUSED
 from services.cleaner import ingest as ingest_steps
 from services.cleaner.screen import load_screen
 from services.cleaner.sources import pack_index, resolver
@@ -35,7 +36,7 @@ from services.common import Context
 def register(ctx: Context) -> None:
     @ctx.task("rsieve.ingest")
     def ingest(run: str) -> None:
-        if not ctx.store.exists(f"runs/{run}/shards.json"):
+        if not ctx.store.exists(keys.shards(run)):
             the_plan = ingest_steps.plan(ctx, run)
             if len(the_plan.ranges) == 1:
                 _ingest_whole(run)
@@ -51,7 +52,7 @@ def register(ctx: Context) -> None:
                                 ctx.next("rsieve.ingest_part", run=run, step=round_, part=part)
                         return
                 ingest_steps.commit(ctx, run, the_plan)
-        index = json.loads(ctx.store.get(f"runs/{run}/shards.json"))
+        index = json.loads(ctx.store.get(keys.shards(run)))
         for name, count in index["shards"].items():
             ctx.next("rsieve.clean", run=run, shard=name, lines=count)
 
@@ -67,7 +68,7 @@ def register(ctx: Context) -> None:
         """A pool of one range: every decision in this task (rsieve.cleaning.assess_pool)."""
         spec, store, s = ctx.spec(run), ctx.store, ctx.settings
         prefix = ingest_steps.pool_key(ctx, run)
-        shards, blank = split_pool(store.get(f"{prefix}items.jsonl"), s.shard_size)
+        shards, blank = split_pool(store.get(prefix + ITEMS), s.shard_size)
         paths = [p for sh in shards for pl in sh if (p := line_image_path(pl)) is not None]
         packs = pack_index(ctx, prefix, list(dict.fromkeys(paths)))
         sources = resolver(ctx)
@@ -87,15 +88,13 @@ def register(ctx: Context) -> None:
         )
         assessment.report["policy"]["provenance_roots"] = list(s.provenance_roots)
         store.put(
-            f"runs/{run}/cleaning.json",
+            keys.cleaning(run),
             json.dumps(assessment.report, indent=1, ensure_ascii=False).encode(),
             content_type="application/json",
         )
         inputs = shard_inputs(run, shards, assessment, packs.images)
         for shard_in in inputs:
-            store.put(
-                f"runs/{run}/input/{shard_in.shard}.json", shard_in.model_dump_json().encode()
-            )
+            store.put(keys.shard_input(run, shard_in.shard), shard_in.model_dump_json().encode())
         index = {
             "shards": {i.shard: len(i.lines) for i in inputs},
             "lines": sum(map(len, shards)),
@@ -104,15 +103,13 @@ def register(ctx: Context) -> None:
             "families": family_items(assessment.report),
         }
         # Blank lines are not items; the report expects every other line placed.
-        store.put(f"runs/{run}/shards.json", json.dumps(index).encode())  # commit point
+        store.put(keys.shards(run), json.dumps(index).encode())  # commit point
 
     @ctx.task("rsieve.clean")
     def clean(run: str, shard: str, lines: int) -> None:
         if not ctx.done(run, "clean", shard):
             s, spec = ctx.settings, ctx.spec(run)
-            shard_in = ShardInput.model_validate_json(
-                ctx.store.get(f"runs/{run}/input/{shard}.json")
-            )
+            shard_in = ShardInput.model_validate_json(ctx.store.get(keys.shard_input(run, shard)))
             sources = resolver(ctx)
             images = read_images(ctx.store, [pl.image for pl in shard_in.lines if pl.image])
             results = ctx.guard("clean", run, shard).run(

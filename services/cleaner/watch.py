@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rsieve import keys
 from rsieve.adapters.pools import upload_pool
 from rsieve.cleaning import pool_image_path
 from rsieve.errors import PermanentError
@@ -105,7 +106,7 @@ def _take(ctx: Context, folder: str, sizes: dict[str, int]) -> dict[str, Any]:
     pool_sha = pool_uri.rstrip("/").rsplit("/", 1)[1]
     dataset, fingerprint, protocols = s.watch_dataset, ctx.fingerprint(), protocol_versions()
     run = run_id(pool_sha, dataset, fingerprint, protocols)
-    if not store.exists(f"runs/{run}/run.json"):  # as POST /runs (services/api/runs.py)
+    if not store.exists(keys.run_spec(run)):  # as POST /runs (services/api/runs.py)
         spec = RunSpec(
             run=run,
             dataset=dataset,
@@ -114,9 +115,9 @@ def _take(ctx: Context, folder: str, sizes: dict[str, int]) -> dict[str, Any]:
             settings=fingerprint,
             protocols=protocols,
         )
-        store.put(f"runs/{run}/run.json", spec.model_dump_json(indent=1).encode())
+        store.put(keys.run_spec(run), spec.model_dump_json(indent=1).encode())
         store.put(
-            f"index/runs/{run}.json",
+            keys.run_index(run),
             json.dumps(
                 {
                     "run": run,

@@ -2,11 +2,12 @@
 partition's compaction, and the commit. What is composed is rsieve.commit's; this reads
 and writes. Every step is idempotent: what it stored is found and not done again.
 
-Under runs/<run>/compact/: `plan.json` (partitions, groups), `route/<partition>/<group>.json`
-(a group's outcomes and quarantines for that partition), `route/calibration/<group>.json`,
-`calibration.json` (the run's calibration records and summary), and per generation of the
-dataset (`g<n>`: its manifest's number of runs, what the partitions deduplicated against)
-`g<n>/<partition>.json` (the partition's summary) and `g<n>/<partition>.quarantine.jsonl`."""
+Under runs/<run>/compact/ (keys built by rsieve.keys): `plan.json` (partitions, groups),
+`route/<partition>/<group>.json` (a group's outcomes and quarantines for that partition),
+`route/calibration/<group>.json`, `calibration.json` (the run's calibration records and
+summary), and per generation of the dataset (`g<n>`: its manifest's number of runs, what
+the partitions deduplicated against) `g<n>/<partition>.json` (the partition's summary) and
+`g<n>/<partition>.quarantine.jsonl`."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 from PIL import Image
 from pydantic import BaseModel
 
+from rsieve import keys
 from rsieve.adapters.keyindex import held_keys, legacy_runs, write_buckets
 from rsieve.adapters.parquet import upload_splits
 from rsieve.adapters.storage import PackReader
@@ -25,7 +27,6 @@ from rsieve.calibration import (
     CalibrationRecord,
     CalibrationShard,
     bottom_k,
-    calibration_key,
     summarise,
 )
 from rsieve.commit import (
@@ -38,7 +39,6 @@ from rsieve.commit import (
     settle,
 )
 from rsieve.compaction import next_manifest
-from rsieve.decontam import near_keys_key
 from rsieve.errors import NotFoundError
 from rsieve.images import IMAGE_FORMATS
 from rsieve.keyindex import IndexStats
@@ -59,10 +59,6 @@ from services.common import Context
 EXAMPLES = 3  # rows per split shown on the card
 
 
-def _dir(run: str) -> str:
-    return f"runs/{run}/compact/"
-
-
 def generation(manifest: dict[str, Any] | None) -> int:
     """A dataset's generation: its number of committed runs."""
     return len((manifest or {}).get("runs", []))
@@ -70,7 +66,7 @@ def generation(manifest: dict[str, Any] | None) -> int:
 
 def plan(ctx: Context, run: str) -> dict[str, Any]:
     """The run's partitions and routing groups, decided once (settings may change)."""
-    key = _dir(run) + "plan.json"
+    key = keys.compact_plan(run)
     stored = ctx.load_json(key)
     if stored is not None:
         return stored
@@ -84,25 +80,25 @@ def plan(ctx: Context, run: str) -> dict[str, Any]:
 
 
 def missing_routes(ctx: Context, run: str, groups: int) -> list[int]:
-    stored = set(ctx.store.list(_dir(run) + "route/calibration/"))
-    return [g for g in range(groups) if _route_done(run, g) not in stored]
+    stored = set(ctx.store.list(keys.compact_routed_prefix(run)))
+    return [g for g in range(groups) if keys.compact_routed(run, g) not in stored]
 
 
 def missing_partitions(ctx: Context, run: str, count: int, gen: int) -> list[int]:
-    stored = set(ctx.store.list(f"{_dir(run)}g{gen}/"))
+    stored = set(ctx.store.list(keys.compact_generation_prefix(run, gen)))
     return [p for p in range(count) if _summary_key(run, gen, p) not in stored]
 
 
-def _route_done(run: str, group: int) -> str:
-    return f"{_dir(run)}route/calibration/{group:05d}.json"
-
-
 def _piece(run: str, partition: int, group: int) -> str:
-    return f"{_dir(run)}route/{partition_label(partition)}/{group:05d}.json"
+    return keys.compact_piece(run, partition_label(partition), group)
 
 
 def _summary_key(run: str, gen: int, partition: int) -> str:
-    return f"{_dir(run)}g{gen}/{partition_label(partition)}.json"
+    return keys.compact_summary(run, gen, partition_label(partition))
+
+
+def _quarantine_key(run: str, gen: int, partition: int) -> str:
+    return keys.compact_quarantine(run, gen, partition_label(partition))
 
 
 def _stored_shard(
@@ -113,7 +109,7 @@ def _stored_shard(
     judged = ctx.load(run, "judge", shard)
     records: list[CalibrationRecord] = []
     with contextlib.suppress(NotFoundError):
-        raw = ctx.store.get(calibration_key(run, shard))
+        raw = ctx.store.get(keys.calibration(run, shard))
         records = CalibrationShard.model_validate_json(raw).records
     return judged.outcomes, quarantined + judged.quarantined, records
 
@@ -123,13 +119,13 @@ def route(ctx: Context, run: str, group: int) -> None:
     outcomes pass as the judge stored them (JSON, not validated here: the partition
     validates them once)."""
     the_plan = plan(ctx, run)
-    if _route_done(run, group) in set(ctx.store.list(_dir(run) + "route/calibration/")):
+    if keys.compact_routed(run, group) in set(ctx.store.list(keys.compact_routed_prefix(run))):
         return
     count = the_plan["partitions"]
     pieces: list[dict[str, list[Any]]] = [{"outcomes": [], "quarantined": []} for _ in range(count)]
     records: list[CalibrationRecord] = []
     for shard in the_plan["groups"][group]:
-        judged = json.loads(ctx.store.get(ctx.output_key(run, "judge", shard)))
+        judged = json.loads(ctx.store.get(keys.stage_output(run, "judge", shard)))
         for o in judged["outcomes"]:
             p = outcome_partition(o["generation"]["item"]["image_sha256"], count)
             pieces[p]["outcomes"].append(o)
@@ -139,7 +135,7 @@ def route(ctx: Context, run: str, group: int) -> None:
         for q in earlier + judged["quarantined"]:
             pieces[quarantine_partition(q["line"], count)]["quarantined"].append(q)
         with contextlib.suppress(NotFoundError):
-            raw = ctx.store.get(calibration_key(run, shard))
+            raw = ctx.store.get(keys.calibration(run, shard))
             records += CalibrationShard.model_validate_json(raw).records
     for p, piece in enumerate(pieces):
         ctx.store.put(_piece(run, p, group), json.dumps(piece).encode())
@@ -151,7 +147,7 @@ def route(ctx: Context, run: str, group: int) -> None:
         ],
         "tokens": token_usage((), records),
     }
-    ctx.store.put(_route_done(run, group), json.dumps(marked).encode())  # the group's mark
+    ctx.store.put(keys.compact_routed(run, group), json.dumps(marked).encode())  # the group's mark
 
 
 class _Piece(BaseModel):
@@ -163,7 +159,7 @@ def calibration(ctx: Context, run: str, groups: int | None) -> dict[str, Any]:
     """The run's calibration summary and the token usage of its calibration calls (from
     its shards' records, or from its routing groups' bottom-k and usage), stored once:
     `{"summary", "tokens"}`."""
-    key = _dir(run) + "calibration.json"
+    key = keys.compact_calibration(run)
     stored = ctx.load_json(key)
     if stored is None:
         records: list[CalibrationRecord] = []
@@ -171,12 +167,12 @@ def calibration(ctx: Context, run: str, groups: int | None) -> dict[str, Any]:
         if groups is None:
             for shard in (ctx.shard_index(run) or {})["shards"]:
                 with contextlib.suppress(NotFoundError):
-                    raw = ctx.store.get(calibration_key(run, shard))
+                    raw = ctx.store.get(keys.calibration(run, shard))
                     records += CalibrationShard.model_validate_json(raw).records
             tokens.append(token_usage((), records))
         else:
             for g in range(groups):
-                marked = json.loads(ctx.store.get(_route_done(run, g)))
+                marked = json.loads(ctx.store.get(keys.compact_routed(run, g)))
                 records += [CalibrationRecord.model_validate(r) for r in marked["records"]]
                 tokens.append(marked["tokens"])
         s = ctx.settings
@@ -212,8 +208,8 @@ def compact_partition(ctx: Context, run: str, partition: int, gen: int) -> bool:
     dataset at generation `gen`, then its summary. False when the dataset has moved on
     (another run committed): the coordinator must plan against the new generation."""
     s, spec = ctx.settings, ctx.spec(run)
-    prefix = f"datasets/{spec.dataset}/"
-    previous = ctx.load_json(prefix + "manifest.json")
+    prefix = keys.dataset_prefix(spec.dataset)
+    previous = ctx.load_json(keys.manifest(spec.dataset))
     if generation(previous) != gen:
         return False
     the_plan = plan(ctx, run)
@@ -246,11 +242,9 @@ def compact_partition(ctx: Context, run: str, partition: int, gen: int) -> bool:
         chunk_keys=s.key_index_chunk_keys,
     )
     ctx.store.put(
-        near_keys_key(spec.dataset, f"{run}-{label}" if label else run), near_keys(settled.added)
+        keys.near_keys(spec.dataset, f"{run}-{label}" if label else run), near_keys(settled.added)
     )
-    ctx.store.put(
-        key[: -len(".json")] + ".quarantine.jsonl", quarantine_listing(quarantined).encode()
-    )
+    ctx.store.put(_quarantine_key(run, gen, partition), quarantine_listing(quarantined).encode())
     stored = {
         "shards": shards,
         "qa_keys": qa_keys,
@@ -275,7 +269,7 @@ def _examples(
             data = image_of(row["image_sha256"])
             with Image.open(io.BytesIO(data), formats=IMAGE_FORMATS) as img:  # the header
                 ext = (img.format or "bin").lower()
-            path = f"examples/{row['image_sha256'][:16]}.{ext}"
+            path = keys.example_image(row["image_sha256"], ext)
             ctx.store.put(prefix + path, data)
             examples.setdefault(split, []).append(
                 [first_line[row["image_sha256"]], row["qa"][0], path]
@@ -289,19 +283,18 @@ def commit(ctx: Context, run: str, gen: int, partitions: int) -> bool:
     dataset at a time (a Redis lock held for the commit alone); False when another run
     committed since the partitions were made."""
     s, spec = ctx.settings, ctx.spec(run)
-    prefix = f"datasets/{spec.dataset}/"
     with ctx.redis.lock(f"rsieve:compact:{spec.dataset}", timeout=s.task_time_limit_s):
-        previous = ctx.load_json(prefix + "manifest.json")
+        previous = ctx.load_json(keys.manifest(spec.dataset))
         if previous and run in previous.get("runs", []):
             return True
         if generation(previous) != gen:
             return False
-        keys = [_summary_key(run, gen, p) for p in range(partitions)]
-        merged = merge_summaries(json.loads(ctx.store.get(k)) for k in keys)
+        summaries = [_summary_key(run, gen, p) for p in range(partitions)]
+        merged = merge_summaries(json.loads(ctx.store.get(k)) for k in summaries)
         calibrated = calibration(ctx, run, None)
         summary = calibrated["summary"]
         bound = s.judge_false_promotion_bound
-        cleaning = ctx.load_json(f"runs/{run}/cleaning.json")
+        cleaning = ctx.load_json(keys.cleaning(run))
         report = compose_report(
             merged,
             run=run,
@@ -313,10 +306,8 @@ def commit(ctx: Context, run: str, gen: int, partitions: int) -> bool:
         )
         quarantine = "".join(
             sorted_lines(
-                ctx.store.get(k[: -len(".json")] + ".quarantine.jsonl")
-                .decode()
-                .splitlines(keepends=True)
-                for k in keys
+                ctx.store.get(_quarantine_key(run, gen, p)).decode().splitlines(keepends=True)
+                for p in range(partitions)
             )
         )
         manifest = next_manifest(
@@ -334,7 +325,7 @@ def commit(ctx: Context, run: str, gen: int, partitions: int) -> bool:
         reviews = [
             json.loads(ctx.store.get(key))
             for r in manifest["runs"]
-            for key in ctx.store.list(f"runs/{r}/reviews/")
+            for key in ctx.store.list(keys.reviews_prefix(r))
         ]
         files = commit_files(
             report=report,
@@ -349,9 +340,9 @@ def commit(ctx: Context, run: str, gen: int, partitions: int) -> bool:
             bound=bound,
         )
         for name, data in files.items():
-            ctx.store.put(f"{prefix}commits/{run}/{name}", data)
+            ctx.store.put(keys.dataset_file(spec.dataset, keys.commit_file(run, name)), data)
         # The commit point, written last; then browsing copies of the current commit.
-        ctx.store.put(prefix + "manifest.json", json.dumps(manifest, indent=1).encode())
+        ctx.store.put(keys.manifest(spec.dataset), json.dumps(manifest, indent=1).encode())
         for name, data in files.items():
-            ctx.store.put(prefix + name, data)
+            ctx.store.put(keys.dataset_file(spec.dataset, name), data)
         return True

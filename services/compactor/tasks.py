@@ -14,6 +14,7 @@ the dataset as it now is."""
 
 from __future__ import annotations
 
+from rsieve import keys
 from services.common import Context
 from services.compactor import steps
 
@@ -21,7 +22,7 @@ from services.compactor import steps
 def register(ctx: Context) -> None:
     @ctx.task("rsieve.compact")
     def compact(run: str) -> None:
-        previous = ctx.load_json(f"datasets/{ctx.spec(run).dataset}/manifest.json")
+        previous = ctx.load_json(keys.manifest(ctx.spec(run).dataset))
         if previous and run in previous.get("runs", []):
             return
         gen, the_plan = steps.generation(previous), steps.plan(ctx, run)

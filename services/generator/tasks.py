@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rsieve import keys
 from rsieve.adapters.model import ModelInfo, ModelRequest, engine_url
 from rsieve.adapters.tokenizer import preload_chat_template
 from rsieve.generation import poisoned_item, ready_items, record_generations, sampled
@@ -44,8 +45,8 @@ def register(ctx: Context) -> None:
             image = prepare_image(data, max_side=s.image_max_side, max_pixels=s.image_max_pixels)
         except ImageError as exc:
             return exc
-        if image.reencoded and not ctx.store.exists(f"images/{image.sha256}"):
-            ctx.store.put(f"images/{image.sha256}", image.data, content_type="image/png")
+        if image.reencoded and not ctx.store.exists(keys.image(image.sha256)):
+            ctx.store.put(keys.image(image.sha256), image.data, content_type="image/png")
         return image
 
     @ctx.task("rsieve.generate")

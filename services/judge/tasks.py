@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+from rsieve import keys
 from rsieve.adapters.tokenizer import preload_chat_template
 from rsieve.calibration import (
     CalibrationShard,
-    calibration_key,
     calibration_probes,
     calibration_rates,
     calibration_record,
@@ -33,7 +33,7 @@ def register(ctx: Context) -> None:
 
     @ctx.task("rsieve.judge")
     def judge(run: str, shard: str, lines: int) -> None:
-        index = json.loads(ctx.store.get(f"runs/{run}/shards.json"))
+        index = json.loads(ctx.store.get(keys.shards(run)))
         if not ctx.done(run, "judge", shard):
             s, model = ctx.run_settings(run), ctx.settings.judge_model
             verified = ctx.load(run, "verify", shard).verified
@@ -85,7 +85,7 @@ def register(ctx: Context) -> None:
                 [neutralise(judge_prompt(verified[i]), specials) for i in asked],
             )
             ctx.store.put(
-                calibration_key(run, shard),
+                keys.calibration(run, shard),
                 CalibrationShard(
                     run=run,
                     shard=shard,

@@ -43,6 +43,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from rsieve import keys
 from rsieve.cascade import DEFAULT_POLICY, rejection_reason, verdict_state
 from rsieve.judge import TEMPLATE_SHA256, build_judge_prompt, judge_mark, read_verdict
 from rsieve.schemas import Decision, Outcome
@@ -176,8 +177,7 @@ class CalibrationShard(_Model):
     skipped: dict[str, str] = {}
 
 
-def calibration_key(run: str, shard: str) -> str:
-    return f"runs/{run}/calibration/{shard}.json"
+calibration_key = keys.calibration  # where a shard's CalibrationShard is stored
 
 
 def sample_rank(item_id: str) -> float:

@@ -13,6 +13,7 @@ import hashlib
 from collections.abc import Iterable
 from typing import Any
 
+from rsieve import keys
 from rsieve.schemas import Outcome
 
 __all__ = ["MANIFEST_VERSION", "dedupe", "next_manifest", "qa_key", "shard_name"]
@@ -39,12 +40,7 @@ def dedupe(outcomes: Iterable[Outcome], existing: set[str]) -> tuple[list[Outcom
     return added, skipped
 
 
-def shard_name(split: str, run: str, index: int, count: int, partition: str | None = None) -> str:
-    """`data/<split>-<run>[-<partition>]-<i>-of-<n>.parquet`: a run's shards never collide
-    with another run's (nor a partition's with another's), and the same run always writes
-    the same names (redelivery rewrites, not adds)."""
-    part = f"-{partition}" if partition else ""
-    return f"data/{split}-{run}{part}-{index:05d}-of-{count:05d}.parquet"
+shard_name = keys.data_shard  # a committed shard's path, relative to the dataset's prefix
 
 
 def next_manifest(
@@ -84,11 +80,11 @@ def next_manifest(
         # and quarantine of a commit live under commits/<run>/, so nothing a reader
         # follows from the manifest changes before the manifest does.
         "files": {
-            "README.md": f"commits/{run}/README.md",
-            "run_report.json": f"commits/{run}/run_report.json",
-            "quarantine.jsonl": f"commits/{run}/quarantine.jsonl",
-            "run_spec.json": f"commits/{run}/run_spec.json",
-            **{f"reports/{r}.json": f"commits/{r}/run_report.json" for r in runs},
+            **{
+                name: keys.commit_file(run, name)
+                for name in ("README.md", "run_report.json", "quarantine.jsonl", "run_spec.json")
+            },
+            **{f"reports/{r}.json": keys.commit_file(r, "run_report.json") for r in runs},
             **{s["path"]: s["path"] for s in all_shards},
         },
     }

@@ -27,13 +27,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rsieve import keys
 from rsieve.cleaning import pool_image_path
 from rsieve.hashindex import HashIndex, hash_hex, informative, parse_hash, reference_hashes
 from rsieve.packs import PHASH_MAX_PIXELS
 
 __all__ = [
     "EVALSET_PATTERN",
-    "EVALSET_PREFIX",
     "EvalSet",
     "Screen",
     "answer_key",
@@ -45,7 +45,6 @@ __all__ = [
     "screen_summary",
 ]
 
-EVALSET_PREFIX = "evalsets/"  # evalsets/<name>.json: one registered evaluation set
 EVALSET_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 MAX_RADIUS = 16  # the largest near_duplicate_distance the indexes answer
 
@@ -68,13 +67,8 @@ def answer_key(references: str | Iterable[str]) -> str:
     return hashlib.sha256(json.dumps(folded).encode()).hexdigest()[:16]
 
 
-def evalset_key(name: str) -> str:
-    return f"{EVALSET_PREFIX}{name}.json"
-
-
-def near_keys_key(dataset: str, run: str) -> str:
-    """Where the compactor lists a committed run's (image hash, question key) pairs."""
-    return f"datasets/{dataset}/keys/{run}.near.json"
+evalset_key = keys.evalset  # a registered evaluation set
+near_keys_key = keys.near_keys  # a committed run's (image hash, question, answer) keys
 
 
 def dataset_keys(keys: Iterable[tuple[str | None, str, str]]) -> bytes:
@@ -123,8 +117,8 @@ class Screen:
         # within their (question key, answer key) group alone: a few images each in most
         # pools, searched in a loop; a group past GROUP_INDEXED_FROM gets a HashIndex.
         self._seen: dict[tuple[str, str], _Group] = {}
-        for run, keys in sorted(self.committed.items()):
-            for h, q, a in keys:
+        for run, triples in sorted(self.committed.items()):
+            for h, q, a in triples:
                 self._seen.setdefault((q, a), _Group()).add(parse_hash(h), f"run {run}")
 
     def check(

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from rsieve import keys
 from rsieve.generation import ModelReply
 from rsieve.judge import TEMPLATE_SHA256
 from rsieve.settings import Settings
@@ -49,7 +50,7 @@ __all__ = [
     "verdict_key",
 ]
 
-CACHE_PREFIX = "judge-cache/"
+CACHE_PREFIX = keys.JUDGE_CACHE_PREFIX
 CACHE_VERSION = "judge-cache/1"
 
 
@@ -126,7 +127,7 @@ def verdict_key(judge: JudgeIdentity, prompt: str) -> str:
         judge.asked,
     ]
     digest = hashlib.sha256(json.dumps(parts).encode()).hexdigest()
-    return f"{CACHE_PREFIX}{digest}.json"
+    return keys.judge_reply(digest)
 
 
 def _parts(judge: JudgeIdentity, prompt: str) -> dict[str, Any]:

@@ -5,12 +5,12 @@ A qa key (rsieve.compaction.qa_key: sha256 of image sha256 and question) is stor
 first KEY_BYTES bytes. Keys are bucketed by the first byte of the image's sha256 (256
 buckets), so every qa entry of one image lands in one bucket. Each bucket is one file of
 sorted, distinct keys. A commit that adds keys to a bucket writes a new version of the
-bucket's file (`bucket_path`), and the manifest names each bucket's current version. A
+bucket's file (rsieve.keys.qa_key_bucket), and the manifest names each bucket's current version. A
 compaction streams each bucket's file once, in chunks of `chunk_keys` keys: it holds its
 own run's keys plus one chunk, never the dataset's (`IndexStats` counts both).
 
 Datasets committed before the index (their manifests have no `qa_keys`) keep their older
-runs' per-run JSON key lists (`keys/<run>.json`); those runs are listed in the manifest's
+runs' per-run JSON key lists (rsieve.keys.legacy_run_keys); those runs are listed in the manifest's
 `legacy_key_runs` and still read whole (docs/compaction.md)."""
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ __all__ = [
     "KEY_BYTES",
     "IndexStats",
     "bucket_of",
-    "bucket_path",
     "by_bucket",
     "digest",
     "keys_of",
@@ -67,11 +66,6 @@ def digest(qa_key_hex: str) -> bytes:
 
 def bucket_of(image_sha256: str) -> str:
     return image_sha256[:2]
-
-
-def bucket_path(bucket: str, run: str) -> str:
-    """The bucket's file as of `run`'s commit, relative to the dataset's prefix."""
-    return f"keys/qa/{bucket}-{run}.bin"
 
 
 def by_bucket(entries: Iterable[tuple[str, str]]) -> dict[str, list[bytes]]:

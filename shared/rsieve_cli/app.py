@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from rsieve import keys
 from rsieve.errors import NotFoundError, RetryableError, RsieveError
 from rsieve.schemas import STAGES
 
@@ -137,7 +138,7 @@ def _spec_or_fail(ctx: Any, run_id: str) -> Any:
         return ctx.spec(run_id)
     except NotFoundError:
         raise Failure(
-            f"no run {run_id!r} in s3://{ctx.settings.s3_bucket}/runs/",
+            f"no run {run_id!r} in s3://{ctx.settings.s3_bucket}/{keys.RUNS_PREFIX}",
             "`rsieve status` lists the runs",
         ) from None
 
@@ -156,7 +157,9 @@ def audit(
     try:
         ctx.spec(run_id)
     except NotFoundError:
-        console.print(f"[red]error:[/] no run {run_id!r} in s3://{ctx.settings.s3_bucket}/runs/")
+        console.print(
+            f"[red]error:[/] no run {run_id!r} in s3://{ctx.settings.s3_bucket}/{keys.RUNS_PREFIX}"
+        )
         raise typer.Exit(1) from None
     index, outputs = ctx.load_run(run_id)
     if index is None:
@@ -244,7 +247,7 @@ def evalset_add(
     """Register POOL as evaluation set NAME (replacing one of that name): every later run
     quarantines an item whose image matches one of its images as `contaminated`."""
     from rsieve.adapters.pools import read_pool
-    from rsieve.decontam import build_evalset, evalset_key
+    from rsieve.decontam import build_evalset
 
     files = read_pool(pool)
 
@@ -255,7 +258,7 @@ def evalset_add(
         evalset, figures = build_evalset(name, files.items, image_bytes)
     except ValueError as exc:
         raise Failure(str(exc)) from None
-    _context().store.put(evalset_key(name), evalset.to_json(), content_type="application/json")
+    _context().store.put(keys.evalset(name), evalset.to_json(), content_type="application/json")
     console.print(
         f"evaluation set {name}: {figures['hashed']} of {figures['lines']} lines hashed "
         f"({len({h for h, _ in evalset.items})} hashes: each image and two crops of it); "
@@ -267,11 +270,13 @@ def evalset_add(
 @friendly
 def evalset_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """The registered evaluation sets and their sizes."""
-    from rsieve.decontam import EVALSET_PREFIX, EvalSet
+    from rsieve.decontam import EvalSet
 
     store = _context().store
     sets = [
-        EvalSet.from_json(store.get(k)) for k in store.list(EVALSET_PREFIX) if k.endswith(".json")
+        EvalSet.from_json(store.get(k))
+        for k in store.list(keys.EVALSETS_PREFIX)
+        if keys.evalset_name(k) is not None
     ]
     rows = [
         {"name": es.name, "keys": len(es.items), "hashes": len({h for h, _ in es.items})}
@@ -291,12 +296,10 @@ def evalset_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> No
 def evalset_remove(name: Annotated[str, typer.Argument(help="the set's name")]) -> None:
     """Stop checking runs against evaluation set NAME (runs already made keep their
     decisions; the next submission of a pool is a new run)."""
-    from rsieve.decontam import evalset_key
-
     store = _context().store
-    if not store.exists(evalset_key(name)):
+    if not store.exists(keys.evalset(name)):
         raise Failure(f"no evaluation set {name!r}", "`rsieve evalset list` shows them")
-    store.delete(evalset_key(name))
+    store.delete(keys.evalset(name))
     console.print(f"evaluation set {name} removed")
 
 

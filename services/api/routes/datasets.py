@@ -8,6 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException
 
+from rsieve import keys
 from rsieve.errors import NotFoundError
 from rsieve.schemas import DATASET_PATTERN
 from services.api.deps import Authorised
@@ -30,11 +31,11 @@ def _public(name: str, manifest: dict[str, Any]) -> DatasetPublic:
 @router.get("", response_model=DatasetsPublic)
 def list_datasets(ctx: Authorised) -> DatasetsPublic:
     names = sorted(
-        k.split("/")[1]
-        for k in ctx.store.list("datasets/")
-        if k.count("/") == 2 and k.endswith("/manifest.json")
+        name
+        for k in ctx.store.list(keys.DATASETS_PREFIX)
+        if (name := keys.dataset_of_manifest(k)) is not None
     )
-    data = [_public(n, json.loads(ctx.store.get(f"datasets/{n}/manifest.json"))) for n in names]
+    data = [_public(n, json.loads(ctx.store.get(keys.manifest(n)))) for n in names]
     return DatasetsPublic(data=data, count=len(data))
 
 
@@ -43,7 +44,7 @@ def dataset(name: str, ctx: Authorised) -> DatasetPublic:
     if not re.match(DATASET_PATTERN, name):
         raise HTTPException(404, f"no published dataset {name!r}")
     try:
-        manifest = json.loads(ctx.store.get(f"datasets/{name}/manifest.json"))
+        manifest = json.loads(ctx.store.get(keys.manifest(name)))
     except NotFoundError:
         raise HTTPException(404, f"no published dataset {name!r}") from None
     return _public(name, manifest)

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from rsieve import keys
 from rsieve.adapters.metrics import RedisCollector
 from rsieve.adapters.queues import QUEUES
 from services.api.deps import Authorised, Ctx
@@ -34,7 +35,7 @@ def readyz(ctx: Ctx) -> JSONResponse:
     except Exception as exc:  # noqa: BLE001 - any failure is "not ready", with its cause
         checks["redis"] = f"{type(exc).__name__}: {exc}"[:200]
     try:
-        list(itertools.islice(ctx.store.list("index/"), 1))
+        list(itertools.islice(ctx.store.list(keys.INDEX_PREFIX), 1))
         checks["s3"] = True
     except Exception as exc:  # noqa: BLE001
         checks["s3"] = f"{type(exc).__name__}: {exc}"[:200]

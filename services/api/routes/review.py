@@ -12,6 +12,7 @@ from fastapi import APIRouter, HTTPException, Query, Response
 from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse
 
+from rsieve import keys
 from rsieve.errors import NotFoundError
 from services.api import runs
 from services.api.deps import Authorised
@@ -84,7 +85,7 @@ def review(run: str, item_id: str, body: ReviewCreate, ctx: Authorised) -> Revie
     record = ReviewPublic(run=run, item_id=item_id, at=time.time(), **body.model_dump())
     stored = record.model_dump() | {"family": item["family"]}
     ctx.store.put(
-        runs.review_key(run, item_id), json.dumps(stored).encode(), content_type="application/json"
+        keys.review(run, item_id), json.dumps(stored).encode(), content_type="application/json"
     )
     return record
 
@@ -104,7 +105,7 @@ def list_reviews(run: str, ctx: Authorised) -> list[ReviewPublic]:
 def image(sha256: Annotated[str, PathParam(pattern=SHA256)], ctx: Authorised) -> Response:
     """An image stored by its sha256 (images/<sha256>: those the generator re-encoded)."""
     try:
-        return _image_response(ctx.store.get(f"images/{sha256}"))
+        return _image_response(ctx.store.get(keys.image(sha256)))
     except NotFoundError:
         raise HTTPException(404, "no such image") from None
 

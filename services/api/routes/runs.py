@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, File, Form, HTTPException, Query, UploadFile
 from pydantic import ValidationError
 
+from rsieve import keys
 from rsieve.calibration import summarise
 from rsieve.schemas import DATASET_PATTERN
 from services.api import runs
@@ -87,7 +88,7 @@ def submit_upload(
 @router.get("", response_model=RunsPublic)
 def list_runs(ctx: Authorised, offset: Offset = 0, limit: Limit = 100) -> RunsPublic:
     """Submitted runs, newest first."""
-    entries = [json.loads(ctx.store.get(k)) for k in ctx.store.list(runs.INDEX)]
+    entries = [json.loads(ctx.store.get(k)) for k in ctx.store.list(keys.RUN_INDEX_PREFIX)]
     entries.sort(key=lambda e: -float(e.get("submitted_at") or 0))
     data = [RunSummary(**e) for e in entries[offset : offset + limit]]
     return RunsPublic(data=data, count=len(entries))
@@ -168,10 +169,10 @@ def calibration(run: str, ctx: Authorised) -> dict[str, Any]:
     """The judge's calibration per family (Wilson 95%), from runs/<run>/calibration/, and
     the people's reviews of its promotions."""
     runs.spec(ctx, run)
-    keys = list(ctx.store.list(f"runs/{run}/calibration/"))
-    if not keys:
+    stored = list(ctx.store.list(keys.calibration_prefix(run)))
+    if not stored:
         raise HTTPException(404, f"run {run!r} has no calibration stored")
-    records = [r for k in keys for r in json.loads(ctx.store.get(k))["records"]]
+    records = [r for k in stored for r in json.loads(ctx.store.get(k))["records"]]
     s = ctx.settings
     families = summarise(
         records, size=s.judge_calibration_size, bound=s.judge_false_promotion_bound

@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rsieve import keys
 from rsieve.adapters.storage import ObjectStore
 from rsieve.errors import NotFoundError
 from rsieve.trainer import (
@@ -36,16 +37,15 @@ class EmptyExport(ValueError):
 
 def export_dataset(store: ObjectStore, dataset: str, dest: Path) -> Path:
     """Copy the dataset's manifest-listed files to dest/<dataset>/, replacing what was there."""
-    prefix = f"datasets/{dataset}/"
-    manifest = json.loads(store.get(prefix + "manifest.json"))
+    manifest = json.loads(store.get(keys.manifest(dataset)))
     target = dest / dataset
     staging = dest / f".{dataset}.partial"
     shutil.rmtree(staging, ignore_errors=True)
     for name, key in manifest["files"].items():
         path = staging / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(store.get(prefix + key))
-    (staging / "manifest.json").write_text(json.dumps(manifest, indent=1))
+        path.write_bytes(store.get(keys.dataset_file(dataset, key)))
+    (staging / keys.MANIFEST).write_text(json.dumps(manifest, indent=1))
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     return target
@@ -55,7 +55,7 @@ def run_manifest(store: ObjectStore, dataset: str, run: str) -> dict[str, Any] |
     """The dataset's manifest if `run` is committed in it (one run or a growing dataset's
     `runs`), else None."""
     try:
-        manifest = json.loads(store.get(f"datasets/{dataset}/manifest.json"))
+        manifest = json.loads(store.get(keys.manifest(dataset)))
     except FileNotFoundError:
         return None
     committed = manifest.get("runs") or [manifest.get("run")]
@@ -65,9 +65,8 @@ def run_manifest(store: ObjectStore, dataset: str, run: str) -> dict[str, Any] |
 def run_file_key(store: ObjectStore, dataset: str, run: str, name: str) -> str:
     """Where a committed run's README.md, run_report.json or quarantine.jsonl is stored:
     under commits/<run>/ (growing datasets), else at the dataset's top (one run)."""
-    prefix = f"datasets/{dataset}/"
-    key = f"{prefix}commits/{run}/{name}"
-    return key if store.exists(key) else prefix + name
+    key = keys.dataset_file(dataset, keys.commit_file(run, name))
+    return key if store.exists(key) else keys.dataset_file(dataset, name)
 
 
 class _SplitWriter:
@@ -120,13 +119,13 @@ def _download(store: ObjectStore, key: str, path: Path) -> None:
             fh.write(store.get_range(key, start, min(start + _CHUNK, size)))
 
 
-def _families(store: ObjectStore, prefix: str, manifest: dict[str, Any]) -> list[str]:
+def _families(store: ObjectStore, dataset: str, manifest: dict[str, Any]) -> list[str]:
     """Every family named in the committed runs' reports (for split name -> family)."""
     families: set[str] = set()
     for run in manifest.get("runs") or [manifest.get("run")]:
         key = manifest["files"].get(f"reports/{run}.json")
         try:
-            report = json.loads(store.get(prefix + key)) if key else {}
+            report = json.loads(store.get(keys.dataset_file(dataset, key))) if key else {}
         except NotFoundError:
             report = {}
         families.update(report.get("families") or {})
@@ -150,9 +149,8 @@ def export_messages(
     Streaming: one committed shard at a time is copied to a temporary file and read
     `group_rows` card rows at a time; output parts close past `shard_bytes`. Raises
     EmptyExport when no row goes to any split (nothing accepted, rejected not asked for)."""
-    prefix = f"datasets/{dataset}/"
-    manifest = json.loads(store.get(prefix + "manifest.json"))
-    families = _families(store, prefix, manifest)
+    manifest = json.loads(store.get(keys.manifest(dataset)))
+    families = _families(store, dataset, manifest)
     name = f"{dataset}-messages"
     target = dest / name
     staging = dest / f".{name}.partial"
@@ -168,7 +166,8 @@ def export_messages(
             if split not in writers:
                 continue
             family = family_of(shard["split"], families)
-            _download(store, prefix + manifest["files"].get(shard["path"], shard["path"]), local)
+            path = manifest["files"].get(shard["path"], shard["path"])
+            _download(store, keys.dataset_file(dataset, path), local)
             with pq.ParquetFile(local) as parquet:
                 for batch in parquet.iter_batches(batch_size=group_rows):
                     rows = [

@@ -11,12 +11,12 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
+from rsieve import keys
 from rsieve.adapters.storage import ObjectStore
 from rsieve.keyindex import (
     CHUNK_KEYS,
     KEY_BYTES,
     IndexStats,
-    bucket_path,
     by_bucket,
     digest,
     merged,
@@ -62,7 +62,7 @@ def held_keys(
             stats.buckets += 1
             found |= present(_chunks(store, prefix + pointers[bucket], chunk_keys), wanted, stats)
     for old in legacy_runs(previous):
-        legacy = json.loads(store.get(f"{prefix}keys/{old}.json"))
+        legacy = json.loads(store.get(prefix + keys.legacy_run_keys(old)))
         stats.legacy_keys += len(legacy)
         stats.hold(0)
         found |= {digest(k) for k in legacy} & {digest(k) for _, k in run_keys}
@@ -86,7 +86,7 @@ def write_buckets(
     for bucket, added in by_bucket(added_keys).items():
         current = pointers.get(bucket)
         chunks = _chunks(store, prefix + current, chunk_keys) if current else iter(())
-        path = bucket_path(bucket, run)
+        path = keys.qa_key_bucket(bucket, run)
         out = merged(chunks, added, chunk_keys=chunk_keys, stats=stats)
         first = next(out, b"")
         second = next(out, None)

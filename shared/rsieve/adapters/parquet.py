@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rsieve.compaction import shard_name
+from rsieve import keys
 from rsieve.rows import features
 from rsieve.settings import Settings
 
@@ -77,7 +77,7 @@ def upload_splits(
 ) -> list[dict[str, Any]]:
     """Each split's rows into Parquet files of bounded size (settings.parquet_shard_bytes,
     row groups of settings.parquet_row_group_rows), uploaded under their final names
-    (`shard_name`, with the compaction `partition`'s label when the run has several) once
+    (`keys.data_shard`, with the compaction `partition`'s label when the run has several) once
     the count is known: the manifest's shard entries."""
     shards: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="rsieve-compact-") as tmp:
@@ -92,7 +92,7 @@ def upload_splits(
                 sampled=sampled,
             )
             for i, (path, n) in enumerate(parts):
-                name = shard_name(split, run, i, len(parts), partition)
+                name = keys.data_shard(split, run, i, len(parts), partition)
                 store.put_file(prefix + name, str(path))
                 shards.append(
                     {

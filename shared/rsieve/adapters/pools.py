@@ -32,12 +32,14 @@ from typing import Any
 
 from PIL import Image
 
+from rsieve import keys
 from rsieve.adapters.storage import ObjectStore, write_packs
 from rsieve.cleaning import pool_image_path
 from rsieve.errors import PermanentError
 from rsieve.images import IMAGE_FORMATS
 from rsieve.provenance import parse_source
-from rsieve.submission import pool_digest
+from rsieve.submission import ITEMS, REFUSED, pool_digest
+from rsieve.watch import COMPLETE
 
 __all__ = ["PoolFiles", "pool_files", "pool_format", "read_pool", "upload_pool"]
 
@@ -530,18 +532,18 @@ def upload_pool(
     if image_max_bytes is not None:
         pool.refuse_larger_than(image_max_bytes)
     names = sorted(pool.files)
-    extra: dict[str, bytes] = {"items.jsonl": pool.items}
+    extra: dict[str, bytes] = {ITEMS: pool.items}
     if pool.refused:
-        extra["_refused.json"] = json.dumps(pool.refused, sort_keys=True).encode()
+        extra[REFUSED] = json.dumps(pool.refused, sort_keys=True).encode()
     shas = {name: hashlib.sha256(pool.read(name)).hexdigest() for name in names}
-    pool_sha = pool_digest(pool.items, shas, extra.get("_refused.json"))
-    prefix = f"pools/{pool_sha}/"
-    if not store.exists(prefix + "_complete"):
+    pool_sha = pool_digest(pool.items, shas, extra.get(REFUSED))
+    prefix = keys.pool_prefix(pool_sha)
+    if not store.exists(prefix + COMPLETE):
         # In line order, so a shard's images lie together.
         write_packs(store, prefix, ((n, pool.read(n)) for n in _in_line_order(pool.items, names)))
         for name, data in extra.items():
             store.put(prefix + name, data)
-        store.put(prefix + "_complete", pool_sha.encode())
+        store.put(prefix + COMPLETE, pool_sha.encode())
     return f"s3://{store.bucket}/{prefix}"
 
 

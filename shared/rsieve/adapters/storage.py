@@ -1,18 +1,7 @@
 """Object storage behind one small interface; boto3 errors become rsieve errors.
 
-Keys (deterministic, so a redelivered message rewrites the same object):
-    pools/<pool_sha256>/...            an uploaded pool folder, `_complete` written last
-    pools/<pool_sha256>/_packs/...     its images in packs, and index.json (rsieve.packs)
-    images/<sha256>                    images the generator re-encoded, by content address
-    runs/<run>/run.json                the run's spec; runs/<run>/shards.json its shards
-    runs/<run>/<stage>/<shard>.json    a stage's output for a shard
-    runs/<run>/calibration/<shard>.json   the judge's calibration probes for a shard
-    runs/<run>/reviews/<sha256(id)>.json  a person's review of a judge promotion
-    runs/<run>/cleaning.json           whole-pool cleaning measurements (purity, duplicates)
-    judge-cache/<sha256>.json          a judge reply, by what decided it (rsieve.judgecache)
-    index/runs/<run>.json              written at submission, so runs list cheaply
-    datasets/<dataset>/...             the published dataset; manifest.json written last,
-                                       each commit's card and report under commits/<run>/
+Keys are deterministic, so a redelivered message rewrites the same object; every one is
+built by rsieve.keys, whose docstring draws the bucket's layout.
 """
 
 from __future__ import annotations
