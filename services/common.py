@@ -27,10 +27,13 @@ from rsieve.adapters.model import Model, open_model
 from rsieve.adapters.queues import enqueue, make_celery
 from rsieve.adapters.storage import ObjectStore, S3Store, read_images
 from rsieve.audit import plan_reconcile
-from rsieve.errors import NotFoundError, RetryableError
+from rsieve.errors import ConflictError, NotFoundError, RetryableError
 from rsieve.generation import AsyncModel, ModelInfo
+from rsieve.sampling import dataset_conflict
 from rsieve.schemas import STAGES, Item, Quarantined, RunSpec, ShardOutput, ShardQuarantine
 from rsieve.settings import SAMPLING, TRAINING, Settings, get_settings
+from rsieve.submission import run_id
+from rsieve.verify import protocol_versions
 
 log = logging.getLogger("rsieve")
 
@@ -131,6 +134,45 @@ class Context:
             if (name := keys.evalset_name(key)) is not None
         }
         return (settings or self.settings).fingerprint() | ({"evalsets": sets} if sets else {})
+
+    def create_run(
+        self,
+        *,
+        pool_uri: str,
+        pool_sha256: str,
+        dataset: str,
+        settings: Settings | None = None,
+        index_extra: dict[str, Any] | None = None,
+    ) -> str:
+        """The one way a run comes to be (POST /runs and the watched folders): its id from
+        the pool, the dataset and what decides it; refused (ConflictError) when the dataset
+        was made with other sampling; written once (spec, then its index entry) and handed
+        to ingest. Submitting it again returns the same id and writes nothing."""
+        settings = settings or self.settings
+        fingerprint, protocols = self.fingerprint(settings), protocol_versions()
+        run = run_id(pool_sha256, dataset, fingerprint, protocols)
+        conflict = dataset_conflict(self.load_json(keys.manifest(dataset)), settings.samples)
+        if conflict:
+            raise ConflictError(conflict)
+        if self.store.exists(keys.run_spec(run)):
+            return run
+        spec = RunSpec(
+            run=run,
+            dataset=dataset,
+            pool_uri=pool_uri,
+            pool_sha256=pool_sha256,
+            settings=fingerprint,
+            protocols=protocols,
+        )
+        self.store.put(keys.run_spec(run), spec.model_dump_json(indent=1).encode())
+        entry = {"run": run, "dataset": dataset, "pool_uri": pool_uri, "submitted_at": time.time()}
+        self.store.put(
+            keys.run_index(run),
+            json.dumps(entry | (index_extra or {})).encode(),
+            content_type="application/json",
+        )
+        self.next("rsieve.ingest", run=run)
+        return run
 
     def spec(self, run: str) -> RunSpec:
         """The run's spec. run.json is written once, at submission, before any task of the

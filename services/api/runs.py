@@ -27,13 +27,11 @@ from rsieve.adapters.exports import run_file_key, run_manifest
 from rsieve.adapters.metrics import progress
 from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import parse_s3_uri
-from rsieve.errors import NotFoundError, PermanentError
+from rsieve.errors import ConflictError, NotFoundError, PermanentError
 from rsieve.packs import INDEX as PACK_INDEX
 from rsieve.packs import INDEX_BUCKETS, ImageRef, PackIndex, index_bucket_key
-from rsieve.sampling import dataset_conflict
 from rsieve.schemas import DATASET_PATTERN, STAGES, Outcome, RunSpec, ShardOutput
-from rsieve.submission import ITEMS, REFUSED, digest_of, run_id
-from rsieve.verify import protocol_versions
+from rsieve.submission import ITEMS, REFUSED, digest_of
 from rsieve.watch import COMPLETE
 from services.api.models import StageProgress
 from services.common import Context
@@ -56,30 +54,12 @@ def submit(
     if not ctx.store.exists(prefix + COMPLETE):
         raise HTTPException(404, "pool upload is not complete (no _complete marker)")
     pool_sha = stored_pool_digest(ctx, prefix)
-    fingerprint = ctx.fingerprint(settings)
-    run = run_id(pool_sha, dataset, fingerprint, protocol_versions())
-    spec_key = keys.run_spec(run)
-    conflict = dataset_conflict(ctx.load_json(keys.manifest(dataset)), settings.samples)
-    if conflict:
-        raise HTTPException(409, conflict)
-    if not ctx.store.exists(spec_key):
-        spec = RunSpec(
-            run=run,
-            dataset=dataset,
-            pool_uri=pool_uri,
-            pool_sha256=pool_sha,
-            settings=fingerprint,
-            protocols=protocol_versions(),
+    try:
+        run = ctx.create_run(
+            pool_uri=pool_uri, pool_sha256=pool_sha, dataset=dataset, settings=settings
         )
-        ctx.store.put(spec_key, spec.model_dump_json(indent=1).encode())
-        ctx.store.put(
-            keys.run_index(run),
-            json.dumps(
-                {"run": run, "dataset": dataset, "pool_uri": pool_uri, "submitted_at": time.time()}
-            ).encode(),
-            content_type="application/json",
-        )
-        ctx.next("rsieve.ingest", run=run)
+    except ConflictError as exc:
+        raise HTTPException(409, str(exc)) from None
     return run
 
 

@@ -14,13 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rsieve import keys
 from rsieve.adapters.pools import upload_pool
 from rsieve.cleaning import pool_image_path
-from rsieve.errors import PermanentError
-from rsieve.schemas import RunSpec
-from rsieve.submission import RECORD_SUFFIXES, run_id
-from rsieve.verify import protocol_versions
+from rsieve.errors import ConflictError, PermanentError
+from rsieve.submission import RECORD_SUFFIXES
 from rsieve.watch import COMPLETE, TAKEN, pool_folders, readiness, watch_prefix
 from services.common import Context
 
@@ -103,31 +100,14 @@ def _take(ctx: Context, folder: str, sizes: dict[str, int]) -> dict[str, Any]:
             pool_uri = upload_pool(store, root, image_max_bytes=s.image_max_bytes)
         except PermanentError as exc:  # not a pool: taken once, with the reason
             return marker | {"error": str(exc)[:500]}
-    pool_sha = pool_uri.rstrip("/").rsplit("/", 1)[1]
-    dataset, fingerprint, protocols = s.watch_dataset, ctx.fingerprint(), protocol_versions()
-    run = run_id(pool_sha, dataset, fingerprint, protocols)
-    if not store.exists(keys.run_spec(run)):  # as POST /runs (services/api/runs.py)
-        spec = RunSpec(
-            run=run,
-            dataset=dataset,
+    pool_sha, dataset = pool_uri.rstrip("/").rsplit("/", 1)[1], s.watch_dataset
+    try:  # as POST /runs: the same id, the same dataset check (services.common.create_run)
+        run = ctx.create_run(
             pool_uri=pool_uri,
             pool_sha256=pool_sha,
-            settings=fingerprint,
-            protocols=protocols,
+            dataset=dataset,
+            index_extra={"watched": folder},
         )
-        store.put(keys.run_spec(run), spec.model_dump_json(indent=1).encode())
-        store.put(
-            keys.run_index(run),
-            json.dumps(
-                {
-                    "run": run,
-                    "dataset": dataset,
-                    "pool_uri": pool_uri,
-                    "submitted_at": time.time(),
-                    "watched": folder,
-                }
-            ).encode(),
-            content_type="application/json",
-        )
-        ctx.next("rsieve.ingest", run=run)
+    except ConflictError as exc:  # taken once, with the reason
+        return marker | {"error": str(exc)[:500]}
     return marker | {"run": run, "dataset": dataset, "pool_uri": pool_uri}

@@ -15,6 +15,7 @@ from typing import Any
 import fakeredis
 import pyarrow.parquet as pq
 import pytest
+from fastapi import HTTPException
 
 from rsieve.adapters.pools import upload_pool
 from rsieve.audit import audit_run
@@ -334,3 +335,52 @@ def test_an_export_rechecks_from_its_files_alone_and_a_tampered_decision_shows(
     pq.write_table(pa.Table.from_pylist(table, schema=pq.read_schema(path)), path)
     checks = {d["check"] for d in _recheck_folder(folder)["differences"]}
     assert checks == {"decision", "answer"}
+
+
+def test_a_watched_folder_and_post_runs_create_runs_one_way(tmp_path: Path) -> None:
+    """services.common.Context.create_run is the only way a run is made: a folder the
+    watcher takes and the same pool submitted as POST /runs does give the same run, written
+    once; and the watcher now refuses a dataset made with other sampling, as the API does
+    (before, only the API checked it)."""
+    from services.cleaner.watch import look
+
+    store = MemoryStore()
+    settings = Settings(watch_prefix="inbox/", purity_embedding=False, watch_dataset="watched")
+    sent = Sent()
+    context = bootstrap(
+        settings, store=store, redis_client=fakeredis.FakeRedis(), send=sent, judge_model=None
+    )
+    pool = ROOT / "examples" / "pool"
+    for path in sorted(pool.iterdir()):
+        store.put(f"inbox/p/{path.name}", path.read_bytes())
+    store.put("inbox/p/_complete", b"")
+    [run] = look(context)
+    index = json.loads(store.get(f"index/runs/{run}.json"))
+    assert index["watched"] == "inbox/p/" and index["dataset"] == "watched"
+    assert [kw for task, kw in sent.tasks if task == "rsieve.ingest"] == [{"run": run}]
+    spec = store.get(f"runs/{run}/run.json")
+    # The same pool through POST /runs: the same run, nothing written again, not re-queued.
+    assert submit(context, upload_pool(store, pool), "watched") == run
+    assert store.get(f"runs/{run}/run.json") == spec
+    assert len([1 for task, _ in sent.tasks if task == "rsieve.ingest"]) == 1
+    # A dataset whose rows carry the best-of-n fields refuses a one-sample run, both ways.
+    store.put(
+        "datasets/sampled/manifest.json",
+        json.dumps({"dataset": "sampled", "sampled": True}).encode(),
+    )
+    with pytest.raises(HTTPException) as refused:
+        submit(context, upload_pool(store, pool), "sampled")
+    assert refused.value.status_code == 409 and "best-of-n" in str(refused.value.detail)
+    other = bootstrap(
+        settings.model_copy(update={"watch_dataset": "sampled"}),
+        store=store,
+        redis_client=fakeredis.FakeRedis(),
+        send=Sent(),
+        judge_model=None,
+    )
+    for path in sorted(pool.iterdir()):
+        store.put(f"inbox/q/{path.name}", path.read_bytes())
+    store.put("inbox/q/_complete", b"")
+    assert look(other) == []
+    marker = json.loads(store.get("inbox/q/_taken.json"))
+    assert "best-of-n" in marker["error"] and "run" not in marker
