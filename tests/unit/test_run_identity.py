@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from rsieve.settings import DECIDING, OPERATIONAL, SINCE_FIRST_IDS, Settings
+from rsieve.settings import DECIDING, OPERATIONAL, SINCE_FIRST_IDS, Role, Settings
 from rsieve.submission import run_id
 from rsieve.verify import protocol_versions
 
@@ -63,10 +63,15 @@ def test_every_field_is_declared_once() -> None:
     assert not DECIDING & OPERATIONAL, sorted(DECIDING & OPERATIONAL)
     undeclared = sorted(fields - DECIDING - OPERATIONAL)
     assert not undeclared, (
-        f"declare {undeclared} in rsieve.settings: DECIDING if a different value can change "
-        "what a run decides, else OPERATIONAL"
+        f"declare {undeclared} in rsieve.settings with a Role: DECIDES if a different value "
+        "can change what a run decides, else OPERATES"
     )
     assert not (DECIDING | OPERATIONAL) - fields, sorted((DECIDING | OPERATIONAL) - fields)
+    # The role is declared on the field itself, exactly once.
+    for name, info in Settings.model_fields.items():
+        roles = [m for m in info.metadata if isinstance(m, Role)]
+        assert len(roles) == 1, (name, roles)
+    assert SINCE_FIRST_IDS <= DECIDING
 
 
 def test_no_secret_is_part_of_a_runs_identity() -> None:
