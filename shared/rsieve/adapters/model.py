@@ -60,6 +60,7 @@ import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from rsieve.adapters.gate import EngineGate
+from rsieve.adapters.retry import ItemError, Transient, backoff_wait, retrying
 from rsieve.adapters.streams import InferStream, StreamBroken
 from rsieve.adapters.tokenizer import load_chat_template
 from rsieve.chat import ChatTemplate, TemplateError
@@ -86,11 +87,7 @@ Interface = Literal["auto", "rsieve", "vllm"]
 _TRANSIENT = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "CANCELLED")
 
 
-class _Transient(Exception):
-    """A failure worth retrying (server unavailable, overloaded, restarting)."""
-
-
-class MalformedReply(Exception):
+class MalformedReply(ItemError):
     """The model answered, but not as its interface says (e.g. not one row per item)."""
 
 
@@ -262,7 +259,7 @@ class TritonModel:
                     pass  # the server went away between the calls: wait again
             if attempt == self.retries:
                 raise RetryableError(f"Triton {self.url} model {self.model}: not ready")
-            await asyncio.sleep(self.backoff_s * 2**attempt)
+            await asyncio.sleep(backoff_wait(self.backoff_s, attempt))
         self._inputs = {t["name"] for t in meta.get("inputs", [])}
         self._outputs = {t["name"] for t in meta.get("outputs", [])}
         self._fixed = None
@@ -346,30 +343,34 @@ class TritonModel:
         reqs: list[ModelRequest],
         streams: list[InferStream],
     ) -> list[ModelReply] | Exception:
-        assert self.info is not None
-        last = ""
-        for attempt in range(self.retries + 1):
+        info = self.info
+        assert info is not None
+
+        async def attempt() -> list[ModelReply] | Exception:
             start = time.monotonic()
             try:
-                if self.info.interface == "vllm":
+                if info.interface == "vllm":
                     replies = [await self._vllm(client, reqs[0], streams)]
                 else:
                     replies = await self._rsieve(client, reqs)
-                latency = round(time.monotonic() - start, 6)
-                return [replace(r, latency_s=latency) for r in replies]
             except MalformedReply as exc:
                 return exc
-            except (InferenceServerException, grpc.RpcError, _Transient) as exc:
+            except (InferenceServerException, grpc.RpcError) as exc:
                 code, message = _status(exc)
-                last = f"{code} {message}".strip()
-                transient = isinstance(exc, _Transient) or any(c in code for c in _TRANSIENT)
                 # An error while the server or the model is going away is infrastructure,
                 # never the item's result.
-                if not transient and await self._ready(client):
+                if not any(c in code for c in _TRANSIENT) and await self._ready(client):
                     return exc
-            if attempt < self.retries:
-                await asyncio.sleep(self.backoff_s * 2**attempt)
-        raise RetryableError(f"Triton {self.url} model {self.model}: {last[:300]}")
+                raise Transient(f"{code} {message}".strip()) from exc
+            latency = round(time.monotonic() - start, 6)
+            return [replace(r, latency_s=latency) for r in replies]
+
+        return await retrying(
+            attempt,
+            retries=self.retries,
+            backoff_s=self.backoff_s,
+            where=f"Triton {self.url} model {self.model}",
+        )
 
     async def _rsieve(
         self, client: grpcclient.InferenceServerClient, reqs: list[ModelRequest]
@@ -475,7 +476,7 @@ class TritonModel:
         try:
             result = await streams[-1].infer(inputs, outputs, self.timeout_s)
         except StreamBroken as exc:
-            raise _Transient(f"the stream to {self.model} broke: {exc}") from exc
+            raise Transient(f"the stream to {self.model} broke: {exc}") from exc
         text = _first_str(result.as_numpy("text_output")) or ""
         finish = _first_str(result.as_numpy("finish_reason")) if "finish_reason" in names else None
         n_in = (
@@ -487,9 +488,9 @@ class TritonModel:
             else None
         )
         if finish is None and not text:
-            raise _Transient("vLLM answered without text or finish reason")
+            raise Transient("vLLM answered without text or finish reason")
         if finish == "abort":
-            raise _Transient("vLLM aborted the request")
+            raise Transient("vLLM aborted the request")
         # The template may open the reasoning (`<think>`) for the assistant: the raw text
         # stored is what the assistant turn holds, opening tag included.
         return ModelReply(

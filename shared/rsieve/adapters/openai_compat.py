@@ -44,6 +44,7 @@ import httpx
 from pydantic import SecretStr
 
 from rsieve.adapters.gate import EngineGate
+from rsieve.adapters.retry import ItemError, Transient, backoff_wait, retrying
 from rsieve.adapters.tokenizer import load_chat_template
 from rsieve.chat import ChatTemplate
 from rsieve.errors import RetryableError
@@ -63,13 +64,7 @@ Role = Literal["generator", "judge"]
 _TRANSIENT_STATUS = frozenset({401, 403, 404, 408, 409, 429, 500, 502, 503, 504})
 
 
-class _Transient(Exception):
-    def __init__(self, message: str, wait_s: float = 0.0) -> None:
-        super().__init__(message)
-        self.wait_s = wait_s
-
-
-class EndpointError(Exception):
+class EndpointError(ItemError):
     """The server refused this item's request (a 4xx other than the transient ones) or
     answered outside the chat completions format."""
 
@@ -246,7 +241,7 @@ class OpenAIModel:
                 break
             if attempt == self.retries:
                 raise RetryableError(f"endpoint {self.base_url} model {self.model}: {problem}")
-            await asyncio.sleep(self.backoff_s * 2**attempt)
+            await asyncio.sleep(backoff_wait(self.backoff_s, attempt))
         if self.tokenizer and self.template is None:
             self.template = load_chat_template(self.tokenizer)
         if self.info is None:
@@ -284,33 +279,35 @@ class OpenAIModel:
         body = self._body(user, req.image)
         if req.seed is not None:  # a best-of-n sample's own seed
             body["seed"] = req.seed
-        last = ""
-        for attempt in range(self.retries + 1):
+
+        async def attempt() -> ModelReply | Exception:
             start = time.monotonic()
-            wait = 0.0
             try:
                 response = await client.post("/chat/completions", json=body)
-                if response.status_code in _TRANSIENT_STATUS:
-                    raise _Transient(
-                        f"HTTP {response.status_code} {_detail(response)}",
-                        retry_after_s(response.headers.get("retry-after")),
-                    )
-                if response.status_code >= 400:
-                    # The item's own fault only while the endpoint still serves the model.
-                    problem = await self._listing(client)
-                    if problem is None:
-                        return EndpointError(f"HTTP {response.status_code} {_detail(response)}")
-                    raise _Transient(f"HTTP {response.status_code}, then {problem}")
+            except httpx.HTTPError as exc:
+                raise Transient(f"{type(exc).__name__}: {exc}") from exc
+            if response.status_code in _TRANSIENT_STATUS:
+                raise Transient(
+                    f"HTTP {response.status_code} {_detail(response)}",
+                    retry_after_s(response.headers.get("retry-after")),
+                )
+            if response.status_code >= 400:
+                # The item's own fault only while the endpoint still serves the model.
+                problem = await self._listing(client)
+                if problem is None:
+                    return EndpointError(f"HTTP {response.status_code} {_detail(response)}")
+                raise Transient(f"HTTP {response.status_code}, then {problem}")
+            try:
                 return self._reply(response, user, round(time.monotonic() - start, 6))
             except EndpointError as exc:
                 return exc
-            except _Transient as exc:
-                last, wait = str(exc), exc.wait_s
-            except httpx.HTTPError as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            if attempt < self.retries:
-                await asyncio.sleep(max(self.backoff_s * 2**attempt, wait))
-        raise RetryableError(f"endpoint {self.base_url} model {self.model}: {last[:300]}")
+
+        return await retrying(
+            attempt,
+            retries=self.retries,
+            backoff_s=self.backoff_s,
+            where=f"endpoint {self.base_url} model {self.model}",
+        )
 
     def _reply(self, response: httpx.Response, user: str, latency: float) -> ModelReply:
         try:

@@ -1,0 +1,57 @@
+"""The model adapters' one retry policy (Triton's gRPC client, rsieve.adapters.model, and
+OpenAI-compatible endpoints, rsieve.adapters.openai_compat) and their errors:
+
+- `Transient`: infrastructure that may come back (server unavailable, overloaded,
+  restarting, the model not served now). Asked again after `backoff_s * 2**attempt`
+  seconds, or longer when the server said how long (`Retry-After`); after `retries` more
+  tries it becomes rsieve.errors.RetryableError, so the shard goes back to the queue and
+  no item is given a result it did not earn.
+- `ItemError`: the model answered, but this item's reply cannot be used (a malformed
+  reply, a request the server refused for its own content). Returned as the item's
+  result, never retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from rsieve.errors import RetryableError
+
+__all__ = ["ItemError", "Transient", "backoff_wait", "retrying"]
+
+T = TypeVar("T")
+
+
+class Transient(Exception):
+    """A failure worth asking again; `wait_s`: what the server asked to wait, at least."""
+
+    def __init__(self, message: str, wait_s: float = 0.0) -> None:
+        super().__init__(message)
+        self.wait_s = wait_s
+
+
+class ItemError(Exception):
+    """The model answered, and this item's reply is unusable: the item's own result."""
+
+
+def backoff_wait(backoff_s: float, attempt: int, asked_s: float = 0.0) -> float:
+    """Seconds before try `attempt + 1`: exponential, never less than the server asked."""
+    return max(backoff_s * 2**attempt, asked_s)
+
+
+async def retrying(
+    call: Callable[[], Awaitable[T]], *, retries: int, backoff_s: float, where: str
+) -> T:
+    """`call()`'s result; a `Transient` it raises is retried up to `retries` times, then
+    becomes RetryableError naming `where` and the last failure. Anything else propagates."""
+    last = ""
+    for attempt in range(retries + 1):
+        try:
+            return await call()
+        except Transient as exc:
+            last = str(exc)
+            if attempt < retries:
+                await asyncio.sleep(backoff_wait(backoff_s, attempt, exc.wait_s))
+    raise RetryableError(f"{where}: {last[:300]}")
