@@ -9,7 +9,9 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -51,6 +53,35 @@ SPECS_KEPT = 1024  # run specs a worker process keeps (Context.spec); a few KB e
 Send = Callable[[str, dict[str, Any]], None]  # (task name, its kwargs): enqueue it
 
 
+class BoundedCache:
+    """A thread-safe least-recently-used map of at most `size` entries: what a process
+    keeps of objects written once (a run's spec, its judged items) while its thread pool
+    reads them. An entry is read and evicted whole, so a reader never sees half of one."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._data: OrderedDict[Any, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> Any:
+        with self._lock:
+            if key not in self._data:
+                return None
+            self._data.move_to_end(key)
+            return self._data[key]
+
+    def put(self, key: Any, value: Any) -> Any:
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.size:
+                self._data.popitem(last=False)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
 @dataclass
 class Context:
     """The adapters a service uses, built once per process on first use (never at import).
@@ -68,6 +99,7 @@ class Context:
     _pid: int = field(default_factory=os.getpid)
     _run_settings: dict[str, Settings] = field(default_factory=dict)
     _specs: dict[str, RunSpec] = field(default_factory=dict)
+    _caches: dict[str, BoundedCache] = field(default_factory=dict)
 
     @cached_property
     def store(self) -> ObjectStore:
@@ -134,6 +166,13 @@ class Context:
             if (name := keys.evalset_name(key)) is not None
         }
         return (settings or self.settings).fingerprint() | ({"evalsets": sets} if sets else {})
+
+    def cache(self, name: str, size: int) -> BoundedCache:
+        """This context's cache `name` (made on first use), never a module global: two
+        contexts in one process (tests, or two stores) never share entries."""
+        if name not in self._caches:
+            self._caches.setdefault(name, BoundedCache(size))
+        return self._caches[name]
 
     def create_run(
         self,

@@ -171,20 +171,17 @@ def pool_under_roots(ctx: Context, path: str) -> Path:
 RUN_PATTERN = re.compile(DATASET_PATTERN.removesuffix("$") + r"-[0-9a-f]{12}$")  # run_id
 
 
-_WRITE_ONCE: dict[tuple[str, str, str], bytes] = {}
+WRITE_ONCE_KEPT = 4096  # write-once objects an API process keeps in memory
 
 
 def _write_once(ctx: Context, key: str) -> bytes:
     """An object written once and never changed (a run's spec, its shard index, its entry in
     the run index): from S3 until it exists, then from memory. NotFoundError is not kept."""
-    cache_key = (ctx.settings.s3_endpoint, ctx.settings.s3_bucket, key)
-    data = _WRITE_ONCE.get(cache_key)
+    cache = ctx.cache("write_once", WRITE_ONCE_KEPT)
+    data = cache.get(key)
     if data is None:
-        data = ctx.store.get(key)
-        if len(_WRITE_ONCE) > 4096:
-            _WRITE_ONCE.clear()
-        _WRITE_ONCE[cache_key] = data
-    return data
+        data = cache.put(key, ctx.store.get(key))
+    return bytes(data)
 
 
 def spec(ctx: Context, run: str) -> RunSpec:
@@ -302,8 +299,7 @@ def quarantined(ctx: Context, s: RunSpec) -> list[dict[str, Any]]:
 
 # --- review -------------------------------------------------------------------------------
 
-_CACHE: dict[tuple[str, int], list[dict[str, Any]]] = {}
-_IMAGES: dict[str, dict[str, ImageRef]] = {}  # run -> sha256 -> where, beside _CACHE
+REVIEWS_KEPT = 16  # runs whose judged items an API process keeps for the review page
 
 
 def reviews(ctx: Context, run: str) -> dict[str, dict[str, Any]]:
@@ -343,9 +339,16 @@ def _review_item(o: Outcome) -> dict[str, Any] | None:
 def review_items(ctx: Context, run: str) -> list[dict[str, Any]]:
     """The judge stage's rejected items and judge CORRECTs (promoted or held back), in
     pool order; cached per run and number of judged shards (outputs are write-once)."""
+    return _reviewed(ctx, run)[0]
+
+
+def _reviewed(ctx: Context, run: str) -> tuple[list[dict[str, Any]], dict[str, ImageRef]]:
+    """(review items, image sha256 -> where in the pool's packs), one cache entry."""
     shards = sorted(ctx.stored_shards(run, "judge"))
     key = (run, len(shards))
-    if key not in _CACHE:
+    cache = ctx.cache("reviews", REVIEWS_KEPT)
+    entry = cache.get(key)
+    if entry is None:
         items: list[dict[str, Any]] = []
         images: dict[str, ImageRef] = {}
         for shard in shards:
@@ -356,18 +359,13 @@ def review_items(ctx: Context, run: str) -> list[dict[str, Any]]:
                 for o in out.outcomes
                 if o.generation.item.image_at is not None
             }
-        if len(_CACHE) > 16:
-            _CACHE.clear()
-            _IMAGES.clear()
-        _CACHE[key] = sorted(items, key=lambda r: r["line"])
-        _IMAGES[run] = images
-    return _CACHE[key]
+        entry = cache.put(key, (sorted(items, key=lambda r: r["line"]), images))
+    return entry
 
 
 def image(ctx: Context, run: str, sha: str) -> bytes:
     """A judged item's image: a ranged read of the pool's pack (one image's bytes)."""
-    review_items(ctx, run)
-    ref = _IMAGES.get(run, {}).get(sha)
+    ref = _reviewed(ctx, run)[1].get(sha)
     if ref is None:
         raise NotFoundError(f"run {run} has no judged item with image {sha}")
     data = ctx.store.get_range(ref.pack, ref.offset, ref.offset + ref.length)

@@ -384,3 +384,37 @@ def test_a_watched_folder_and_post_runs_create_runs_one_way(tmp_path: Path) -> N
     assert look(other) == []
     marker = json.loads(store.get("inbox/q/_taken.json"))
     assert "best-of-n" in marker["error"] and "run" not in marker
+
+
+def test_a_contexts_caches_are_its_own_and_bounded() -> None:
+    """API caches live on the Context (services.common.BoundedCache), not in module globals:
+    two contexts never share entries, a full cache drops its least recently used entry, and
+    readers on many threads never see a missing or partial one."""
+    import threading
+
+    from services.common import BoundedCache
+
+    a = bootstrap(Settings(), store=MemoryStore(), redis_client=fakeredis.FakeRedis(), send=Sent())
+    b = bootstrap(Settings(), store=MemoryStore(), redis_client=fakeredis.FakeRedis(), send=Sent())
+    a.cache("x", 2).put("k", 1)
+    assert a.cache("x", 2).get("k") == 1 and b.cache("x", 2).get("k") is None
+    cache = BoundedCache(2)
+    cache.put("a", 1), cache.put("b", 2)
+    assert cache.get("a") == 1  # now the most recently used
+    cache.put("c", 3)
+    assert (cache.get("a"), cache.get("b"), cache.get("c"), len(cache)) == (1, None, 3, 2)
+    shared, missing = BoundedCache(4), []
+
+    def churn(worker: int) -> None:
+        for i in range(2000):
+            key = (worker, i % 8)
+            value = shared.get(key) or shared.put(key, (worker, i % 8, "whole"))
+            if value[:2] != key or len(shared) > 4:
+                missing.append(key)
+
+    threads = [threading.Thread(target=churn, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert missing == []
