@@ -110,12 +110,10 @@ def friendly(fn: F) -> F:
 
 def _api(method: str, path: str, **kwargs: Any) -> Any:
     """Call the API with the configured token; HTTP errors become Failures with a fix."""
-    import httpx
+    from rsieve_cli.client import api_request
 
     s = _settings()
-    token = s.api_token.get_secret_value() if s.api_token else None
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    resp = httpx.request(method, f"{s.api_url}{path}", headers=headers, timeout=60, **kwargs)
+    resp = api_request(s, method, path, **kwargs)
     if resp.status_code == 401:
         raise Failure(
             f"the API at {s.api_url} refused the token", "set RSIEVE_API_TOKEN to the API's token"

@@ -20,12 +20,27 @@ from rsieve.adapters.pools import pool_files, pool_format
 from rsieve.errors import PermanentError
 from rsieve.settings import Settings
 
-__all__ = ["archive_pool", "submit", "upload", "wait_for_run"]
+__all__ = ["api_request", "archive_pool", "submit", "upload", "wait_for_run"]
 
 
 def _headers(settings: Settings) -> dict[str, str]:
     token = settings.api_token.get_secret_value() if settings.api_token else None
     return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def api_request(
+    settings: Settings,
+    method: str,
+    path: str,
+    *,
+    timeout: float | httpx.Timeout = 60,
+    **kwargs: Any,
+) -> httpx.Response:
+    """The command line's one way to the API: settings.api_url, with settings.api_token
+    as a bearer token (never logged)."""
+    return httpx.request(
+        method, f"{settings.api_url}{path}", headers=_headers(settings), timeout=timeout, **kwargs
+    )
 
 
 def archive_pool(folder: Path, into: Path) -> list[str]:
@@ -75,12 +90,13 @@ def upload(
         archive_pool(folder, archive)
         for attempt in range(busy_retries + 1):
             with archive.open("rb") as f:
-                resp = httpx.post(
-                    f"{settings.api_url}/runs/upload",
+                resp = api_request(
+                    settings,
+                    "POST",
+                    "/runs/upload",
                     data={"dataset": dataset}
                     | ({"sampling": json.dumps(sampling)} if sampling else {}),
                     files={"pool": (archive.name, f, "application/x-tar")},
-                    headers=_headers(settings),
                     # The API answers once the pool is packed into the bucket: minutes for
                     # a big one.
                     timeout=httpx.Timeout(60, read=3600),
@@ -106,11 +122,12 @@ def submit(
     """Submit a pool already in the services' bucket (placed by the operator or the
     services) to the API at settings.api_url, with settings.api_token; `sampling`: the
     run's own sampling settings (best-of-n), else the services'."""
-    resp = httpx.post(
-        f"{settings.api_url}/runs",
+    resp = api_request(
+        settings,
+        "POST",
+        "/runs",
         json={"pool_uri": pool_uri, "dataset": dataset}
         | ({"sampling": sampling} if sampling else {}),
-        headers=_headers(settings),
         timeout=30,
     )
     if resp.status_code >= 400:
@@ -133,9 +150,7 @@ def wait_for_run(
     status: dict[str, Any] = {"stages": "no answer yet"}
     while True:
         try:
-            resp = httpx.get(
-                f"{settings.api_url}/runs/{run}", headers=_headers(settings), timeout=30
-            )
+            resp = api_request(settings, "GET", f"/runs/{run}", timeout=30)
         except httpx.HTTPError:
             resp = None  # the API (or the storage behind it) is briefly away: keep waiting
         if resp is None or resp.status_code >= 500:
