@@ -31,9 +31,9 @@ from rsieve.adapters.storage import ObjectStore, S3Store, read_images
 from rsieve.audit import plan_reconcile
 from rsieve.errors import ConflictError, NotFoundError, RetryableError
 from rsieve.generation import AsyncModel, ModelInfo
-from rsieve.sampling import dataset_conflict
 from rsieve.schemas import STAGES, Item, Quarantined, RunSpec, ShardOutput, ShardQuarantine
 from rsieve.settings import SAMPLING, TRAINING, Settings, get_settings
+from rsieve.settle import dataset_conflict
 from rsieve.submission import run_id
 from rsieve.verify import protocol_versions
 

@@ -29,8 +29,8 @@ from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import parse_s3_uri
 from rsieve.errors import ConflictError, NotFoundError, PermanentError
 from rsieve.packs import INDEX as PACK_INDEX
-from rsieve.packs import INDEX_BUCKETS, ImageRef, PackIndex, index_bucket_key
-from rsieve.schemas import DATASET_PATTERN, STAGES, Outcome, RunSpec, ShardOutput
+from rsieve.packs import INDEX_BUCKETS, PackIndex, index_bucket_key
+from rsieve.schemas import DATASET_PATTERN, STAGES, ImageRef, Outcome, RunSpec, ShardOutput
 from rsieve.submission import ITEMS, REFUSED, digest_of
 from rsieve.watch import COMPLETE
 from services.api.models import StageProgress

@@ -44,8 +44,9 @@ from rsieve.ingestion import (
     screen_partition,
     screened,
 )
-from rsieve.packs import INDEX, INDEX_BUCKETS, ImageRef, index_bucket_key
+from rsieve.packs import INDEX, INDEX_BUCKETS, index_bucket_key
 from rsieve.provenance import verify_source
+from rsieve.schemas import ImageRef
 from rsieve.submission import ITEMS, REFUSED
 from services.cleaner.screen import load_screen
 from services.cleaner.sources import pack_index, resolver

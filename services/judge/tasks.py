@@ -22,8 +22,8 @@ from rsieve.calibration import (
 from rsieve.cascade import apply_verdict, judge_prompt, skip_judge
 from rsieve.chat import neutralise
 from rsieve.judgecache import judge_identity
-from rsieve.sampling import in_window, settle_all, to_judge
 from rsieve.schemas import ShardOutput
+from rsieve.settle import in_window, settle_all, to_judge
 from services.common import Context
 from services.judge.ask import ask_once, judge_specials
 

@@ -24,7 +24,6 @@ from pydantic import ValidationError
 from rsieve.families import protocol_for
 from rsieve.images import IMAGE_FORMATS
 from rsieve.mcq import normalise_mcq
-from rsieve.packs import ImageRef
 from rsieve.prompts import build_question
 from rsieve.provenance import verify_source
 from rsieve.purity import (
@@ -36,7 +35,7 @@ from rsieve.purity import (
     origin_of,
     origins_for,
 )
-from rsieve.schemas import Item, PoolItem, Quarantined
+from rsieve.schemas import ImageRef, Item, PoolItem, Quarantined
 from rsieve.shards import PoolLine, ShardInput, shard_label
 from rsieve.verify import PROTOCOLS
 

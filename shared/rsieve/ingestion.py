@@ -50,10 +50,9 @@ from rsieve.cleaning import (
 from rsieve.decontam import Screen, answer_key, question_key
 from rsieve.families import protocol_for
 from rsieve.mcq import normalise_mcq
-from rsieve.packs import ImageRef
 from rsieve.partitions import key_partition, partition_count
 from rsieve.purity import Embedder, PurityQuestion, measure_purity, origin_of, origins_for
-from rsieve.schemas import Quarantined
+from rsieve.schemas import ImageRef, Quarantined
 from rsieve.shards import PoolLine, ShardInput, read_line, shard_label
 from rsieve.verify import PROTOCOLS
 

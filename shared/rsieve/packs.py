@@ -22,12 +22,12 @@ from pydantic import BaseModel, ConfigDict
 from rsieve.hashindex import hash_hex, informative, perceptual_hash
 from rsieve.images import MAX_PIXELS
 from rsieve.partitions import key_partition
+from rsieve.schemas import ImageRef
 
 __all__ = [
     "INDEX",
     "INDEX_BUCKETED_FROM",
     "INDEX_BUCKETS",
-    "ImageRef",
     "PackIndex",
     "PackWriter",
     "Read",
@@ -59,20 +59,6 @@ def index_buckets(index: PackIndex) -> list[PackIndex]:
 
 
 PACK_BYTES = 64 * 1024 * 1024  # a pack is closed once it passes this size
-
-
-class ImageRef(BaseModel):
-    """Where one image's bytes lie: `pack` is the object key, bytes [offset, offset+length)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    pack: str
-    offset: int
-    length: int
-    sha256: str
-    # The image's perceptual hash (rsieve.hashindex, 16 hex), for near-duplicates and
-    # evaluation sets (rsieve.decontam); None when the bytes are no image rsieve reads.
-    phash: str | None = None
 
 
 class PackIndex(BaseModel):

@@ -18,8 +18,8 @@ from rsieve.calibration import CalibrationRecord, record_state
 from rsieve.cascade import verdict_state
 from rsieve.judge import VERDICTS
 from rsieve.rows import split_kinds
-from rsieve.sampling import sampling_summary
 from rsieve.schemas import Generation, Outcome, Quarantined
+from rsieve.settle import sampling_summary
 
 __all__ = [
     "REASONING_FORMS",

@@ -108,7 +108,7 @@ FEATURES = datasets.Features(
 )
 
 
-# Best-of-n runs (samples > 1; rsieve.sampling) add to every qa entry: which sample it is
+# Best-of-n runs (samples > 1; rsieve.settle) add to every qa entry: which sample it is
 # and its seed, the item's pass rate (`passed` of `samples` answered, and the ratio) and,
 # for a rejected item, every distinct wrong answer (`wrong_vlm` keeps the settled one's).
 # A run with one sample per item writes FEATURES exactly, so its rows are as they were.

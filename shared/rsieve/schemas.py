@@ -11,8 +11,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rsieve.packs import ImageRef
-
 __all__ = [
     "MODEL_KINDS",
     "QUARANTINE_REASONS",
@@ -20,6 +18,7 @@ __all__ = [
     "THINKING_MODES",
     "Decision",
     "Generation",
+    "ImageRef",
     "Item",
     "Outcome",
     "PoolItem",
@@ -123,6 +122,21 @@ STAGES: tuple[str, ...] = ("clean", "generate", "verify", "judge")
 DATASET_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"
 
 
+class ImageRef(BaseModel):
+    """Where one image's bytes lie: `pack` is the object key, bytes [offset, offset+length)
+    (rsieve.packs writes the packs)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pack: str
+    offset: int
+    length: int
+    sha256: str
+    # The image's perceptual hash (rsieve.hashindex, 16 hex), for near-duplicates and
+    # evaluation sets (rsieve.decontam); None when the bytes are no image rsieve reads.
+    phash: str | None = None
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -200,7 +214,7 @@ class Generation(_Model):
     output_tokens: int | None = None
     latency_s: float | None = None
     image_sent: dict[str, Any] | None = None
-    # Best-of-n (rsieve.sampling): which sample of the item this is and the seed it was
+    # Best-of-n (rsieve.draws): which sample of the item this is and the seed it was
     # asked with; None with one sample per item.
     sample: int | None = None
     seed: int | None = None
@@ -270,7 +284,7 @@ class Verdict(_Model):
 
 class Outcome(_Model):
     """Where an item that got an answer ends: accepted (think + nothink) or rejected.
-    With best-of-n, one sample's outcome, or (settled, rsieve.sampling.settle) the item's:
+    With best-of-n, one sample's outcome, or (settled, rsieve.settle.settle) the item's:
     the sample it is, with `samples` recording every sample."""
 
     generation: Generation

@@ -6,7 +6,7 @@ import json
 
 from pydantic import BaseModel, ConfigDict
 
-from rsieve.packs import ImageRef
+from rsieve.schemas import ImageRef
 
 __all__ = ["PoolLine", "ShardInput", "read_line", "shard_label", "split_pool"]
 

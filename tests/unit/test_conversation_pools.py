@@ -18,8 +18,7 @@ from PIL import Image
 
 from rsieve.adapters.pools import PoolFiles, pool_format, read_pool
 from rsieve.cleaning import clean_line, parse_line
-from rsieve.packs import ImageRef
-from rsieve.schemas import QUARANTINE_REASONS, Quarantined
+from rsieve.schemas import QUARANTINE_REASONS, ImageRef, Quarantined
 from rsieve.shards import PoolLine, split_pool
 
 

@@ -216,7 +216,7 @@ def test_ingest_screens_against_evaluation_sets_and_the_dataset(tmp_path: Path) 
 
 def test_the_compactor_lists_each_added_items_image_hash_and_question() -> None:
     from rsieve.commit import near_keys
-    from rsieve.packs import ImageRef
+    from rsieve.schemas import ImageRef
     from tests.unit._records import accepted, make_item
 
     item = make_item(question="What word?")

@@ -7,7 +7,8 @@ import hashlib
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rsieve.packs import ImageRef, PackWriter, plan_reads, slice_read
+from rsieve.packs import PackWriter, plan_reads, slice_read
+from rsieve.schemas import ImageRef
 
 
 def _build(images: list[bytes], max_bytes: int) -> tuple[PackWriter, dict[str, bytes]]:

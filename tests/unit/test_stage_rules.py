@@ -20,8 +20,7 @@ from rsieve.generation import (
     record_generations,
 )
 from rsieve.images import ImageError, prepare_image
-from rsieve.packs import ImageRef
-from rsieve.schemas import Item, Quarantined
+from rsieve.schemas import ImageRef, Item, Quarantined
 from rsieve.shards import PoolLine
 from tests.unit._records import make_item
 
