@@ -104,7 +104,7 @@ def _plain(images: int, per_image: int, out: Any) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rsieve.rows import FEATURES
+    from rsieve.compact.rows import FEATURES
 
     rows, blobs = _rows(images, per_image)
     start = time.perf_counter()

@@ -18,9 +18,9 @@ and prints a table (written to --out, bench/judge_results.json).
 Endpoint mode: each judge is a model name on a base URL, called through rsieve's own
 OpenAI-compatible adapter (`rsieve.adapters.openai_compat.OpenAIModel`, as the judge service
 with `judge_interface=openai` does): one user message holding
-`rsieve.judge.build_judge_prompt(question, references, candidate)`, temperature 0,
+`rsieve.judge.verdicts.build_judge_prompt(question, references, candidate)`, temperature 0,
 `max_tokens` = --max-tokens, --inflight requests in flight, special tokens neutralised with
---tokenizer when given. Each reply is read with `rsieve.judge.read_verdict` (a failed call
+--tokenizer when given. Each reply is read with `rsieve.judge.verdicts.read_verdict` (a failed call
 is FAILED `call_failed`). `--run set` (default) runs the labelled set, `--run canaries`
 the 280 canary prompts (configs from --configs), both with `set,canaries`.
 
@@ -63,10 +63,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rsieve import judge as judge_module  # noqa: E402
-from rsieve.calibration import canary_flips  # noqa: E402
-from rsieve.generation import ModelReply, ModelRequest  # noqa: E402
-from rsieve.judge import (  # noqa: E402
+from rsieve.generate.generation import ModelReply, ModelRequest  # noqa: E402
+from rsieve.judge import verdicts as judge_module  # noqa: E402
+from rsieve.judge.calibration import canary_flips  # noqa: E402
+from rsieve.judge.verdicts import (  # noqa: E402
     TEMPLATE_SHA256,
     VERDICTS,
     ParsedVerdict,
@@ -194,7 +194,7 @@ GuardFn = Callable[..., Any]
 
 
 def find_guard(spec: str | None) -> GuardFn | None:
-    """--guard MODULE:FUNC, else `rsieve.judge.guard` when it exists, else None."""
+    """--guard MODULE:FUNC, else `rsieve.judge.verdicts.guard` when it exists, else None."""
     if spec == "none":
         return None
     if spec:
@@ -209,7 +209,8 @@ def call_guard(
     """The guard's answer for one case. It is called with the arguments it names among
     question, references, candidate, verdict (the word), parsed (ParsedVerdict), raw_output,
     protocol, family, options; one that names none of them gets (question, references,
-    candidate). `rsieve.judge.guard(question, references, candidate)` is of the first kind."""
+    candidate). `rsieve.judge.verdicts.guard(question, references, candidate)` is of the
+    first kind."""
     available = {
         "question": case["question"],
         "references": list(case["references"]),
@@ -232,7 +233,7 @@ def call_guard(
 def guarded_verdict(out: Any, verdict: str) -> tuple[str, bool]:
     """(verdict after the guard, whether the guard fired). The guard's answer is None (let
     the verdict stand), a verdict word or a ParsedVerdict (the verdict it sets), or any other
-    string: the reason the candidate may not be promoted (`rsieve.judge.guard`). A blocked
+    string: the reason the candidate may not be promoted (`rsieve.judge.verdicts.guard`). A blocked
     CORRECT is counted as WRONG here: it is not promoted, whatever the judge said."""
     if out is None:
         return verdict, False
@@ -657,7 +658,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--guard",
         default=None,
-        help="MODULE:FUNC applied to every verdict; default rsieve.judge.guard if "
+        help="MODULE:FUNC applied to every verdict; default rsieve.judge.verdicts.guard if "
         "it exists; 'none' to skip",
     )
     parser.add_argument("--results", type=Path, default=RESULTS)

@@ -240,15 +240,15 @@ def steady_state(samples: list[tuple[float, float, float, float]], total: int) -
 # ----------------------------------------------------------------------------- floor
 def floor_cpu_ms(pool: Path) -> dict[str, float]:
     """The same rules as the services, in one loop with no I/O: CPU ms per item."""
-    from rsieve.cascade import apply_verdict, judge_prompt, needs_judge, verify_generation
-    from rsieve.cleaning import clean_item, inspect_image, parse_line
-    from rsieve.generation import ModelReply  # noqa: F401  (import cost outside)
+    from rsieve.clean.cleaning import clean_item, inspect_image, parse_line
+    from rsieve.clean.provenance import verify_source
+    from rsieve.compact.rows import assemble_rows
+    from rsieve.generate.generation import ModelReply  # noqa: F401  (import cost outside)
+    from rsieve.generate.think import parse_output
     from rsieve.images import prepare_image
-    from rsieve.provenance import verify_source
-    from rsieve.rows import assemble_rows
+    from rsieve.judge.cascade import apply_verdict, judge_prompt, needs_judge, verify_generation
     from rsieve.schemas import Generation, Item
     from rsieve.settings import Settings
-    from rsieve.think import parse_output
 
     sys.path.insert(0, str(ROOT / "bench" / "triton_models" / MODEL / "1"))
     s = Settings()

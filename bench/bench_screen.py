@@ -1,4 +1,4 @@
-"""The near-duplicate screen (rsieve.decontam.Screen) against what it replaced, one HashIndex
+"""The near-duplicate screen (rsieve.clean.decontam.Screen) against what it replaced, one HashIndex
 over every image with the question and answer in the key, side by side in one run.
 
     .venv/bin/python bench/bench_screen.py [--items 40000] [--questions 3] [--distance 8]
@@ -15,7 +15,7 @@ import argparse
 import random
 import time
 
-from rsieve.decontam import Screen
+from rsieve.clean.decontam import Screen
 from rsieve.hashindex import HashIndex, hash_hex
 
 

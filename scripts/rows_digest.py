@@ -22,7 +22,7 @@ import fakeredis
 sys.path.insert(0, sys.argv[1])  # the checkout's tests/fakes.py
 import rsieve
 from rsieve.adapters.pools import upload_pool
-from rsieve.generation import ModelInfo, ModelReply, ready_items, record_generations
+from rsieve.generate.generation import ModelInfo, ModelReply, ready_items, record_generations
 from rsieve.images import prepare_image
 from rsieve.schemas import ShardOutput
 from rsieve.settings import Settings

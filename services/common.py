@@ -28,13 +28,13 @@ from rsieve.adapters.metrics import JsonFormatter, RedisMetrics, log_context
 from rsieve.adapters.model import Model, open_model
 from rsieve.adapters.queues import enqueue, make_celery
 from rsieve.adapters.storage import ObjectStore, S3Store, read_images
-from rsieve.audit import plan_reconcile
+from rsieve.compact.settle import dataset_conflict
+from rsieve.dataset.audit import plan_reconcile
 from rsieve.errors import ConflictError, NotFoundError, RetryableError
-from rsieve.generation import AsyncModel, ModelInfo
+from rsieve.generate.generation import AsyncModel, ModelInfo
+from rsieve.run.submission import run_id
 from rsieve.schemas import STAGES, Item, Quarantined, RunSpec, ShardOutput, ShardQuarantine
 from rsieve.settings import SAMPLING, TRAINING, Settings, get_settings
-from rsieve.settle import dataset_conflict
-from rsieve.submission import run_id
 from rsieve.verify import protocol_versions
 
 log = logging.getLogger("rsieve")

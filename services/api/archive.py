@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from rsieve.adapters.pools import pool_format
 from rsieve.errors import PermanentError
-from rsieve.submission import RECORD_SUFFIXES
+from rsieve.run.submission import RECORD_SUFFIXES
 
 __all__ = ["ArchiveError", "extract_pool", "find_pool"]
 

@@ -28,11 +28,11 @@ from rsieve.adapters.metrics import progress
 from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import parse_s3_uri
 from rsieve.errors import ConflictError, NotFoundError, PermanentError
-from rsieve.packs import INDEX as PACK_INDEX
-from rsieve.packs import INDEX_BUCKETS, PackIndex, index_bucket_key
+from rsieve.run.packs import INDEX as PACK_INDEX
+from rsieve.run.packs import INDEX_BUCKETS, PackIndex, index_bucket_key
+from rsieve.run.submission import ITEMS, REFUSED, digest_of
+from rsieve.run.watch import COMPLETE
 from rsieve.schemas import DATASET_PATTERN, STAGES, ImageRef, Outcome, RunSpec, ShardOutput
-from rsieve.submission import ITEMS, REFUSED, digest_of
-from rsieve.watch import COMPLETE
 from services.api.models import StageProgress
 from services.common import Context
 

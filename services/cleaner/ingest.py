@@ -1,4 +1,4 @@
-"""Ingest of a pool of more than `ingest_range_items` lines, in rounds (rsieve.ingestion):
+"""Ingest of a pool of more than `ingest_range_items` lines, in rounds (rsieve.clean.ingestion):
 what each round's task reads and writes. `rsieve.ingest` (tasks.py) plans the run and
 sends each round's tasks once the round before is stored; each `rsieve.ingest_part`
 task runs one step here for one range or partition.
@@ -19,10 +19,9 @@ from pydantic import BaseModel, TypeAdapter
 
 from rsieve import keys
 from rsieve.adapters.embedder import load_embedder
-from rsieve.cleaning import cleaning_report, family_items, line_image_path
-from rsieve.decontam import screen_summary
-from rsieve.errors import NotFoundError
-from rsieve.ingestion import (
+from rsieve.clean.cleaning import cleaning_report, family_items, line_image_path
+from rsieve.clean.decontam import screen_summary
+from rsieve.clean.ingestion import (
     DupId,
     DupLine,
     IdRecord,
@@ -44,10 +43,11 @@ from rsieve.ingestion import (
     screen_partition,
     screened,
 )
-from rsieve.packs import INDEX, INDEX_BUCKETS, index_bucket_key
-from rsieve.provenance import verify_source
+from rsieve.clean.provenance import verify_source
+from rsieve.errors import NotFoundError
+from rsieve.run.packs import INDEX, INDEX_BUCKETS, index_bucket_key
+from rsieve.run.submission import ITEMS, REFUSED
 from rsieve.schemas import ImageRef
-from rsieve.submission import ITEMS, REFUSED
 from services.cleaner.screen import load_screen
 from services.cleaner.sources import pack_index, resolver
 from services.common import Context

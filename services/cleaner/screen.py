@@ -1,4 +1,4 @@
-"""What ingest screens a pool against (rsieve.decontam): every registered evaluation set
+"""What ingest screens a pool against (rsieve.clean.decontam): every registered evaluation set
 (`evalsets/<name>.json`) and the (image hash, question) pairs of every run already
 committed to the run's dataset (`datasets/<dataset>/keys/<run>.near.json`, written by the
 compactor). Read once per ingest; a screen task of a pool ingested in rounds keeps the
@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable
 
 from rsieve import keys
-from rsieve.decontam import EvalSet, Screen
+from rsieve.clean.decontam import EvalSet, Screen
 from services.common import Context
 
 

@@ -1,5 +1,5 @@
 """The cleaner's reading of a pool beyond its items: the provenance resolvers' I/O
-(rsieve.provenance.SourceResolver: local paths under the configured `provenance_roots`,
+(rsieve.clean.provenance.SourceResolver: local paths under the configured `provenance_roots`,
 s3:// URIs read with the stack's storage credentials), and the pool's pack index (a pool
 written without packs is packed once here). An infrastructure failure (S3 unreachable)
 raises and the shard is retried: never a verdict."""
@@ -14,9 +14,9 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from rsieve.adapters.storage import ObjectStore, S3Store, parse_s3_uri, write_packs
+from rsieve.clean.provenance import Resolution, SourceRef
 from rsieve.errors import NotFoundError, PermanentError
-from rsieve.packs import INDEX, PackIndex
-from rsieve.provenance import Resolution, SourceRef
+from rsieve.run.packs import INDEX, PackIndex
 from rsieve.settings import Settings
 from services.common import Context
 

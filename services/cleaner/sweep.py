@@ -1,5 +1,5 @@
 """The sweeper: `rsieve.sweep` (clean queue, sent by Celery beat every `sweep_interval_s`)
-finds runs that stalled with no message in flight (rsieve.audit.stalled: nothing recorded
+finds runs that stalled with no message in flight (rsieve.dataset.audit.stalled: nothing recorded
 for `sweep_after_s`) and reconciles them, enqueuing each shard's next missing stage or the
 compaction (`Context.reconcile`, what `rsieve reconcile RUN` does by hand). Safe to run any
 time: every stage skips shards whose output exists. Compacted runs are remembered in Redis
@@ -13,7 +13,7 @@ import time
 
 from rsieve import keys
 from rsieve.adapters.metrics import progress
-from rsieve.audit import stalled
+from rsieve.dataset.audit import stalled
 from rsieve.schemas import STAGES
 from services.common import Context
 

@@ -1,10 +1,10 @@
 """Cleaner: cuts a submitted pool into shards, takes the decisions that need the whole pool
 (duplicates, near-duplicates, evaluation sets, task purity: cleaning.json), then checks
 each shard's items (rsieve.cleaning's `assess_pool`, `clean_line`); this reads and writes.
-Images stay in the pool's packs (rsieve.packs): a shard's images are a few ranged GETs.
+Images stay in the pool's packs (rsieve.run.packs): a shard's images are a few ranged GETs.
 
 A pool of one range (`ingest_range_items` lines) is ingested in one task; a larger one in
-rounds of `rsieve.ingest_part` tasks (ingest.py, rsieve.ingestion), each holding a range
+rounds of `rsieve.ingest_part` tasks (ingest.py, rsieve.clean.ingestion), each holding a range
 or a partition; the last of a round sends `rsieve.ingest` again, which sends the next."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 
 from rsieve import keys
 from rsieve.adapters.storage import read_images
-from rsieve.cleaning import (
+from rsieve.clean.cleaning import (
     assess_pool,
     clean_line,
     family_items,
@@ -21,10 +21,10 @@ from rsieve.cleaning import (
     poisoned_line,
     shard_inputs,
 )
-from rsieve.provenance import verify_source
+from rsieve.clean.provenance import verify_source
+from rsieve.run.shards import ShardInput, split_pool
+from rsieve.run.submission import ITEMS, REFUSED
 from rsieve.schemas import Item, Quarantined, ShardOutput
-from rsieve.shards import ShardInput, split_pool
-from rsieve.submission import ITEMS, REFUSED
 from services.cleaner import ingest as ingest_steps
 from services.cleaner.screen import load_screen
 from services.cleaner.sources import pack_index, resolver
@@ -65,7 +65,7 @@ def register(ctx: Context) -> None:
             ctx.next("rsieve.ingest", run=run)
 
     def _ingest_whole(run: str) -> None:
-        """A pool of one range: every decision in this task (rsieve.cleaning.assess_pool)."""
+        """A pool of one range: every decision in this task (rsieve.clean.cleaning.assess_pool)."""
         spec, store, s = ctx.spec(run), ctx.store, ctx.settings
         prefix = ingest_steps.pool_key(ctx, run)
         shards, blank = split_pool(store.get(prefix + ITEMS), s.shard_size)

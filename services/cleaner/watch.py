@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from rsieve.adapters.pools import upload_pool
-from rsieve.cleaning import pool_image_path
+from rsieve.clean.cleaning import pool_image_path
 from rsieve.errors import ConflictError, PermanentError
-from rsieve.submission import RECORD_SUFFIXES
-from rsieve.watch import COMPLETE, TAKEN, pool_folders, readiness, watch_prefix
+from rsieve.run.submission import RECORD_SUFFIXES
+from rsieve.run.watch import COMPLETE, TAKEN, pool_folders, readiness, watch_prefix
 from services.common import Context
 
 log = logging.getLogger("rsieve")

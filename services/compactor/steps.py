@@ -1,4 +1,4 @@
-"""The compactor's steps (rsieve.partitions): the plan, routing a group of shards, one
+"""The compactor's steps (rsieve.run.partitions): the plan, routing a group of shards, one
 partition's compaction, and the commit. What is composed is rsieve.commit's; this reads
 and writes. Every step is idempotent: what it stored is found and not done again.
 
@@ -23,13 +23,10 @@ from rsieve import keys
 from rsieve.adapters.keyindex import held_keys, legacy_runs, write_buckets
 from rsieve.adapters.parquet import upload_splits
 from rsieve.adapters.storage import PackReader
-from rsieve.calibration import (
-    CalibrationRecord,
-    CalibrationShard,
-    bottom_k,
-    summarise,
-)
-from rsieve.commit import (
+from rsieve.compact.compaction import next_manifest
+from rsieve.compact.keyindex import IndexStats
+from rsieve.compact.rows import assemble_rows
+from rsieve.dataset.commit import (
     commit_files,
     compose_report,
     near_keys,
@@ -38,11 +35,16 @@ from rsieve.commit import (
     quarantine_listing,
     settle,
 )
-from rsieve.compaction import next_manifest
+from rsieve.dataset.report import token_usage, tokens_summed
 from rsieve.errors import NotFoundError
 from rsieve.images import IMAGE_FORMATS
-from rsieve.keyindex import IndexStats
-from rsieve.partitions import (
+from rsieve.judge.calibration import (
+    CalibrationRecord,
+    CalibrationShard,
+    bottom_k,
+    summarise,
+)
+from rsieve.run.partitions import (
     merge_summaries,
     outcome_partition,
     partition_count,
@@ -51,8 +53,6 @@ from rsieve.partitions import (
     route_groups,
     sorted_lines,
 )
-from rsieve.report import token_usage, tokens_summed
-from rsieve.rows import assemble_rows
 from rsieve.schemas import STAGES, Outcome, Quarantined
 from services.common import Context
 

@@ -8,7 +8,7 @@ task per group of shards), compacted one task per partition
 (`rsieve.compact_partition`), and committed. Each of those tasks, the last of its kind to
 finish, sends `rsieve.compact` again; so does the sweeper for a run left stalled. Each
 fan-out is sent once per `sweep_after_s`, however often the coordinator is called. Memory
-per task is one partition's (rsieve.partitions), and a Redis lock is held for the commit
+per task is one partition's (rsieve.run.partitions), and a Redis lock is held for the commit
 alone. A run whose partitions another run's commit overtook is compacted again against
 the dataset as it now is."""
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from rsieve import keys
 from rsieve.adapters.model import ModelInfo, ModelRequest, engine_url
 from rsieve.adapters.tokenizer import preload_chat_template
-from rsieve.generation import poisoned_item, ready_items, record_generations, sampled
+from rsieve.generate.generation import poisoned_item, ready_items, record_generations, sampled
 from rsieve.images import ImageError, PreparedImage, prepare_image
 from rsieve.schemas import ShardOutput
 from services.common import Context

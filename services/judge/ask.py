@@ -1,4 +1,4 @@
-"""The judge's calls, each prompt asked once (rsieve.judgecache, docs/judge.md): every
+"""The judge's calls, each prompt asked once (rsieve.judge.judgecache, docs/judge.md): every
 prompt is looked up in the verdict cache first, only the misses reach the model (a prompt
 twice in one shard once), and every answered call is stored for the next run."""
 
@@ -12,8 +12,8 @@ from rsieve.adapters.model import ModelRequest
 from rsieve.adapters.storage import ObjectStore
 from rsieve.adapters.tokenizer import load_chat_template
 from rsieve.errors import NotFoundError
-from rsieve.generation import Model, ModelReply
-from rsieve.judgecache import (
+from rsieve.generate.generation import Model, ModelReply
+from rsieve.judge.judgecache import (
     CachedReply,
     JudgeIdentity,
     cache_entry,

@@ -11,7 +11,9 @@ from collections import Counter
 
 from rsieve import keys
 from rsieve.adapters.tokenizer import preload_chat_template
-from rsieve.calibration import (
+from rsieve.compact.settle import in_window, settle_all, to_judge
+from rsieve.generate.chat import neutralise
+from rsieve.judge.calibration import (
     CalibrationShard,
     calibration_probes,
     calibration_rates,
@@ -19,11 +21,9 @@ from rsieve.calibration import (
     hopeless_families,
     probe_prompt,
 )
-from rsieve.cascade import apply_verdict, judge_prompt, skip_judge
-from rsieve.chat import neutralise
-from rsieve.judgecache import judge_identity
+from rsieve.judge.cascade import apply_verdict, judge_prompt, skip_judge
+from rsieve.judge.judgecache import judge_identity
 from rsieve.schemas import ShardOutput
-from rsieve.settle import in_window, settle_all, to_judge
 from services.common import Context
 from services.judge.ask import ask_once, judge_specials
 

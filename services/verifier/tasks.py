@@ -4,7 +4,7 @@ goes to the judge (a benchmark pass that training refuses as a `near_miss`)."""
 
 from __future__ import annotations
 
-from rsieve.cascade import verify_generation
+from rsieve.judge.cascade import verify_generation
 from rsieve.schemas import Generation, Outcome, Quarantined, ShardOutput
 from services.common import Context
 

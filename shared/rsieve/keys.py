@@ -3,16 +3,17 @@ changed by accident orphans everything written under the old one, so each is bui
 function below, and tests/unit/test_keys.py pins the string each returns. Pure (strings in,
 strings out; no I/O).
 
-The bucket (`<run>` a run id, `<shard>` a shard label (rsieve.shards), `<dataset>` a dataset
+The bucket (`<run>` a run id, `<shard>` a shard label (rsieve.run.shards), `<dataset>` a dataset
 name; a trailing `/` is a prefix):
 
     pools/<pool_sha256>/                    an uploaded pool folder (pool_prefix)
-        items.jsonl, _refused.json, ...     its files as uploaded (rsieve.submission);
+        items.jsonl, _refused.json, ...     its files as uploaded (rsieve.run.submission);
                                             `_complete` written last (rsieve.watch)
-        _packs/...                          its images in packs, and their index (rsieve.packs)
+        _packs/...                          its images in packs, and their index (rsieve.run.packs)
     images/<sha256>                         an image the generator re-encoded, by content
-    evalsets/<name>.json                    a registered evaluation set (rsieve.decontam)
-    judge-cache/<sha256>.json               a judge reply, by what decided it (rsieve.judgecache)
+    evalsets/<name>.json                    a registered evaluation set (rsieve.clean.decontam)
+    judge-cache/<sha256>.json               a judge reply, by what decided it
+                                            (rsieve.judge.judgecache)
     index/runs/<run>.json                   a submitted run, written at submission (runs list
                                             from here, cheaply)
     runs/<run>/
@@ -38,7 +39,7 @@ name; a trailing `/` is a prefix):
         manifest.json                       written last by each commit (its commit point)
         data/<split>-<run>[-<partition>]-<i>-of-<n>.parquet   a run's rows
         keys/qa/<bucket>-<run>.bin          a bucket of the key index as of a commit
-                                            (rsieve.keyindex)
+                                            (rsieve.compact.keyindex)
         keys/<run>.json                     a run's key list from before the key index
         keys/<run>[-<partition>].near.json  a committed run's near keys (ingest's screen)
         examples/<sha256[:16]>.<ext>        an image the card shows
@@ -119,7 +120,7 @@ DATASETS_PREFIX = "datasets/"
 
 
 def pool_prefix(pool_sha256: str) -> str:
-    """An uploaded pool's folder, by the pool's digest (rsieve.submission.pool_digest)."""
+    """An uploaded pool's folder, by the pool's digest (rsieve.run.submission.pool_digest)."""
     return f"{POOLS_PREFIX}{pool_sha256}/"
 
 
@@ -141,7 +142,7 @@ def evalset_name(key: str) -> str | None:
 
 
 def judge_reply(digest: str) -> str:
-    """A cached judge reply, by the sha256 of what decided it (rsieve.judgecache)."""
+    """A cached judge reply, by the sha256 of what decided it (rsieve.judge.judgecache)."""
     return f"{JUDGE_CACHE_PREFIX}{digest}.json"
 
 
@@ -168,12 +169,12 @@ def shards(run: str) -> str:
 
 
 def cleaning(run: str) -> str:
-    """The run's whole-pool cleaning measurements (rsieve.cleaning.cleaning_report)."""
+    """The run's whole-pool cleaning measurements (rsieve.clean.cleaning.cleaning_report)."""
     return f"{run_prefix(run)}cleaning.json"
 
 
 def shard_input(run: str, shard: str) -> str:
-    """A shard's lines as ingest placed them (rsieve.shards.ShardInput)."""
+    """A shard's lines as ingest placed them (rsieve.run.shards.ShardInput)."""
     return f"{run_prefix(run)}input/{shard}.json"
 
 
@@ -191,7 +192,7 @@ def calibration_prefix(run: str) -> str:
 
 
 def calibration(run: str, shard: str) -> str:
-    """The judge's calibration probes for one shard (rsieve.calibration.CalibrationShard)."""
+    """The judge's calibration probes for one shard (rsieve.judge.calibration.CalibrationShard)."""
     return f"{calibration_prefix(run)}{shard}.json"
 
 
@@ -232,7 +233,7 @@ def ingest_part(run: str, kind: str, dest: int, src: str) -> str:
 
 
 # runs/<run>/compact/: compaction (services/compactor/steps.py); `partition` is a label
-# (rsieve.partitions.partition_label)
+# (rsieve.run.partitions.partition_label)
 
 
 def compact_prefix(run: str) -> str:
@@ -335,7 +336,7 @@ def data_shard(split: str, run: str, index: int, count: int, partition: str | No
 
 
 def qa_key_bucket(bucket: str, run: str) -> str:
-    """A bucket's file of the key index as of `run`'s commit (rsieve.keyindex)."""
+    """A bucket's file of the key index as of `run`'s commit (rsieve.compact.keyindex)."""
     return f"keys/qa/{bucket}-{run}.bin"
 
 

@@ -82,7 +82,7 @@ MODEL_KINDS: dict[str, str] = {
 
 ModelKind = Literal["vlm", "llm", "ocr-engine", "stand-in"]
 
-# What a checkpoint's chat template does for reasoning (rsieve.chat, docs/models.md):
+# What a checkpoint's chat template does for reasoning (rsieve.generate.chat, docs/models.md):
 # "switch": it has a thinking switch (`enable_thinking`); "opens": it opens `<think>` for
 # the assistant itself; "none": it has no thinking mode; "server": the model server
 # rendered the prompt (the rsieve interface), so the client cannot tell.
@@ -124,7 +124,7 @@ DATASET_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"
 
 class ImageRef(BaseModel):
     """Where one image's bytes lie: `pack` is the object key, bytes [offset, offset+length)
-    (rsieve.packs writes the packs)."""
+    (rsieve.run.packs writes the packs)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -133,7 +133,7 @@ class ImageRef(BaseModel):
     length: int
     sha256: str
     # The image's perceptual hash (rsieve.hashindex, 16 hex), for near-duplicates and
-    # evaluation sets (rsieve.decontam); None when the bytes are no image rsieve reads.
+    # evaluation sets (rsieve.clean.decontam); None when the bytes are no image rsieve reads.
     phash: str | None = None
 
 
@@ -169,7 +169,7 @@ class Item(_Model):
     options: dict[str, str] | None = None
     image_sha256: str
     clean_meta: dict[str, Any]
-    # Where the image's bytes lie (the pool's packs, rsieve.packs); None: images/<sha256>.
+    # Where the image's bytes lie (the pool's packs, rsieve.run.packs); None: images/<sha256>.
     image_at: ImageRef | None = None
 
 
@@ -214,7 +214,7 @@ class Generation(_Model):
     output_tokens: int | None = None
     latency_s: float | None = None
     image_sent: dict[str, Any] | None = None
-    # Best-of-n (rsieve.draws): which sample of the item this is and the seed it was
+    # Best-of-n (rsieve.generate.draws): which sample of the item this is and the seed it was
     # asked with; None with one sample per item.
     sample: int | None = None
     seed: int | None = None
@@ -258,7 +258,7 @@ class Verdict(_Model):
     """The judge's verdict on a verifier-rejected answer, with what produced it."""
 
     # FAILED: no verdict (the call failed, or the output was empty, unparsable or cut off);
-    # `cause` says which (rsieve.judge.FAILURE_CAUSES). Only CORRECT promotes.
+    # `cause` says which (rsieve.judge.verdicts.FAILURE_CAUSES). Only CORRECT promotes.
     verdict: VerdictName
     cause: str | None = None
     model: str
@@ -269,22 +269,23 @@ class Verdict(_Model):
     prompt: str
     raw_output: str
     # Token counts when the judge's server returned them (the run report's `tokens`); not
-    # in the dataset rows (rsieve.rows.FEATURES).
+    # in the dataset rows (rsieve.compact.rows.FEATURES).
     input_tokens: int | None = None
     output_tokens: int | None = None
-    # The reply came from the verdict cache (rsieve.judgecache): an earlier call on the
+    # The reply came from the verdict cache (rsieve.judge.judgecache): an earlier call on the
     # byte-identical prompt by the same judge, applied as a fresh reply would be; no call
     # was made, so the run's token usage does not count it (its token counts are the
     # original call's). False for records stored before the cache existed.
     reused: bool = False
-    # Why the candidate may not be promoted by a judge whatever it says (rsieve.judge.guard:
-    # it speaks to its grader); None when it may. A guarded CORRECT is `judge_guarded`.
+    # Why the candidate may not be promoted by a judge whatever it says
+    # (rsieve.judge.verdicts.guard: it speaks to its grader); None when it may. A guarded
+    # CORRECT is `judge_guarded`.
     guard: str | None = None
 
 
 class Outcome(_Model):
     """Where an item that got an answer ends: accepted (think + nothink) or rejected.
-    With best-of-n, one sample's outcome, or (settled, rsieve.settle.settle) the item's:
+    With best-of-n, one sample's outcome, or (settled, rsieve.compact.settle.settle) the item's:
     the sample it is, with `samples` recording every sample."""
 
     generation: Generation

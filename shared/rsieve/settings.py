@@ -96,7 +96,7 @@ class Settings(BaseSettings):
     judge_model: Annotated[str, DECIDES] = "judge-smollm2"
     # The judge weights' identity: the sha256 of its checkpoint (empty: undeclared, the
     # model is known by its name alone). With the name, the prompt template and the budget
-    # it addresses the verdict cache (rsieve.judgecache, docs/judge.md): set it whenever
+    # it addresses the verdict cache (rsieve.judge.judgecache, docs/judge.md): set it whenever
     # the weights served under a name can change, or a reply of the old weights is reused.
     judge_weights_sha256: Annotated[str, SINCE_FIRST_ID] = Field("", pattern=r"^([0-9a-f]{64})?$")
     # Items in flight at Triton per call (the judge) or per generator worker when its engine
@@ -165,7 +165,7 @@ class Settings(BaseSettings):
     # tokenizer's special tokens in text sent to the model. Empty: none (rsieve interface).
     generator_tokenizer: Annotated[str, DECIDES] = ""
     judge_tokenizer: Annotated[str, DECIDES] = ""
-    # Reasoning on: what it means depends on the template's thinking mode (rsieve.chat).
+    # Reasoning on: what it means depends on the template's thinking mode (rsieve.generate.chat).
     reasoning: Annotated[bool, DECIDES] = True
     # Images are sent at most this long on their longest side (resized, re-encoded PNG).
     image_max_side: Annotated[int, DECIDES] = Field(1536, ge=16)
@@ -195,16 +195,16 @@ class Settings(BaseSettings):
     parquet_shard_bytes: Annotated[int, OPERATES] = Field(256 * 1024 * 1024, ge=1024)
     # Rows buffered before they are written as one row group (bounds compaction memory).
     parquet_row_group_rows: Annotated[int, OPERATES] = Field(256, ge=1)
-    # Keys per read of the dataset's key index (rsieve.keyindex, 16 bytes each): with the
+    # Keys per read of the dataset's key index (rsieve.compact.keyindex, 16 bytes each): with the
     # run's own keys, what one compaction holds of it, whatever the dataset's size.
     key_index_chunk_keys: Annotated[int, OPERATES] = Field(65_536, ge=1)
-    # Compaction partitions (rsieve.partitions): a run of more pool lines than this is
+    # Compaction partitions (rsieve.run.partitions): a run of more pool lines than this is
     # compacted one task per partition of about this many, after routing its outcomes in
     # groups of compact_route_shards shards; memory per task is one partition's.
     compact_partition_items: Annotated[int, OPERATES] = Field(20_000, ge=1)
     compact_route_shards: Annotated[int, OPERATES] = Field(64, ge=1)
 
-    # Ingest in rounds (rsieve.ingestion): a pool of more lines than this is ingested by
+    # Ingest in rounds (rsieve.clean.ingestion): a pool of more lines than this is ingested by
     # tasks of one range of about this many lines (whole shards) or one key partition.
     ingest_range_items: Annotated[int, OPERATES] = Field(20_000, ge=1)
 

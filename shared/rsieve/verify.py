@@ -790,7 +790,7 @@ def _decision_for(
 
 
 # The form a protocol reads an answer as: two answers with the same form are the same
-# answer to it (best-of-n's `distinct`, rsieve.settle). Each is the protocol's own
+# answer to it (best-of-n's `distinct`, rsieve.compact.settle). Each is the protocol's own
 # normalisation; a protocol without one (math: equivalence, not a form) has none.
 _CANONICAL: dict[str, Callable[[str, dict[str, str] | None], str | None]] = {
     "alnum": lambda text, _: alnum_norm(text),

@@ -148,7 +148,7 @@ def audit(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Prove from storage that every item of RUN ended in exactly one place (exit 0 if so)."""
-    from rsieve.audit import audit_run
+    from rsieve.dataset.audit import audit_run
     from rsieve.errors import NotFoundError
 
     ctx = _context()
@@ -245,7 +245,7 @@ def evalset_add(
     """Register POOL as evaluation set NAME (replacing one of that name): every later run
     quarantines an item whose image matches one of its images as `contaminated`."""
     from rsieve.adapters.pools import read_pool
-    from rsieve.decontam import build_evalset
+    from rsieve.clean.decontam import build_evalset
 
     files = read_pool(pool)
 
@@ -268,7 +268,7 @@ def evalset_add(
 @friendly
 def evalset_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """The registered evaluation sets and their sizes."""
-    from rsieve.decontam import EvalSet
+    from rsieve.clean.decontam import EvalSet
 
     store = _context().store
     sets = [
@@ -674,11 +674,11 @@ def recheck(
 
 
 def _recheck_folder(folder: Path) -> dict[str, Any]:
-    """Read an exported dataset's rows and reports, recheck them (rsieve.recheck)."""
+    """Read an exported dataset's rows and reports, recheck them (rsieve.dataset.recheck)."""
     import pyarrow.parquet as pq
 
-    from rsieve.recheck import RecheckResult, recheck_entries
-    from rsieve.rows import SPLIT_KINDS, split_name
+    from rsieve.compact.rows import SPLIT_KINDS, split_name
+    from rsieve.dataset.recheck import RecheckResult, recheck_entries
 
     shards = sorted((folder / "data").glob("*.parquet"))
     if not shards:
@@ -716,7 +716,7 @@ def _recheck_folder(folder: Path) -> dict[str, Any]:
 
 
 def _recheck_run(run_id: str, as_json: bool) -> None:
-    from rsieve.cascade import recheck_outcomes
+    from rsieve.judge.cascade import recheck_outcomes
 
     ctx = _context()
     _spec_or_fail(ctx, run_id)

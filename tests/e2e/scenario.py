@@ -11,8 +11,8 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-from rsieve.judge import build_judge_prompt
-from rsieve.prompts import build_question
+from rsieve.clean.prompts import build_question
+from rsieve.judge.verdicts import build_judge_prompt
 from rsieve_cli.local.replay import replay_key
 
 WORD_Q = "What word is shown in the image? Answer with the text only."

@@ -16,7 +16,7 @@ import pytest
 from PIL import Image, ImageEnhance
 
 from rsieve.adapters.storage import S3Store
-from rsieve.prompts import build_question
+from rsieve.clean.prompts import build_question
 from rsieve_cli.client import upload, wait_for_run
 from rsieve_cli.local.replay import replay_key
 from rsieve_cli.local.stack import Stack

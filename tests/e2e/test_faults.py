@@ -16,7 +16,7 @@ import pytest
 from rsieve.adapters.exports import export_dataset
 from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import S3Store
-from rsieve.audit import audit_run
+from rsieve.dataset.audit import audit_run
 from rsieve_cli.client import submit, wait_for_run
 from rsieve_cli.local.stack import SERVICES, Stack
 from services.common import bootstrap

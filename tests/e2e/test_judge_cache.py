@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from rsieve.adapters.storage import S3Store
-from rsieve.judgecache import CACHE_PREFIX
+from rsieve.judge.judgecache import CACHE_PREFIX
 from rsieve_cli.local.stack import REPO_ROOT, Stack
 from tests.conftest import stack_settings
 from tests.e2e.cli import run_cli

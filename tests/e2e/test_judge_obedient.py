@@ -21,8 +21,8 @@ from rsieve.adapters.exports import export_dataset
 from rsieve.adapters.model import ModelRequest, TritonModel
 from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import S3Store
-from rsieve.calibration import CalibrationShard, calibration_key, summarise
-from rsieve.cascade import judge_prompt, needs_judge
+from rsieve.judge.calibration import CalibrationShard, calibration_key, summarise
+from rsieve.judge.cascade import judge_prompt, needs_judge
 from rsieve.schemas import ShardOutput
 from rsieve_cli.client import submit, wait_for_run
 from rsieve_cli.local.stack import REPO_ROOT, Stack

@@ -15,7 +15,7 @@ import datasets
 import pytest
 
 from rsieve.adapters.storage import S3Store
-from rsieve.judgecache import CACHE_PREFIX
+from rsieve.judge.judgecache import CACHE_PREFIX
 from rsieve.schemas import ShardOutput
 from rsieve_cli.client import upload, wait_for_run
 from rsieve_cli.local.checkpoints import smollm2_checkpoint

@@ -24,7 +24,7 @@ from PIL.PngImagePlugin import PngInfo
 
 from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel
 from rsieve.adapters.tokenizer import load_chat_template
-from rsieve.think import parse_output
+from rsieve.generate.think import parse_output
 from rsieve_cli.local import processes
 from tests.templates import build_tokenizer
 

@@ -18,7 +18,7 @@ from rapidfuzz.distance import Levenshtein
 from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel
 from rsieve.adapters.tokenizer import load_chat_template
 from rsieve.errors import RetryableError
-from rsieve.think import parse_output
+from rsieve.generate.think import parse_output
 from rsieve_cli.local import processes
 from tests.checkpoints import build_tiny_vlm
 from tests.conftest import TRITON_MODELS
@@ -183,7 +183,7 @@ def test_vllm_path_without_a_thinking_mode(triton: str, qwen2_5_vl: str) -> None
 
 
 def test_vllm_path_needs_the_checkpoints_tokenizer(triton: str) -> None:
-    from rsieve.chat import TemplateError
+    from rsieve.generate.chat import TemplateError
 
     with pytest.raises(TemplateError, match="RSIEVE_GENERATOR_TOKENIZER"):
         TritonModel(triton, "vllm-mimic", retries=0).generate_many([ModelRequest("q")])

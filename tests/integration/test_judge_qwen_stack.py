@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rsieve.judge import build_judge_prompt, read_verdict
+from rsieve.judge.verdicts import build_judge_prompt, read_verdict
 from rsieve_cli.local import checkpoints, processes
 from rsieve_cli.local.stack import QWEN_JUDGE_MODEL, StackConfig
 

@@ -24,7 +24,7 @@ from PIL import Image
 from tritonclient.grpc import model_config_pb2 as mc
 
 from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel
-from rsieve.judge import build_judge_prompt
+from rsieve.judge.verdicts import build_judge_prompt
 from rsieve_cli.local import checkpoints, processes
 from rsieve_cli.local.stack import JUDGE_CHECKPOINT_ENV, SMOLLM2_MODEL, StackConfig
 from tests.conftest import TRITON_MODELS, triton_model_env

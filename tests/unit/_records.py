@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from rsieve.cascade import apply_verdict, judge_prompt, verify_generation
+from rsieve.judge.cascade import apply_verdict, judge_prompt, verify_generation
 from rsieve.schemas import Generation, Item, Outcome
 
 POOL_URI = "s3://pools/example/"

@@ -23,13 +23,13 @@ import pytest
 
 from rsieve.adapters.gate import EngineGate
 from rsieve.adapters.pools import upload_pool
-from rsieve.audit import audit_run
-from rsieve.draws import sample_seed
-from rsieve.generation import ModelInfo, ModelReply, ModelRequest
-from rsieve.rows import FEATURES, SAMPLE_FIELDS
+from rsieve.compact.rows import FEATURES, SAMPLE_FIELDS
+from rsieve.compact.settle import dataset_conflict
+from rsieve.dataset.audit import audit_run
+from rsieve.generate.draws import sample_seed
+from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest
 from rsieve.schemas import ShardOutput
 from rsieve.settings import Settings
-from rsieve.settle import dataset_conflict
 from rsieve.verify import canonical
 from services.api.runs import submit
 from services.cleaner.tasks import register as clean_tasks

@@ -11,7 +11,9 @@ from collections.abc import Sequence
 import fakeredis
 import pytest
 
-from rsieve.calibration import (
+from rsieve.clean.cleaning import family_items
+from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest
+from rsieve.judge.calibration import (
     CALIBRATION_OVERSAMPLING,
     CalibrationShard,
     calibration_key,
@@ -23,11 +25,9 @@ from rsieve.calibration import (
     sample_rank,
     summarise,
 )
-from rsieve.cleaning import family_items
-from rsieve.generation import ModelInfo, ModelReply, ModelRequest
+from rsieve.run.shards import shard_label
 from rsieve.schemas import Outcome, RunSpec, ShardOutput
 from rsieve.settings import Settings
-from rsieve.shards import shard_label
 from services.common import bootstrap
 from services.judge.tasks import register as judge_tasks
 from tests.fakes import MemoryStore, Sent

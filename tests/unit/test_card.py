@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from rsieve.calibration import (
+from rsieve.dataset.card import THINKING_MEANINGS, render_card
+from rsieve.dataset.report import run_report
+from rsieve.judge.calibration import (
     calibration_probes,
     calibration_record,
     hold_back,
@@ -16,8 +18,6 @@ from rsieve.calibration import (
     render_calibration_markdown,
     summarise,
 )
-from rsieve.card import THINKING_MEANINGS, render_card
-from rsieve.report import run_report
 from rsieve.schemas import MODEL_KINDS, THINKING_MODES, Outcome
 from tests.unit._records import accepted, failed, judged, make_item
 

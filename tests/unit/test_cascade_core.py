@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from rsieve.cascade import (
+from rsieve.judge.cascade import (
     REASON_OF,
     apply_verdict,
     judge_prompt,
@@ -14,7 +14,7 @@ from rsieve.cascade import (
     verdict_state,
     verify_generation,
 )
-from rsieve.judge import TEMPLATE_SHA256, build_judge_prompt
+from rsieve.judge.verdicts import TEMPLATE_SHA256, build_judge_prompt
 from rsieve.schemas import REJECT_REASONS, Outcome
 from tests.unit._records import make_generation, make_item
 

@@ -169,7 +169,7 @@ def test_an_image_over_the_byte_limit_is_refused_by_its_size_unread(
     """upload_pool(image_max_bytes=...): the file goes to `_refused.json`, never into a
     pack, and its bytes are never read; the cleaner quarantines its line image_too_large."""
     from rsieve.adapters.pools import upload_pool
-    from rsieve.cleaning import upload_refusal
+    from rsieve.clean.cleaning import upload_refusal
     from tests.fakes import MemoryStore
 
     with (folder / "huge.png").open("wb") as f:

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from rsieve.clean.provenance import Resolution, SourceRef, decide, parse_source, verify_source
 from rsieve.errors import NotFoundError, PermanentError
-from rsieve.provenance import Resolution, SourceRef, decide, parse_source, verify_source
 from rsieve.settings import Settings
 from services.cleaner.sources import StackResolver
 

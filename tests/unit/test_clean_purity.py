@@ -10,10 +10,10 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from rsieve import purity
-from rsieve.cleaning import assess_pool, render_cleaning
-from rsieve.purity import PurityQuestion, measure_purity, question_core
-from rsieve.shards import split_pool
+from rsieve.clean import purity
+from rsieve.clean.cleaning import assess_pool, render_cleaning
+from rsieve.clean.purity import PurityQuestion, measure_purity, question_core
+from rsieve.run.shards import split_pool
 
 POOL_PHRASING = [
     "Type out the lettering visible in this crop.",

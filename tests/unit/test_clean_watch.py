@@ -6,10 +6,10 @@ from __future__ import annotations
 import hashlib
 import re
 
+from rsieve.run.submission import run_id
+from rsieve.run.watch import pool_folders, readiness, watch_prefix
 from rsieve.settings import Settings
-from rsieve.submission import run_id
 from rsieve.verify import protocol_versions
-from rsieve.watch import pool_folders, readiness, watch_prefix
 from services.cleaner.beat import beat_schedule
 
 
@@ -59,7 +59,7 @@ def test_beat_schedule_watches_only_with_a_prefix_and_sweeps_unless_off() -> Non
 
 
 def test_run_id_is_pinned_for_known_inputs() -> None:
-    # Computed once by hand and pinned: a change to the formula (rsieve.submission) changes
+    # Computed once by hand and pinned: a change to the formula (rsieve.run.submission) changes
     # every run id, so earlier runs would no longer be found on resubmission.
     fp = {"generator_model": "rapidocr", "temperature": 0.0}
     assert run_id("abc", "ds", fp, {"alnum": "1"}) == "ds-5f123acd5641"

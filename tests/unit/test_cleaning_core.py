@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 from PIL import Image, ImageFile
 
-from rsieve.cleaning import (
+from rsieve.clean.cleaning import (
     POLICY_VERSION,
     clean_item,
     inspect_image,
     parse_line,
     pool_image_path,
 )
+from rsieve.clean.prompts import build_question
+from rsieve.clean.provenance import verify_source
 from rsieve.families import INSTRUCTIONS
-from rsieve.prompts import build_question
-from rsieve.provenance import verify_source
 from rsieve.schemas import Item, PoolItem, Quarantined
 
 LIMIT = 200
@@ -322,7 +322,7 @@ def test_byte_limit_checked_before_opening() -> None:
     assert problem is not None and problem[0] == "image_too_large"
 
 
-# --- provenance: one decision (rsieve.provenance.verify_source) -----------------------
+# --- provenance: one decision (rsieve.clean.provenance.verify_source) -----------------------
 
 IMAGE_SHA = hashlib.sha256(b"image bytes").hexdigest()
 OTHER_SHA = hashlib.sha256(b"other bytes").hexdigest()

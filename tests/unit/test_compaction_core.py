@@ -5,8 +5,8 @@ from __future__ import annotations
 import datasets
 import yaml
 
-from rsieve.card import card_front_matter
-from rsieve.compaction import dedupe, next_manifest, qa_key, shard_name
+from rsieve.compact.compaction import dedupe, next_manifest, qa_key, shard_name
+from rsieve.dataset.card import card_front_matter
 from tests.unit._records import accepted, make_item
 
 

@@ -17,9 +17,9 @@ import pytest
 from PIL import Image
 
 from rsieve.adapters.pools import PoolFiles, pool_format, read_pool
-from rsieve.cleaning import clean_line, parse_line
+from rsieve.clean.cleaning import clean_line, parse_line
+from rsieve.run.shards import PoolLine, split_pool
 from rsieve.schemas import QUARANTINE_REASONS, ImageRef, Quarantined
-from rsieve.shards import PoolLine, split_pool
 
 
 def _png(color: str) -> bytes:
@@ -311,7 +311,7 @@ def test_messages_parquet_with_an_images_list_and_a_located_source(tmp_path: Pat
     """Cauldron-style rows in Parquet: `images` a list of HF Image structs, `content` a
     string; a row's own source naming a location keeps it (provenance checks it) and the
     file is recorded as `file`, not `dataset`."""
-    from rsieve.provenance import parse_source
+    from rsieve.clean.provenance import parse_source
 
     rows = [
         {

@@ -1,5 +1,7 @@
 """The import direction (CONTRIBUTING.md): services and rsieve_cli -> rsieve.adapters ->
-the rsieve core. The core is rules only: no I/O, no vendor client, nothing from a shell."""
+the rsieve core. The core is rules only: no I/O, no vendor client, nothing from a shell.
+Inside the core, the stage packages are layers in pipeline order: a stage imports only the
+base (the modules directly under rsieve) and earlier stages, and the base imports no stage."""
 
 from __future__ import annotations
 
@@ -36,6 +38,9 @@ VENDOR = {
     "rich",
 }
 SHELLS = {"services", "rsieve_cli"}
+# The core's stage packages in pipeline order (verification's rules are the base's
+# rsieve.verify: cleaning, settings and every later stage use its protocol registry).
+STAGES = ("run", "clean", "generate", "judge", "compact", "dataset")
 
 
 def imports(path: Path) -> set[str]:
@@ -47,6 +52,31 @@ def imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             found.add(node.module)
     return found
+
+
+def relative_imports(path: Path) -> list[int]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level]
+
+
+def layer(parts: tuple[str, ...]) -> int:
+    """A core module's place: -1 for the base, else its stage's index in STAGES."""
+    return STAGES.index(parts[0]) if len(parts) > 1 else -1
+
+
+def layering_violations(module_parts: tuple[str, ...], imported: set[str]) -> list[str]:
+    """The rsieve modules `imported` that a module at `module_parts` (its path under
+    rsieve, e.g. ("judge", "cascade.py")) may not import: a later stage, or any stage from
+    the base."""
+    own = layer(module_parts)
+    bad = []
+    for name in imported:
+        parts = name.split(".")
+        if parts[0] != "rsieve" or len(parts) < 2 or parts[1] not in STAGES:
+            continue
+        if STAGES.index(parts[1]) > own:
+            bad.append(name)
+    return sorted(bad)
 
 
 def banned(module: str, names: set[str]) -> bool:
@@ -100,3 +130,30 @@ def test_ruff_bans_every_vendor_client_and_shell_in_the_core() -> None:
         and glob.split("/")[2] not in SHELL_PARTS
     ]
     assert not core_ignored, f"the ban is lifted in the core: {core_ignored}"
+
+
+def test_every_core_folder_is_a_stage_in_the_order() -> None:
+    folders = {p.name for p in CORE.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders - SHELL_PARTS == set(STAGES), "a new stage folder needs its place in STAGES"
+
+
+@pytest.mark.parametrize("path", core_modules(), ids=lambda p: str(p.relative_to(CORE)))
+def test_a_stage_imports_only_the_base_and_earlier_stages(path: Path) -> None:
+    parts = path.relative_to(CORE).parts
+    bad = layering_violations(parts, imports(path))
+    where = "the base" if layer(parts) < 0 else f"stage {parts[0]}"
+    assert not bad, f"{path.relative_to(ROOT)} ({where}) imports {bad}: a later stage"
+    assert not relative_imports(path), "the core imports absolutely, so the layering is seen"
+
+
+def test_the_layering_detector_sees_a_later_stage() -> None:
+    assert layering_violations(("clean", "cleaning.py"), {"rsieve.judge.verdicts"}) == [
+        "rsieve.judge.verdicts"
+    ]
+    assert layering_violations(("schemas.py",), {"rsieve.run.packs", "rsieve.verify"}) == [
+        "rsieve.run.packs"
+    ]
+    assert not layering_violations(
+        ("dataset", "card.py"), {"rsieve.judge.verdicts", "rsieve.compact.rows", "rsieve.verify"}
+    )
+    assert not layering_violations(("judge", "cascade.py"), {"rsieve.judge", "pydantic"})

@@ -1,4 +1,4 @@
-"""Near-duplicates and evaluation sets (rsieve.decontam), decided at ingest: the rules on
+"""Near-duplicates and evaluation sets (rsieve.clean.decontam), decided at ingest: the rules on
 hashes, an evaluation set built from a pool, and the whole path through the services'
 logic on fakes (a second run of an overlapping pool, a registered set)."""
 
@@ -13,9 +13,9 @@ import fakeredis
 import pytest
 from PIL import Image, ImageDraw, ImageEnhance
 
-from rsieve.decontam import EvalSet, Screen, answer_key, build_evalset, question_key
+from rsieve.clean.decontam import EvalSet, Screen, answer_key, build_evalset, question_key
 from rsieve.hashindex import hash_hex, parse_hash
-from rsieve.packs import image_phash
+from rsieve.run.packs import image_phash
 from rsieve.settings import Settings
 from services.common import bootstrap
 from tests.fakes import MemoryStore, Sent
@@ -148,7 +148,7 @@ def test_ingest_screens_against_evaluation_sets_and_the_dataset(tmp_path: Path) 
     images `contaminated`; a second run whose pool overlaps the first (re-encoded copies)
     quarantines the overlap `duplicate_item` at ingest, before any model call."""
     from rsieve.adapters.pools import upload_pool
-    from rsieve.decontam import dataset_keys, evalset_key, near_keys_key
+    from rsieve.clean.decontam import dataset_keys, evalset_key, near_keys_key
     from services.api.runs import submit
     from services.cleaner.tasks import register as clean_tasks
 
@@ -208,14 +208,14 @@ def test_ingest_screens_against_evaluation_sets_and_the_dataset(tmp_path: Path) 
     assert set(quarantined(third).values()) == {"contaminated"}
     cleaning = json.loads(store.get(f"runs/{third}/cleaning.json"))
     assert cleaning["screen"]["evalsets"] == {"signs-test": len(words)}
-    from rsieve.cleaning import render_cleaning
+    from rsieve.clean.cleaning import render_cleaning
 
     card = "\n".join(render_cleaning(cleaning))
     assert "| signs-test | 6 |" in card and "`contaminated`" in card
 
 
 def test_the_compactor_lists_each_added_items_image_hash_and_question() -> None:
-    from rsieve.commit import near_keys
+    from rsieve.dataset.commit import near_keys
     from rsieve.schemas import ImageRef
     from tests.unit._records import accepted, make_item
 
@@ -235,7 +235,7 @@ def test_grouped_screen_answers_as_one_index_over_every_image(seed: int) -> None
     one HashIndex over every image answered first (least distance, then earliest added)."""
     import random
 
-    from rsieve.decontam import GROUP_INDEXED_FROM
+    from rsieve.clean.decontam import GROUP_INDEXED_FROM
     from rsieve.hashindex import HashIndex, hash_hex
 
     rng = random.Random(seed)

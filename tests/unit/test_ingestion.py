@@ -1,4 +1,4 @@
-"""Ingest in rounds (rsieve.ingestion, services/cleaner/ingest.py): the plan numbers lines
+"""Ingest in rounds (rsieve.clean.ingestion, services/cleaner/ingest.py): the plan numbers lines
 and cuts shards as `split_pool` does, whatever the chunks it streams; a messy pool ingested
 in one task (`assess_pool`) and in rounds of many ranges and partitions gives the same
 clean-stage inputs, cleaning.json and shard index, byte for byte; and no round reads the
@@ -17,7 +17,7 @@ import pytest
 
 from rsieve.adapters import storage
 from rsieve.adapters.pools import upload_pool
-from rsieve.decontam import (
+from rsieve.clean.decontam import (
     answer_key,
     build_evalset,
     dataset_keys,
@@ -25,10 +25,10 @@ from rsieve.decontam import (
     near_keys_key,
     question_key,
 )
-from rsieve.ingestion import plan_ingest, range_lines
+from rsieve.clean.ingestion import plan_ingest, range_lines
+from rsieve.run.shards import split_pool
+from rsieve.run.submission import digest_of, pool_digest
 from rsieve.settings import Settings
-from rsieve.shards import split_pool
-from rsieve.submission import digest_of, pool_digest
 from services.api import runs as api_runs
 from services.api.runs import submit
 from services.cleaner import ingest as ingest_steps

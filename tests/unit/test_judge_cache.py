@@ -1,4 +1,4 @@
-"""Judge each thing once (rsieve.judgecache): the content-addressed key, what is stored and
+"""Judge each thing once (rsieve.judge.judgecache): the content-addressed key, what is stored and
 read back, and the judge stage with a fake model: the example pool judged twice, the second
 run asks nothing and its report and card count the verdicts as reused."""
 
@@ -11,11 +11,10 @@ from pathlib import Path
 import fakeredis
 import pytest
 
-from rsieve.calibration import CalibrationShard, calibration_key
-from rsieve.cascade import apply_verdict, judge_prompt, verify_generation
-from rsieve.generation import ModelInfo, ModelReply, ModelRequest
-from rsieve.judge import TEMPLATE_SHA256
-from rsieve.judgecache import (
+from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest
+from rsieve.judge.calibration import CalibrationShard, calibration_key
+from rsieve.judge.cascade import apply_verdict, judge_prompt, verify_generation
+from rsieve.judge.judgecache import (
     CACHE_PREFIX,
     JudgeIdentity,
     cache_entry,
@@ -25,6 +24,7 @@ from rsieve.judgecache import (
     to_send,
     verdict_key,
 )
+from rsieve.judge.verdicts import TEMPLATE_SHA256
 from rsieve.schemas import ShardOutput
 from rsieve.settings import Settings
 from services.api.runs import submit

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rsieve.calibration import (
+from rsieve.judge.calibration import (
     CalibrationRecord,
     calibration_probes,
     calibration_record,
@@ -264,7 +264,7 @@ def test_hold_back_demotes_judge_promotions_of_untrusted_families() -> None:
 
 
 def test_a_bound_of_one_turns_hold_back_off() -> None:
-    from rsieve.calibration import _untrusted
+    from rsieve.judge.calibration import _untrusted
 
     unmeasured = {"false_promotion": {"k": 0, "n": 0, "hi": 1.0}}
     measured = {"false_promotion": {"k": 3, "n": 10, "hi": 0.6}}

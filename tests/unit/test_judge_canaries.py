@@ -14,8 +14,8 @@ from types import ModuleType
 
 import pytest
 
-from rsieve.calibration import Canary, canaries, canary_flips
-from rsieve.judge import build_judge_prompt, parse_verdict
+from rsieve.judge.calibration import Canary, canaries, canary_flips
+from rsieve.judge.verdicts import build_judge_prompt, parse_verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = Path(__file__).parent / "cases"

@@ -4,13 +4,19 @@ already shows false promotions beyond the bound is not judged)."""
 
 from __future__ import annotations
 
-from rsieve.calibration import (
+from rsieve.judge.calibration import (
     calibration_probes,
     calibration_record,
     hopeless_families,
     probe_prompt,
 )
-from rsieve.cascade import apply_verdict, judge_prompt, needs_judge, skip_judge, verify_generation
+from rsieve.judge.cascade import (
+    apply_verdict,
+    judge_prompt,
+    needs_judge,
+    skip_judge,
+    verify_generation,
+)
 from rsieve.schemas import REJECT_REASONS, Outcome
 from tests.unit._records import accepted, make_generation, make_item
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rsieve.judge import (
+from rsieve.judge.verdicts import (
     FAILURE_CAUSES,
     JUDGE_WORDS,
     TEMPLATE_SHA256,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from rsieve.judge import ParsedVerdict
+from rsieve.judge.verdicts import ParsedVerdict
 from rsieve.verify import PROTOCOLS, verify
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from rsieve.watch import watch_prefix
+from rsieve.run.watch import watch_prefix
 from services.cleaner.beat import beat_schedule
 from tests.unit import test_k8s_manifests as k8s
 from tests.unit.test_k8s_manifests import (  # noqa: F401  (fixtures)

@@ -1,4 +1,4 @@
-"""The dataset's qa-key index (rsieve.keyindex; rsieve.adapters.keyindex on an in-memory
+"""The dataset's qa-key index (rsieve.compact.keyindex; rsieve.adapters.keyindex on an in-memory
 store): a run dedups against every earlier run while holding its own keys and one chunk
 of the index, however many runs came before; and through the compactor task, a dataset
 grown run by run, a dataset committed before the index, and a redelivered compaction."""
@@ -17,8 +17,8 @@ import pytest
 
 from rsieve.adapters.keyindex import held_keys, legacy_runs, write_buckets
 from rsieve.adapters.pools import upload_pool
-from rsieve.compaction import qa_key
-from rsieve.keyindex import (
+from rsieve.compact.compaction import qa_key
+from rsieve.compact.keyindex import (
     KEY_BYTES,
     IndexStats,
     bucket_of,

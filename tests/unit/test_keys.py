@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from rsieve import calibration, compaction, decontam, judgecache, keys
+from rsieve import keys
+from rsieve.clean import decontam
+from rsieve.compact import compaction
+from rsieve.judge import calibration, judgecache
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = "grow-0123456789abcdef"
@@ -137,7 +140,7 @@ def test_the_manifest_points_at_commit_files() -> None:
 # Top-level prefixes no module but rsieve.keys may spell. `images/` is left out: a pool's
 # own folder names embedded images `images/<sha256>.<ext>` (rsieve.adapters.pools).
 PREFIXES = ("runs/", "datasets/", "index/", "evalsets/", "pools/", "judge-cache/")
-NOT_KEYS = {"judge-cache/1"}  # rsieve.judgecache.CACHE_VERSION: a version tag in the digest
+NOT_KEYS = {"judge-cache/1"}  # rsieve.judge.judgecache.CACHE_VERSION: a version tag in the digest
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -185,7 +188,7 @@ def test_the_sources_are_found() -> None:
     assert {
         "services/common.py",
         "services/compactor/steps.py",
-        "shared/rsieve/calibration.py",
+        "shared/rsieve/judge/calibration.py",
     } <= names
     assert "shared/rsieve/keys.py" not in names
 

@@ -1,5 +1,5 @@
 """Prompts for text-in engines are rendered from each checkpoint's own chat template by
-transformers (rsieve.chat, rsieve.adapters.tokenizer): thinking modes, byte-identical
+transformers (rsieve.generate.chat, rsieve.adapters.tokenizer): thinking modes, byte-identical
 questions, the think prefix, and special tokens that cannot end the user turn."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rsieve.adapters.tokenizer import load_chat_template
-from rsieve.chat import NEUTRALISER, ChatTemplate, TemplateError, neutralise
+from rsieve.generate.chat import NEUTRALISER, ChatTemplate, TemplateError, neutralise
 from tests.checkpoints import build_tiny_vlm
 from tests.templates import TEMPLATES, build_tokenizer
 

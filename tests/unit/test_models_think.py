@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from rsieve.generate.think import parse_output
 from rsieve.schemas import REJECT_REASONS
-from rsieve.think import parse_output
 
 CASES = [
     json.loads(line)

@@ -23,7 +23,7 @@ from rsieve.adapters.gate import EngineGate
 from rsieve.adapters.model import engine_url, open_model
 from rsieve.adapters.openai_compat import EndpointError, OpenAIModel, reply_text, retry_after_s
 from rsieve.errors import RetryableError
-from rsieve.generation import ModelReply, ModelRequest, record_generations
+from rsieve.generate.generation import ModelReply, ModelRequest, record_generations
 from rsieve.images import image_mime, prepare_image
 from rsieve.settings import Settings
 from tests.unit._records import make_item

@@ -7,7 +7,7 @@ import hashlib
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rsieve.packs import PackWriter, plan_reads, slice_read
+from rsieve.run.packs import PackWriter, plan_reads, slice_read
 from rsieve.schemas import ImageRef
 
 

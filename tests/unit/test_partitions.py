@@ -1,4 +1,4 @@
-"""Compaction in partitions (rsieve.partitions, services/compactor/steps.py), through every
+"""Compaction in partitions (rsieve.run.partitions, services/compactor/steps.py), through every
 stage's registered task wired by `bootstrap` with fakes (the stochastic stand-in of
 test_best_of_n, named as one, at p = 0.6 so there are accepted and rejected items; an
 abstaining judge): a run's export is the same dataset whether compacted in one partition
@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from rsieve.adapters.pools import upload_pool
-from rsieve.keyindex import keys_of
-from rsieve.partitions import (
+from rsieve.compact.keyindex import keys_of
+from rsieve.run.partitions import (
     merge_summaries,
     outcome_partition,
     partition_count,

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from rsieve.cleaning import PoolAssessment, assess_pool, render_cleaning
-from rsieve.purity import (
+from rsieve.clean.cleaning import PoolAssessment, assess_pool, render_cleaning
+from rsieve.clean.purity import (
     PURITY_RULES,
     PurityQuestion,
     benchmark_origins,
@@ -19,7 +19,7 @@ from rsieve.purity import (
     origin_of,
     origins_for,
 )
-from rsieve.shards import split_pool
+from rsieve.run.shards import split_pool
 
 TEXTVQA = [
     "what brand is this camera?",

@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from rsieve.rows import (
+from rsieve.compact.rows import (
     FEATURES,
     SPLIT_KINDS,
     assemble_rows,

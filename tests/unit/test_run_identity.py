@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from pydantic import SecretStr, ValidationError
 
+from rsieve.run.submission import run_id
 from rsieve.settings import DECIDING, OPERATIONAL, SINCE_FIRST_IDS, Role, Settings
-from rsieve.submission import run_id
 from rsieve.verify import protocol_versions
 
 POOL = hashlib.sha256(b"a pool").hexdigest()

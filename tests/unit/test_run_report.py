@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from rsieve.cascade import apply_verdict, verify_generation
-from rsieve.report import UNKNOWN_FAMILY, reasoning_form, run_report
-from rsieve.rows import assemble_rows
+from rsieve.compact.rows import assemble_rows
+from rsieve.dataset.report import UNKNOWN_FAMILY, reasoning_form, run_report
+from rsieve.judge.cascade import apply_verdict, verify_generation
+from rsieve.run.shards import split_pool
 from rsieve.schemas import Outcome, Quarantined
-from rsieve.shards import split_pool
 from tests.unit._records import accepted, failed, judged, make_generation, make_item
 
 

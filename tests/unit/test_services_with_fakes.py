@@ -18,8 +18,14 @@ import pytest
 from fastapi import HTTPException
 
 from rsieve.adapters.pools import upload_pool
-from rsieve.audit import audit_run
-from rsieve.generation import ModelInfo, ModelReply, ModelRequest, ready_items, record_generations
+from rsieve.dataset.audit import audit_run
+from rsieve.generate.generation import (
+    ModelInfo,
+    ModelReply,
+    ModelRequest,
+    ready_items,
+    record_generations,
+)
 from rsieve.images import prepare_image
 from rsieve.schemas import ShardOutput
 from rsieve.settings import Settings

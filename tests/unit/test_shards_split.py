@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rsieve.shards import PoolLine, split_pool
+from rsieve.run.shards import PoolLine, split_pool
 
 
 def _rec(item_id: str) -> bytes:

@@ -1,5 +1,5 @@
-"""The rules the stage tasks call (rsieve.cleaning.clean_line, rsieve.generation,
-rsieve.commit), each on its own: what a line, a reply or a run turns into."""
+"""The rules the stage tasks call (rsieve.clean.cleaning.clean_line, rsieve.generate.generation,
+rsieve.dataset.commit), each on its own: what a line, a reply or a run turns into."""
 
 from __future__ import annotations
 
@@ -10,9 +10,15 @@ from typing import Any
 
 import pytest
 
-from rsieve.cleaning import PoolAssessment, clean_line, line_image_path, poisoned_line, shard_inputs
-from rsieve.commit import human_review, split_families
-from rsieve.generation import (
+from rsieve.clean.cleaning import (
+    PoolAssessment,
+    clean_line,
+    line_image_path,
+    poisoned_line,
+    shard_inputs,
+)
+from rsieve.dataset.commit import human_review, split_families
+from rsieve.generate.generation import (
     ModelInfo,
     ModelReply,
     image_quarantine,
@@ -20,8 +26,8 @@ from rsieve.generation import (
     record_generations,
 )
 from rsieve.images import ImageError, prepare_image
+from rsieve.run.shards import PoolLine
 from rsieve.schemas import ImageRef, Item, Quarantined
-from rsieve.shards import PoolLine
 from tests.unit._records import make_item
 
 PNG = (

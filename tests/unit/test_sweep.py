@@ -10,7 +10,7 @@ from pathlib import Path
 import fakeredis
 
 from rsieve.adapters.pools import upload_pool
-from rsieve.audit import stalled
+from rsieve.dataset.audit import stalled
 from rsieve.settings import Settings
 from services.api.runs import submit
 from services.cleaner.sweep import DONE, sweep

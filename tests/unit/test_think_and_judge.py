@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rsieve.judge import ParsedVerdict, build_judge_prompt, parse_verdict
-from rsieve.think import parse_output
+from rsieve.generate.think import parse_output
+from rsieve.judge.verdicts import ParsedVerdict, build_judge_prompt, parse_verdict
 
 
 @pytest.mark.parametrize(

@@ -6,18 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from rsieve.calibration import (
+from rsieve.compact.rows import assemble_rows
+from rsieve.dataset.card import render_card
+from rsieve.dataset.commit import compose_report, partition_summary, settle
+from rsieve.dataset.report import run_report, token_usage
+from rsieve.judge.calibration import (
     CalibrationRecord,
     calibration_probes,
     calibration_record,
     probe_prompt,
     summarise,
 )
-from rsieve.card import render_card
-from rsieve.commit import compose_report, partition_summary, settle
-from rsieve.partitions import merge_summaries
-from rsieve.report import run_report, token_usage
-from rsieve.rows import assemble_rows
+from rsieve.run.partitions import merge_summaries
 from rsieve.schemas import Outcome
 from tests.unit._records import accepted, judged, make_item
 

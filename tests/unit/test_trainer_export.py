@@ -1,4 +1,4 @@
-"""The trainer export (`rsieve export RUN --format messages`, rsieve.trainer): card rows to
+"""The trainer export (`rsieve export RUN --format messages`, rsieve.dataset.trainer): card rows to
 TRL's conversational rows (think: `<think>` block then the answer; nothink: the answer;
 rejected: the reference, only when asked; ids back to the card row), and a committed
 dataset in an in-memory store exported to a folder `datasets.load_dataset` reads."""
@@ -19,13 +19,10 @@ from typer.testing import CliRunner
 
 from rsieve.adapters.exports import EmptyExport, export_dataset, export_messages
 from rsieve.adapters.parquet import upload_splits
-from rsieve.card import card_front_matter
-from rsieve.cascade import verify_generation
-from rsieve.compaction import next_manifest
-from rsieve.rows import assemble_rows
-from rsieve.schemas import Outcome
-from rsieve.settings import Settings
-from rsieve.trainer import (
+from rsieve.compact.compaction import next_manifest
+from rsieve.compact.rows import assemble_rows
+from rsieve.dataset.card import card_front_matter
+from rsieve.dataset.trainer import (
     MESSAGES_FEATURES,
     assistant_text,
     card_kind,
@@ -33,6 +30,9 @@ from rsieve.trainer import (
     messages_rows,
     trainer_split,
 )
+from rsieve.judge.cascade import verify_generation
+from rsieve.schemas import Outcome
+from rsieve.settings import Settings
 from tests.fakes import MemoryStore
 from tests.unit._records import accepted, judged, make_generation, make_item, sha
 

@@ -12,11 +12,17 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from rsieve.calibration import NEAR_MISS_KINDS, known_wrong
-from rsieve.cascade import apply_verdict, judge_prompt, needs_judge, skip_judge, verify_generation
-from rsieve.recheck import recheck_entries
-from rsieve.report import finish_report, report_part
-from rsieve.rows import assemble_rows, target_variant
+from rsieve.compact.rows import assemble_rows, target_variant
+from rsieve.dataset.recheck import recheck_entries
+from rsieve.dataset.report import finish_report, report_part
+from rsieve.judge.calibration import NEAR_MISS_KINDS, known_wrong
+from rsieve.judge.cascade import (
+    apply_verdict,
+    judge_prompt,
+    needs_judge,
+    skip_judge,
+    verify_generation,
+)
 from rsieve.schemas import REJECT_REASONS, Outcome
 from rsieve.settings import Settings
 from rsieve.verify import DEFAULT_TRAINING_RULES, TrainingPolicy, verify

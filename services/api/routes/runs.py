@@ -13,7 +13,7 @@ from fastapi import APIRouter, File, Form, HTTPException, Query, UploadFile
 from pydantic import ValidationError
 
 from rsieve import keys
-from rsieve.calibration import summarise
+from rsieve.judge.calibration import summarise
 from rsieve.schemas import DATASET_PATTERN
 from services.api import runs
 from services.api.archive import ArchiveError, extract_pool

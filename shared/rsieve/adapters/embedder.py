@@ -11,7 +11,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from rsieve.purity import Embedder
+from rsieve.clean.purity import Embedder
 
 __all__ = ["load_embedder"]
 

@@ -1,5 +1,5 @@
 """A dataset's committed files out of object storage: the export to a folder (the card
-format as committed, or the trainer format: rsieve.trainer), and where a committed run's
+format as committed, or the trainer format: rsieve.dataset.trainer), and where a committed run's
 manifest and files are."""
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ import pyarrow.parquet as pq
 
 from rsieve import keys
 from rsieve.adapters.storage import ObjectStore
-from rsieve.errors import NotFoundError
-from rsieve.trainer import (
+from rsieve.dataset.trainer import (
     MESSAGES_FEATURES,
     TRAINER_SPLITS,
     family_of,
@@ -25,6 +24,7 @@ from rsieve.trainer import (
     render_messages_card,
     trainer_split,
 )
+from rsieve.errors import NotFoundError
 
 __all__ = ["EmptyExport", "export_dataset", "export_messages", "run_file_key", "run_manifest"]
 
@@ -141,7 +141,7 @@ def export_messages(
     group_rows: int = 256,
     shard_bytes: int = 256 << 20,
 ) -> Path:
-    """Write the dataset's committed rows in the trainer format (rsieve.trainer) to
+    """Write the dataset's committed rows in the trainer format (rsieve.dataset.trainer) to
     dest/<dataset>-messages/, replacing what was there: `data/<split>-<i>-of-<n>.parquet`
     for the splits `think`, `nothink` (and `rejected` when asked) with a README.md whose
     YAML lists them, so `datasets.load_dataset(folder)` gives those splits.

@@ -1,4 +1,4 @@
-"""The dataset's qa-key index in object storage (rules: rsieve.keyindex): which of a run's
+"""The dataset's qa-key index in object storage (rules: rsieve.compact.keyindex): which of a run's
 keys the dataset holds, and the buckets' next files. Each bucket's file is read in ranged
 GETs of one chunk, and its next version is written through a temporary file, so memory
 is the run's keys plus one chunk whatever the dataset's size."""
@@ -13,7 +13,7 @@ from typing import Any
 
 from rsieve import keys
 from rsieve.adapters.storage import ObjectStore
-from rsieve.keyindex import (
+from rsieve.compact.keyindex import (
     CHUNK_KEYS,
     KEY_BYTES,
     IndexStats,

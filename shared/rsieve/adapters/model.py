@@ -7,14 +7,14 @@ model's metadata (a `text_input` input means the vLLM backend):
   `finish_reason` out; optionally `max_new_tokens` in and `num_input_tokens` /
   `num_output_tokens` out, used when the model declares them. Unary `infer` calls.
 - "vllm": Triton's vLLM backend (decoupled). The prompt is rendered client side with the
-  checkpoint's own chat template (`rsieve.chat`, loaded from `tokenizer`: the checkpoint
+  checkpoint's own chat template (`rsieve.generate.chat`, loaded from `tokenizer`: the checkpoint
   folder or GGUF), the image goes base64 in `image`, `sampling_parameters`
   is vLLM SamplingParams JSON, and finish reason and token counts are asked for with the
   backend's `return_*` flags. A call's requests share one gRPC bidirectional stream
   (rsieve.adapters.streams), each answered whole (stream=False).
 
 With a `tokenizer`, every special or added token of it found in a prompt is neutralised
-before the prompt is sent, on either interface (`rsieve.chat.neutralise`); the reply
+before the prompt is sent, on either interface (`rsieve.generate.chat.neutralise`); the reply
 carries the user text as sent, so the caller stores what the model received.
 
 What the model is (`ModelInfo.kind`) is read from its Triton config parameter
@@ -63,9 +63,9 @@ from rsieve.adapters.gate import EngineGate
 from rsieve.adapters.retry import ItemError, Transient, backoff_wait, retrying
 from rsieve.adapters.streams import InferStream, StreamBroken
 from rsieve.adapters.tokenizer import load_chat_template
-from rsieve.chat import ChatTemplate, TemplateError
 from rsieve.errors import RetryableError
-from rsieve.generation import Model, ModelInfo, ModelReply, ModelRequest
+from rsieve.generate.chat import ChatTemplate, TemplateError
+from rsieve.generate.generation import Model, ModelInfo, ModelReply, ModelRequest
 from rsieve.settings import Settings
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ What is sent: one user turn whose text is the question byte for byte (special to
 
 What is read: the message's `content`; its reasoning, when the server returns it apart
 (`reasoning_content`, or `reasoning` as newer vLLM names it), is stored as
-`<think>reasoning</think>content`, so `rsieve.think.parse_output` reads every interface's
+`<think>reasoning</think>content`, so `rsieve.generate.think.parse_output` reads every interface's
 output alike (a `<think>` left in `content` is parsed as it is); `finish_reason`; token
 usage (`prompt_tokens`, `completion_tokens`), None when the server gives none.
 
@@ -46,12 +46,12 @@ from pydantic import SecretStr
 from rsieve.adapters.gate import EngineGate
 from rsieve.adapters.retry import ItemError, Transient, backoff_wait, retrying
 from rsieve.adapters.tokenizer import load_chat_template
-from rsieve.chat import ChatTemplate
 from rsieve.errors import RetryableError
-from rsieve.generation import ModelInfo, ModelReply, ModelRequest
+from rsieve.generate.chat import ChatTemplate
+from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest
+from rsieve.generate.think import CLOSE, OPEN
 from rsieve.images import image_mime
 from rsieve.settings import Settings
-from rsieve.think import CLOSE, OPEN
 
 __all__ = ["OpenAIModel"]
 

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rsieve import keys
-from rsieve.rows import features
+from rsieve.compact.rows import features
 from rsieve.settings import Settings
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def write_split_parts(
     sampled: bool = False,
 ) -> list[tuple[Path, int]]:
     """Write `rows` (without image bytes) as Parquet parts under `folder`: (path, rows).
-    `sampled`: in the best-of-n schema (rsieve.rows.SAMPLED_FEATURES)."""
+    `sampled`: in the best-of-n schema (rsieve.compact.rows.SAMPLED_FEATURES)."""
     schema = features(sampled).arrow_schema
     parts: list[tuple[Path, int]] = []
     writer: pq.ParquetWriter | None = None

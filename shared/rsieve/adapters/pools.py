@@ -34,12 +34,12 @@ from PIL import Image
 
 from rsieve import keys
 from rsieve.adapters.storage import ObjectStore, write_packs
-from rsieve.cleaning import pool_image_path
+from rsieve.clean.cleaning import pool_image_path
+from rsieve.clean.provenance import parse_source
 from rsieve.errors import PermanentError
 from rsieve.images import IMAGE_FORMATS
-from rsieve.provenance import parse_source
-from rsieve.submission import ITEMS, REFUSED, pool_digest
-from rsieve.watch import COMPLETE
+from rsieve.run.submission import ITEMS, REFUSED, pool_digest
+from rsieve.run.watch import COMPLETE
 
 __all__ = ["PoolFiles", "pool_files", "pool_format", "read_pool", "upload_pool"]
 
@@ -348,7 +348,7 @@ def _conversations(folder: Path, family: str | None) -> PoolFiles:
 def _row_source(own: Any, rel: str, n: int, fmt: str | None) -> Any:
     """{dataset: <file>, row: n, format} merged with the row's own source (its keys win).
     When the row's source names a location (path, URI, URL) the file is recorded as `file`,
-    not `dataset`, so provenance still checks that location (rsieve.provenance)."""
+    not `dataset`, so provenance still checks that location (rsieve.clean.provenance)."""
     ours: dict[str, Any] = {"dataset": rel, "row": n, **({"format": fmt} if fmt else {})}
     own = _plain(own)
     if own is None or own == "" or own == {}:
@@ -523,7 +523,7 @@ def upload_pool(
     """Upload once under pools/<digest>/ (digest over every file's name and bytes), in the
     pool contract whatever the folder's format (ingest.read_pool: items.jsonl folder,
     Parquet / HF dataset folder, InfinityMM records, conversation rows). The images go in
-    packs with their index (`_packs/`, rsieve.packs), a few objects instead of one per
+    packs with their index (`_packs/`, rsieve.run.packs), a few objects instead of one per
     image. Image files the upload refused (symbolic links leaving the folder; files over
     `image_max_bytes`, by their size before a byte is read) are listed in `_refused.json`
     for the cleaner, which quarantines their lines. `_complete` is written last and holds

@@ -17,7 +17,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
 from rsieve.errors import NotFoundError, PermanentError, RetryableError
-from rsieve.packs import (
+from rsieve.run.packs import (
     INDEX,
     INDEX_BUCKETED_FROM,
     ImageRef,
@@ -171,7 +171,7 @@ class S3Store:
 def write_packs(store: ObjectStore, prefix: str, images: Iterable[tuple[str, bytes]]) -> PackIndex:
     """A pool's images (path, bytes), in the order given, as packs under `prefix`, then
     their index (`_packs/index.json`), which is written last (after its buckets, for a
-    large pool: rsieve.packs.INDEX_BUCKETS); memory is one pack and the index."""
+    large pool: rsieve.run.packs.INDEX_BUCKETS); memory is one pack and the index."""
     writer = PackWriter(prefix)
     for path, data in images:
         if done := writer.add(path, data):
@@ -191,7 +191,7 @@ def read_images(
     store: ObjectStore, refs: Iterable[ImageRef], *, threads: int = 8
 ) -> dict[str, bytes]:
     """sha256 -> bytes of every image `refs` point at: one ranged GET per stretch of a
-    pack (rsieve.packs.plan_reads), several at once. An image its pack does not hold
+    pack (rsieve.run.packs.plan_reads), several at once. An image its pack does not hold
     (missing object, short pack) is absent from the answer."""
     reads = plan_reads(refs)
 

@@ -1,4 +1,5 @@
-"""Loading a checkpoint's tokenizer (files only, never weights) as an `rsieve.chat.ChatTemplate`.
+"""Loading a checkpoint's tokenizer (files only, never weights) as an
+`rsieve.generate.chat.ChatTemplate`.
 
 `path` is a Hugging Face checkpoint folder (its `chat_template.jinja`, the `chat_template`
 of `tokenizer_config.json`, or a processor's `chat_template.json`) or a `.gguf` file (its
@@ -14,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rsieve.chat import ChatTemplate, TemplateError
+from rsieve.generate.chat import ChatTemplate, TemplateError
 
 __all__ = ["load_chat_template", "preload_chat_template", "special_tokens"]
 

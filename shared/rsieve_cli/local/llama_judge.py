@@ -112,7 +112,7 @@ def _prefix_file(model: str, ctx_per_slot: int, xlc: object) -> str:
     import hashlib
     import json
 
-    from rsieve.judge import build_judge_prompt
+    from rsieve.judge.verdicts import build_judge_prompt
 
     stat = os.stat(model)
     decided = json.dumps(
@@ -138,7 +138,7 @@ def _warm(
     import urllib.request
     from concurrent.futures import ThreadPoolExecutor
 
-    from rsieve.judge import build_judge_prompt
+    from rsieve.judge.verdicts import build_judge_prompt
 
     started = time.monotonic()
     headers = {"Content-Type": "application/json"} | (

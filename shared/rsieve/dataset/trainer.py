@@ -1,7 +1,7 @@
 """The trainer export (`rsieve export RUN --format messages`): card-format rows to rows in
 TRL's conversational vision-language format, one row per qa entry.
 
-Pure: a card row (rsieve.rows: one image, its `qa` entries, `clean_meta`) goes in with the
+Pure: a card row (rsieve.compact.rows: one image, its `qa` entries, `clean_meta`) goes in with the
 split it was read from; out come rows whose `images` is that row's image (the stored
 bytes, passed through) and whose `messages` are one user turn (the image placeholder, then
 the question) and one assistant turn (the training target):
@@ -26,7 +26,7 @@ from typing import Any
 import datasets
 import yaml
 
-from rsieve.rows import SPLIT_KINDS, split_name
+from rsieve.compact.rows import SPLIT_KINDS, split_name
 
 __all__ = [
     "MESSAGES_FEATURES",
@@ -40,7 +40,7 @@ __all__ = [
     "trainer_split",
 ]
 
-# Card split kind (rsieve.rows.SPLIT_KINDS) -> the trainer export's split.
+# Card split kind (rsieve.compact.rows.SPLIT_KINDS) -> the trainer export's split.
 TRAINER_SPLITS = {"RS_think": "think", "RS_nothink": "nothink", "rejected": "rejected"}
 
 MESSAGES_FEATURES = datasets.Features(

@@ -1,6 +1,6 @@
 """Recheck a published dataset from its files alone (no stack, no stored outputs).
 
-Every qa entry carries what its decision needs (rsieve.rows): the protocol and its
+Every qa entry carries what its decision needs (rsieve.compact.rows): the protocol and its
 version and constants, the references, the multiple-choice options, the whole
 post-reasoning answer (`full_answer`, or `wrong_vlm` in a rejected split) and the
 variant that passed. `recheck_entries` recomputes, for each entry:
@@ -10,11 +10,11 @@ variant that passed. `recheck_entries` recomputes, for each entry:
   as such) and training acceptance under the entry's recorded rule (accepted, variant;
   a near miss in an accepted split without a judge promotion is a difference);
 - the training target: an accepted entry's `answer` is the form that passed
-  (`rsieve.rows.passed_text`), and the shown reference is the canonical one
-  (`rsieve.rows.canonical_reference`);
+  (`rsieve.compact.rows.passed_text`), and the shown reference is the canonical one
+  (`rsieve.compact.rows.canonical_reference`);
 - the judge hold-back: from the run report's calibration figures (k of n known-wrong
   probes the judge called CORRECT) and the bound in run_spec.json, which families may
-  promote by the judge (`rsieve.calibration`'s rule, Wilson 95% upper bound recomputed),
+  promote by the judge (`rsieve.judge.calibration`'s rule, Wilson 95% upper bound recomputed),
   and that every judge promotion lies in one of them and every `judge_untrusted` entry in
   none.
 
@@ -27,9 +27,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsieve.calibration import wilson
-from rsieve.judge import guard
-from rsieve.rows import canonical_reference, passed_text
+from rsieve.compact.rows import canonical_reference, passed_text
+from rsieve.judge.calibration import wilson
+from rsieve.judge.verdicts import guard
 from rsieve.verify import PROTOCOLS, TRAINING_RULES, verify
 
 __all__ = ["RecheckResult", "held_back_families", "recheck_entries"]

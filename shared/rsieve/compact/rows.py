@@ -38,7 +38,7 @@ _DECISION = {
     "protocol": datasets.Value("string"),
     "version": datasets.Value("string"),
     # The protocol's constants as JSON: with the references and options, what a recheck
-    # needs to recompute the decision from the row alone (rsieve.recheck).
+    # needs to recompute the decision from the row alone (rsieve.dataset.recheck).
     "constants": datasets.Value("string"),
     "variant": datasets.Value("string"),
     "score": datasets.Value("float64"),
@@ -108,7 +108,7 @@ FEATURES = datasets.Features(
 )
 
 
-# Best-of-n runs (samples > 1; rsieve.settle) add to every qa entry: which sample it is
+# Best-of-n runs (samples > 1; rsieve.compact.settle) add to every qa entry: which sample it is
 # and its seed, the item's pass rate (`passed` of `samples` answered, and the ratio) and,
 # for a rejected item, every distinct wrong answer (`wrong_vlm` keeps the settled one's).
 # A run with one sample per item writes FEATURES exactly, so its rows are as they were.

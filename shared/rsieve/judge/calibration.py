@@ -44,8 +44,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from rsieve import keys
-from rsieve.cascade import DEFAULT_POLICY, rejection_reason, verdict_state
-from rsieve.judge import TEMPLATE_SHA256, build_judge_prompt, judge_mark, read_verdict
+from rsieve.judge.cascade import DEFAULT_POLICY, rejection_reason, verdict_state
+from rsieve.judge.verdicts import TEMPLATE_SHA256, build_judge_prompt, judge_mark, read_verdict
 from rsieve.schemas import Decision, Outcome
 from rsieve.verify import TrainingPolicy, verify
 
@@ -157,7 +157,7 @@ class CalibrationRecord(_Model):
     # Token counts when the judge's server returned them (the run report's `tokens`).
     input_tokens: int | None = None
     output_tokens: int | None = None
-    # The reply came from the verdict cache (rsieve.judgecache): no call was made.
+    # The reply came from the verdict cache (rsieve.judge.judgecache): no call was made.
     reused: bool = False
 
 
@@ -448,7 +448,7 @@ def calibration_record(
 ) -> CalibrationRecord:
     """What the judge said on a probe, read exactly as a real verdict (`read_verdict`),
     with the call's token counts when its server returned them; `reused`: the reply came
-    from the verdict cache (rsieve.judgecache)."""
+    from the verdict cache (rsieve.judge.judgecache)."""
     parsed = read_verdict(raw_output, finish_reason or "stop", failure)
     return CalibrationRecord(
         probe=probe,

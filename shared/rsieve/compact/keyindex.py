@@ -1,7 +1,7 @@
 """The dataset's qa-key index: what a compaction deduplicates against, read in bounded
 memory whatever the dataset's size or number of runs.
 
-A qa key (rsieve.compaction.qa_key: sha256 of image sha256 and question) is stored as its
+A qa key (rsieve.compact.compaction.qa_key: sha256 of image sha256 and question) is stored as its
 first KEY_BYTES bytes. Keys are bucketed by the first byte of the image's sha256 (256
 buckets), so every qa entry of one image lands in one bucket. Each bucket is one file of
 sorted, distinct keys. A commit that adds keys to a bucket writes a new version of the

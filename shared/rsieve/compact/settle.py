@@ -8,7 +8,7 @@ verified, settled into one place per item with its pass rate. Pure.
   kept as `keep` says), else rejected (its first judged sample); `Outcome.samples` records
   every sample, which were accepted and which were kept.
 
-With one sample (the default) `settle` returns the one outcome as it was. rsieve.draws
+With one sample (the default) `settle` returns the one outcome as it was. rsieve.generate.draws
 says which samples are asked.
 """
 
@@ -19,8 +19,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from rsieve.cascade import needs_judge
-from rsieve.rows import passed_text, target_variant
+from rsieve.compact.rows import passed_text, target_variant
+from rsieve.judge.cascade import needs_judge
 from rsieve.schemas import Outcome, Quarantined, Samples
 from rsieve.verify import canonical, verify
 

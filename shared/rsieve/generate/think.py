@@ -7,13 +7,13 @@ Two styles, as reasoning VLMs write them:
 - `<think>reasoning</think><answer>answer</answer>` or `reasoning<answer>answer</answer>`
   (R1-style RL recipes): the answer is the tagged span.
 
-The three cases a checkpoint's thinking mode leads to (rsieve.chat, docs/models.md):
+The three cases a checkpoint's thinking mode leads to (rsieve.generate.chat, docs/models.md):
 
 - a native `<think>...</think>` block (a template that opens `<think>`, or a switch turned
   on): reasoning is the block, the answer what follows it;
 - no think tags at all (a checkpoint without a thinking mode, or one that skipped it): the
   reasoning is None and the whole output is the answer. Such an answer is scored like any
-  other; if accepted it goes to `_RS_nothink` only (`rsieve.rows.split_kinds`), and the
+  other; if accepted it goes to `_RS_nothink` only (`rsieve.compact.rows.split_kinds`), and the
   report counts it (`reasoning`, `accepted_without_reasoning`);
 - a `<think>` that never closes: `truncated_reasoning`, never scored.
 

@@ -1,5 +1,5 @@
 """What one compaction commits, composed from a run's stored outputs (no I/O): per
-partition (rsieve.partitions), the outcomes after the calibration hold-back and the ones
+partition (rsieve.run.partitions), the outcomes after the calibration hold-back and the ones
 the dataset does not hold yet (`settle`) and what the commit needs of them
 (`partition_summary`); then, from every partition's summary, the run report and the files
 of the commit (the run report, the quarantine listing, the run spec, the card).
@@ -15,17 +15,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from rsieve import __version__
-from rsieve.calibration import (
+from rsieve.clean.cleaning import render_cleaning
+from rsieve.clean.decontam import answer_key, dataset_keys, question_key
+from rsieve.compact.compaction import dedupe, qa_key
+from rsieve.compact.rows import split_name
+from rsieve.dataset.card import render_card
+from rsieve.dataset.report import finish_report, report_part
+from rsieve.judge.calibration import (
     hold_back,
     promotions_listing,
     render_calibration_markdown,
 )
-from rsieve.card import render_card
-from rsieve.cleaning import render_cleaning
-from rsieve.compaction import dedupe, qa_key
-from rsieve.decontam import answer_key, dataset_keys, question_key
-from rsieve.report import finish_report, report_part
-from rsieve.rows import split_name
 from rsieve.schemas import Outcome, Quarantined, RunSpec
 
 __all__ = [
@@ -102,7 +102,7 @@ def run_models(outcomes: Iterable[Outcome]) -> dict[str, dict[str, dict[str, lis
 def partition_summary(
     settled: Settled, quarantined: list[Quarantined], **stored: Any
 ) -> dict[str, Any]:
-    """What the commit needs of one partition (rsieve.partitions.merge_summaries): its
+    """What the commit needs of one partition (rsieve.run.partitions.merge_summaries): its
     report part, judge promotions, ids already in the dataset, models, protocols and
     families seen, and what the compactor `stored` (shards, key index files, examples,
     what the key index read)."""
@@ -127,7 +127,7 @@ def compose_report(
     bound: float,
     cleaning: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    """The run report from the partitions' merged summaries (rsieve.partitions)."""
+    """The run report from the partitions' merged summaries (rsieve.run.partitions)."""
     report = finish_report(
         merged["report_parts"],
         run=run,
@@ -155,7 +155,7 @@ def quarantine_listing(quarantined: Iterable[Quarantined]) -> str:
 
 def near_keys(added: Iterable[Outcome]) -> bytes:
     """keys/<run>.near.json: the (image hash, question key, answer key) of every item a run
-    adds, which later runs' ingest screens against (rsieve.decontam), before any model call.
+    adds, which later runs' ingest screens against (rsieve.clean.decontam), before any model call.
     The answer key is the pool's own answer (the references before any rewrite)."""
     keys = []
     for o in added:
@@ -173,8 +173,8 @@ def near_keys(added: Iterable[Outcome]) -> bytes:
 
 
 def qa_entries(outcomes: Iterable[Outcome]) -> list[tuple[str, str]]:
-    """(image sha256, qa key) of each outcome: what the dataset's key index (rsieve.keyindex)
-    is looked up and grown by."""
+    """(image sha256, qa key) of each outcome: what the dataset's key index
+    (rsieve.compact.keyindex) is looked up and grown by."""
     return [
         (
             o.generation.item.image_sha256,
@@ -239,7 +239,7 @@ def commit_files(
     bound: float,
 ) -> dict[str, bytes]:
     """The commit's files by name: run_report.json, quarantine.jsonl, run_spec.json and
-    README.md (the card). `merged`: the partitions' summaries (rsieve.partitions)."""
+    README.md (the card). `merged`: the partitions' summaries (rsieve.run.partitions)."""
     counts, review_md = human_review(reviews)
     report["human_review"] = counts
     card = render_card(

@@ -7,7 +7,7 @@ import hashlib
 from collections.abc import Iterable
 from typing import Any
 
-from rsieve.judge import (
+from rsieve.judge.verdicts import (
     FAILURE_CAUSES,
     TEMPLATE_SHA256,
     build_judge_prompt,
@@ -118,12 +118,12 @@ def apply_verdict(
     reused: bool = False,
 ) -> Outcome:
     """Only CORRECT promotes, and never a candidate the guard flags (`judge_guarded`, the
-    verdict kept: rsieve.judge.guard). WRONG: `wrong_answer`; UNSURE (the judge said so):
+    verdict kept: rsieve.judge.verdicts.guard). WRONG: `wrong_answer`; UNSURE (the judge said so):
     `judge_unsure`; FAILED (the call failed, or the output was empty, unparsable or cut
     off; the cause is recorded): `judge_failed`, never WRONG, never UNSURE. `model_kind`:
     what the judge model is (rsieve.schemas.MODEL_KINDS), None when undeclared; the token
     counts: the call's, when its server returned them; `reused`: the reply is an earlier
-    call's, from the verdict cache (rsieve.judgecache), read exactly as a fresh one."""
+    call's, from the verdict cache (rsieve.judge.judgecache), read exactly as a fresh one."""
     parsed = read_verdict(raw_output, finish_reason, failure)
     verdict, cause = parsed.verdict, parsed.cause
     gen = outcome.generation
@@ -157,7 +157,7 @@ def apply_verdict(
 
 def skip_judge(outcome: Outcome) -> Outcome:
     """A rejection the judge is not asked about: its family's calibration already showed
-    the judge cannot clear the false-promotion bound (rsieve.calibration.hopeless_families;
+    the judge cannot clear the false-promotion bound (rsieve.judge.calibration.hopeless_families;
     the reason per family is stored with the shard's calibration)."""
     return outcome.model_copy(update={"reason": rejection_reason(outcome, "judge_skipped")})
 

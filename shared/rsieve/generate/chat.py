@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsieve.think import OPEN
+from rsieve.generate.think import OPEN
 
 __all__ = [
     "NEUTRALISER",

@@ -9,7 +9,7 @@ an OpenAI-compatible server); the judge is always asked greedily
 parts, under `judge-cache/` (outside `runs/`: it outlives runs and datasets), and a later
 run, or a later shard, that would send the byte-identical prompt to the same judge takes
 the stored reply instead of a call.
-A reused reply is read exactly as a fresh one (`rsieve.judge.read_verdict`), and the
+A reused reply is read exactly as a fresh one (`rsieve.judge.verdicts.read_verdict`), and the
 verdict or calibration record says it was reused (`reused`), so the run report and the
 card count it apart and the run's token usage does not count it as a call.
 
@@ -32,8 +32,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rsieve import keys
-from rsieve.generation import ModelReply
-from rsieve.judge import TEMPLATE_SHA256
+from rsieve.generate.generation import ModelReply
+from rsieve.judge.verdicts import TEMPLATE_SHA256
 from rsieve.settings import Settings
 
 __all__ = [
@@ -192,8 +192,8 @@ def cache_entry(
 def reply_fields(
     reply: ModelReply | Exception | CachedReply, model_kind: str | None = None
 ) -> dict[str, Any]:
-    """The arguments of `rsieve.cascade.apply_verdict` and
-    `rsieve.calibration.calibration_record` for a reply: a fresh one (`model_kind`: what
+    """The arguments of `rsieve.judge.cascade.apply_verdict` and
+    `rsieve.judge.calibration.calibration_record` for a reply: a fresh one (`model_kind`: what
     the judge said it is), a failed call, or a reused one (its stored kind, `reused`)."""
     if isinstance(reply, CachedReply):
         return {

@@ -21,12 +21,9 @@ from typing import TYPE_CHECKING, Any
 from PIL import Image
 from pydantic import ValidationError
 
-from rsieve.families import protocol_for
-from rsieve.images import IMAGE_FORMATS
-from rsieve.mcq import normalise_mcq
-from rsieve.prompts import build_question
-from rsieve.provenance import verify_source
-from rsieve.purity import (
+from rsieve.clean.prompts import build_question
+from rsieve.clean.provenance import verify_source
+from rsieve.clean.purity import (
     EMBEDDING_MODEL,
     PURITY_VERSION,
     Embedder,
@@ -35,12 +32,15 @@ from rsieve.purity import (
     origin_of,
     origins_for,
 )
+from rsieve.families import protocol_for
+from rsieve.images import IMAGE_FORMATS
+from rsieve.mcq import normalise_mcq
+from rsieve.run.shards import PoolLine, ShardInput, shard_label
 from rsieve.schemas import ImageRef, Item, PoolItem, Quarantined
-from rsieve.shards import PoolLine, ShardInput, shard_label
 from rsieve.verify import PROTOCOLS
 
-if TYPE_CHECKING:  # rsieve.decontam reads pool paths with this module's pool_image_path
-    from rsieve.decontam import Screen
+if TYPE_CHECKING:  # rsieve.clean.decontam reads pool paths with this module's pool_image_path
+    from rsieve.clean.decontam import Screen
 
 __all__ = [
     "POLICY_VERSION",
@@ -337,7 +337,7 @@ class PoolAssessment:
     """Decisions that need the whole pool, taken once at ingest: `verdicts` maps a pool
     line to (reason, detail) for `duplicate_item` and `off_task`; `rules` maps every line
     that reached the purity measurement (every line the clean stage can admit) to the
-    purity rule that settled it (`rsieve.purity.PURITY_RULES`: `_off` rules are off-task,
+    purity rule that settled it (`rsieve.clean.purity.PURITY_RULES`: `_off` rules are off-task,
     kept when not in `verdicts`; `unmeasured` for general-VQA families); it becomes each
     item's clean_meta.purity; `report` is runs/<run>/cleaning.json. `image_symlink`
     and `image_too_large` verdicts name lines whose image file the upload refused
@@ -370,11 +370,11 @@ def assess_pool(
     a protocol), so a verdict never hides a more specific reason. Of the lines with the same
     image sha256 and the same question, the first keeps the item. `provenance(source,
     image_sha256) -> (admitted, check)` is the clean stage's check (resolvers included);
-    by default `rsieve.provenance.verify_source` under `provenance_policy` with no resolver
+    by default `rsieve.clean.provenance.verify_source` under `provenance_policy` with no resolver
     (a local or s3 location is then unresolved: refused under strict, admitted under
     lenient), the one provenance decision. `purity_origins` (the setting): family -> the
     origins (source dataset names) accepted as its benchmark; a family it does not name
-    takes its dominant origin (rsieve.purity). `screen` (rsieve.decontam) with
+    takes its dominant origin (rsieve.clean.purity). `screen` (rsieve.clean.decontam) with
     `image_phash` (path -> the image's perceptual hash): evaluation-set matches are
     `contaminated`, near-duplicate images with the same question `duplicate_item`."""
     verdicts: dict[int, tuple[str, str]] = {}
@@ -512,7 +512,7 @@ def family_items(report: Mapping[str, Any]) -> dict[str, int]:
     """Per family, the items a cleaning report (`cleaning_report`) admits past the
     whole-pool decisions (its purity measurement's `kept`): the family sizes known when the
     pool is planned, recorded in the run's shards.json for the judge's calibration rates
-    (rsieve.calibration.calibration_rates). An upper bound: the clean stage's checks of
+    (rsieve.judge.calibration.calibration_rates). An upper bound: the clean stage's checks of
     each line (its image) may quarantine some of them yet."""
     return {
         family: int(fam["purity"]["kept"])

@@ -29,8 +29,8 @@ import unicodedata
 from dataclasses import dataclass
 from typing import cast
 
+from rsieve.generate.think import CLOSE
 from rsieve.schemas import VerdictName
-from rsieve.think import CLOSE
 
 __all__ = [
     "FAILURE_CAUSES",

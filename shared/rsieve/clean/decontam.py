@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from rsieve import keys
-from rsieve.cleaning import pool_image_path
+from rsieve.clean.cleaning import pool_image_path
 from rsieve.hashindex import HashIndex, hash_hex, informative, parse_hash, reference_hashes
-from rsieve.packs import PHASH_MAX_PIXELS
+from rsieve.run.packs import PHASH_MAX_PIXELS
 
 __all__ = [
     "EVALSET_PATTERN",

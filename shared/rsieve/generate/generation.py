@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from rsieve.draws import Draw, circular_items
-from rsieve.draws import draws as sample_draws
+from rsieve.generate.draws import Draw, circular_items
+from rsieve.generate.draws import draws as sample_draws
+from rsieve.generate.think import parse_output
 from rsieve.images import ImageError, PreparedImage
 from rsieve.schemas import Generation, Item, Quarantined
-from rsieve.think import parse_output
 
 __all__ = [
     "AsyncModel",
@@ -34,7 +34,7 @@ __all__ = [
 class ModelRequest:
     prompt: str
     image: bytes | None = None
-    # A best-of-n sample's own seed (rsieve.draws); None: the model's configured one.
+    # A best-of-n sample's own seed (rsieve.generate.draws); None: the model's configured one.
     seed: int | None = None
 
 
@@ -136,7 +136,7 @@ def sampled(
     circular: bool = False,
 ) -> tuple[list[tuple[Item, PreparedImage]], list[Draw | None]]:
     """Every request of a shard: each ready item once, or once per sample (best-of-n,
-    rsieve.draws.draws), samples of one item together; and the sample each is. With
+    rsieve.generate.draws.draws), samples of one item together; and the sample each is. With
     `circular`, sample k asks the item with its options rotated by k (its question, as
     sent, and its references rotated with them)."""
     asked: list[tuple[Item, PreparedImage]] = []

@@ -4,7 +4,7 @@ more than a partition, whatever the run's size (docs/decisions.md, "Partitions")
 An outcome goes to the partition of its image (the first byte of the image's sha256,
 modulo the partition count), so every qa entry of one image lands in one partition and a
 row is still one image per split; a partition's buckets of the key index
-(rsieve.keyindex) are its own. An item quarantined before it had an outcome goes to the
+(rsieve.compact.keyindex) are its own. An item quarantined before it had an outcome goes to the
 partition of its line. The count is a power of two, so partitions are unions of the
 key index's 256 buckets.
 

@@ -2,7 +2,7 @@
 that each hold a range of the pool or a partition of its keys, never the whole pool
 (docs/decisions.md, "Ingest in rounds").
 
-`rsieve.cleaning.assess_pool` takes them in one pass over every line; this module takes
+`rsieve.clean.cleaning.assess_pool` takes them in one pass over every line; this module takes
 the same decisions in rounds, each a pure function over what the round before stored:
 
 1. plan (`plan_ingest`): the pool file streamed once, cut into ranges of whole shards
@@ -21,13 +21,13 @@ the same decisions in rounds, each a pure function over what the round before st
    committed items), in pool order; only lines with the same question and answer can be
    near-duplicates, so the partition holds all a decision needs. The rest go to the
    partition of their family;
-7. purity (`purity`, per family partition): `rsieve.purity.measure_purity` over each
+7. purity (`purity`, per family partition): `rsieve.clean.purity.measure_purity` over each
    family's questions that came this far;
 8. apply (`apply_range`, one task per range): each line of the range with its verdict,
    purity rule, image and first line of its id, written as the clean stage's inputs.
 
 Every round sends each line's facts to the partition of the key its next decision needs
-(`rsieve.partitions.key_partition`), so the outcome is `assess_pool`'s, verdict for
+(`rsieve.run.partitions.key_partition`), so the outcome is `assess_pool`'s, verdict for
 verdict and figure for figure (tests/unit/test_ingestion.py compares them)."""
 
 from __future__ import annotations
@@ -40,20 +40,20 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from rsieve.cleaning import (
+from rsieve.clean.cleaning import (
     Provenance,
     line_image_path,
     parse_line,
     pool_image_path,
     upload_refusal,
 )
-from rsieve.decontam import Screen, answer_key, question_key
+from rsieve.clean.decontam import Screen, answer_key, question_key
+from rsieve.clean.purity import Embedder, PurityQuestion, measure_purity, origin_of, origins_for
 from rsieve.families import protocol_for
 from rsieve.mcq import normalise_mcq
-from rsieve.partitions import key_partition, partition_count
-from rsieve.purity import Embedder, PurityQuestion, measure_purity, origin_of, origins_for
+from rsieve.run.partitions import key_partition, partition_count
+from rsieve.run.shards import PoolLine, ShardInput, read_line, shard_label
 from rsieve.schemas import ImageRef, Quarantined
-from rsieve.shards import PoolLine, ShardInput, read_line, shard_label
 from rsieve.verify import PROTOCOLS
 
 __all__ = [
@@ -115,7 +115,7 @@ class IngestPlan(_Record):
         return bisect.bisect_right(self._first_lines, line) - 1
 
     def shards(self) -> dict[str, int]:
-        """Shard label -> its lines, as `rsieve.shards.split_pool` cuts them."""
+        """Shard label -> its lines, as `rsieve.run.shards.split_pool` cuts them."""
         out = {}
         for r in self.ranges:
             for i, at in enumerate(range(0, r.lines, self.shard_size)):
@@ -181,7 +181,7 @@ def plan_ingest(chunks: Iterable[bytes], *, shard_size: int, range_items: int) -
 
 def range_lines(data: bytes, first_line: int) -> Iterator[tuple[PoolLine, str | None]]:
     """The non-blank lines of a range's bytes, numbered from `first_line`, each with the
-    item id it names (`rsieve.shards.read_line`)."""
+    item id it names (`rsieve.run.shards.read_line`)."""
     parts = data.split(b"\n")
     if parts and parts[-1] == b"":
         parts.pop()
@@ -198,8 +198,8 @@ class Candidate(_Record):
     protocol: str | None
     source: Any = None
     question: str
-    qkey: str  # rsieve.decontam.question_key
-    akey: str  # rsieve.decontam.answer_key
+    qkey: str  # rsieve.clean.decontam.question_key
+    akey: str  # rsieve.clean.decontam.answer_key
     mcq: str | None = None  # rsieve.mcq status, multiple choice only
     origin: str | None = None
 
@@ -501,7 +501,7 @@ def apply_range(
     verdicts: Iterable[LineVerdict],
     rules: Iterable[LineRule],
 ) -> list[ShardInput]:
-    """The clean stage's inputs of one range, as `rsieve.cleaning.shard_inputs` writes
+    """The clean stage's inputs of one range, as `rsieve.clean.cleaning.shard_inputs` writes
     them for the whole pool."""
     first = {d.line: d.first for d in duplicate_ids}
     ref_of = {r.line: r.ref for r in refs}

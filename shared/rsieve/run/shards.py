@@ -23,7 +23,7 @@ class PoolLine(BaseModel):
     # that settled the line's question, recorded in clean_meta.
     verdict: tuple[str, str] | None = None
     purity: str | None = None
-    # Where the line's image lies in the pool's packs (rsieve.packs), None if not uploaded.
+    # Where the line's image lies in the pool's packs (rsieve.run.packs), None if not uploaded.
     image: ImageRef | None = None
 
 

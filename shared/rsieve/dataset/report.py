@@ -14,12 +14,12 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from rsieve.calibration import CalibrationRecord, record_state
-from rsieve.cascade import verdict_state
-from rsieve.judge import VERDICTS
-from rsieve.rows import split_kinds
+from rsieve.compact.rows import split_kinds
+from rsieve.compact.settle import sampling_summary
+from rsieve.judge.calibration import CalibrationRecord, record_state
+from rsieve.judge.cascade import verdict_state
+from rsieve.judge.verdicts import VERDICTS
 from rsieve.schemas import Generation, Outcome, Quarantined
-from rsieve.settle import sampling_summary
 
 __all__ = [
     "REASONING_FORMS",
@@ -60,7 +60,7 @@ def _family() -> dict[str, Any]:
         "quarantined_by_reason": Counter(),
         "judge_verdicts": dict.fromkeys(VERDICTS, 0),
         "judge_failure_causes": Counter(),
-        # Verdicts whose reply came from the verdict cache (rsieve.judgecache): no call.
+        # Verdicts whose reply came from the verdict cache (rsieve.judge.judgecache): no call.
         "judge_reused": 0,
         "reasoning": dict.fromkeys(REASONING_FORMS, 0),
         "accepted_without_reasoning": 0,

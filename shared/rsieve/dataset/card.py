@@ -10,9 +10,9 @@ from typing import Any
 import datasets
 import yaml
 
-from rsieve.judge import TEMPLATE_SHA256, VERDICTS
-from rsieve.report import REASONING_FORMS, UNRECORDED
-from rsieve.rows import features
+from rsieve.compact.rows import features
+from rsieve.dataset.report import REASONING_FORMS, UNRECORDED
+from rsieve.judge.verdicts import TEMPLATE_SHA256, VERDICTS
 from rsieve.schemas import QUARANTINE_REASONS, REJECT_REASONS
 from rsieve.verify import PROTOCOLS, training_rules_view
 

@@ -55,14 +55,14 @@ def next_manifest(
     legacy_key_runs: list[str] | None = None,
 ) -> dict[str, Any]:
     """The manifest after committing `run`: the previous shards plus this run's, and the
-    current file of each bucket of the dataset's key index (rsieve.keyindex)."""
+    current file of each bucket of the dataset's key index (rsieve.compact.keyindex)."""
     kept = [s for s in (previous or {}).get("shards", []) if s["run"] != run]
     all_shards = sorted(kept + shards, key=lambda s: (s["split"], s["path"]))
     splits: dict[str, int] = {}
     for shard in all_shards:
         splits[shard["split"]] = splits.get(shard["split"], 0) + shard["rows"]
     runs = [r for r in (previous or {}).get("runs", []) if r != run] + [run]
-    # A best-of-n dataset says so (its rows have rsieve.rows.SAMPLED_FEATURES); a dataset
+    # A best-of-n dataset says so (its rows have rsieve.compact.rows.SAMPLED_FEATURES); a dataset
     # keeps the schema of its first run.
     sampled = bool((previous or {}).get("sampled", sampled))
     return {

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from rsieve.hashindex import hash_hex, informative, perceptual_hash
 from rsieve.images import MAX_PIXELS
-from rsieve.partitions import key_partition
+from rsieve.run.partitions import key_partition
 from rsieve.schemas import ImageRef
 
 __all__ = [
@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 INDEX = "_packs/index.json"  # under the pool's prefix, written after its packs
-# A large pool's index is also written in buckets by path (rsieve.partitions.key_partition
+# A large pool's index is also written in buckets by path (rsieve.run.partitions.key_partition
 # over INDEX_BUCKETS), before INDEX: a task that needs some paths' entries (ingest's join,
 # one partition of the paths) reads its buckets, not the whole index.
 INDEX_BUCKETS = 256

@@ -7,7 +7,7 @@
   rotated.
 
 With one sample (the default) nothing here changes anything: `draws` is `[None]`.
-rsieve.settle settles the samples after the verifier and the judge.
+rsieve.compact.settle settles the samples after the verifier and the judge.
 """
 
 from __future__ import annotations
