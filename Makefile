@@ -35,10 +35,10 @@ test: $(STAMP) ## the whole suite (starts real Redis, SeaweedFS and Triton on fr
 	$(PY) -m pytest -q -ra
 
 bench: $(STAMP) ## performance suite (about 9 min): prints tables, writes bench/results.json
-	$(PY) bench/bench_pipeline.py
+	$(PY) -m bench.bench_pipeline
 
 bench-scale: $(STAMP) ## pipeline cost against pool size (20,000 and 200,000 items): writes bench/scale.json
-	$(PY) bench/bench_scale.py
+	$(PY) -m bench.bench_scale
 
 test-fast: $(STAMP) ## the tests that start no service and run no model (the edit-test loop, about a minute)
 	$(PY) -m pytest -q -m "not (stack or triton or model or deploy or browser)"
@@ -58,7 +58,7 @@ stack-down: $(STAMP) ## stop the local stack
 	$(VENV)/bin/rsieve stack down
 
 example-pool: $(STAMP) ## regenerate examples/pool (byte-identical)
-	$(PY) scripts/make_example_pool.py
+	$(PY) -m scripts.make_example_pool
 
 clean: stack-down ## stop the stack and remove its state and the export
 	rm -rf var out

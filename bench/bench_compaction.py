@@ -2,7 +2,7 @@
 by rsieve's streaming split writer and, side by side, by a plain pyarrow write of the same
 table built whole in memory. Each runs in its own process so peak memory is its own.
 
-    .venv/bin/python bench/bench_compaction.py [--images 100000] [--qa-per-image 10]
+    .venv/bin/python -m bench.bench_compaction [--images 100000] [--qa-per-image 10]
 
 Prints time and peak RSS for both and writes bench/compaction.json.
 """

@@ -1,7 +1,7 @@
 """The production path against an engine that batches like vLLM: engine saturation, CPU per
 item outside the engine, and two engines against one.
 
-    .venv/bin/python bench/bench_engine.py [--items 3000] [--no-scale-out]
+    .venv/bin/python -m bench.bench_engine [--items 3000] [--no-scale-out]
 
 Starts the real local stack (Redis, SeaweedFS, Triton, one worker per service, the API) with
 `vllm-engine-standin` (bench/triton_models, a STAND-IN: Triton's vLLM-backend interface and
@@ -37,13 +37,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "shared"))
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+import httpx
 
-import httpx  # noqa: E402
-from bench_pipeline import (  # noqa: E402
+from bench.bench_pipeline import (
     machine_reference,
     make_pool,
     service_pids,
@@ -52,9 +48,10 @@ from bench_pipeline import (  # noqa: E402
     submit,
     tree_cpu_s,
 )
+from rsieve_cli.local import processes as proc
+from rsieve_cli.local.stack import Stack
 
-from rsieve_cli.local import processes as proc  # noqa: E402
-from rsieve_cli.local.stack import Stack  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 ENGINE = "vllm-engine-standin"
 ENGINE_DIR = ROOT / "bench" / "triton_models" / ENGINE

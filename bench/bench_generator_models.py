@@ -1,6 +1,6 @@
 """Items per second through Triton for the generator's CPU models, one client, no stack.
 
-    .venv/bin/python bench/bench_generator_models.py [--items 32] [--inflight 16]
+    .venv/bin/python -m bench.bench_generator_models [--items 32] [--inflight 16]
                                                      [--budget 24] [--models vlm,rapidocr]
 
 Starts tritonserver with `vlm` (deploy/triton/hf/vlm serving the tiny random-weight LLaVA
@@ -16,21 +16,18 @@ from __future__ import annotations
 import argparse
 import io
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from PIL import Image, ImageDraw
+
+from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel
+from rsieve_cli.local import processes
+from tests.checkpoints import build_tiny_vlm
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "shared"))
-sys.path.insert(0, str(ROOT))
-
-from PIL import Image, ImageDraw  # noqa: E402
-
-from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel  # noqa: E402
-from rsieve_cli.local import processes  # noqa: E402
-from tests.checkpoints import build_tiny_vlm  # noqa: E402
 
 MODELS = {
     "vlm": ROOT / "deploy" / "triton" / "hf" / "vlm",

@@ -2,7 +2,7 @@
 per second by radius (queries with a planted near neighbour and uniformly random ones),
 interleaved query-then-add (the cleaner's pattern), and the serialised form.
 
-    .venv/bin/python bench/bench_hashindex.py [--hashes 1000000] [--queries 2000]
+    .venv/bin/python -m bench.bench_hashindex [--hashes 1000000] [--queries 2000]
 
 Prints the figures and writes bench/hashindex.json (git-ignored); `--balanced` draws
 hashes with exactly 32 bits set, as every phash has (bench/hashindex_balanced.json).

@@ -2,10 +2,10 @@
 judge set (does the judge agree with a human label on answers the verifier rejected?).
 
     # canaries through the CPU stack's SmolLM2 judge on Triton (as before):
-    .venv/bin/python bench/bench_judge.py [--configs rsieve,naive_both] [--out FILE]
+    .venv/bin/python -m bench.bench_judge [--configs rsieve,naive_both] [--out FILE]
 
     # the labelled set (bench/judge_set.jsonl) against judges on OpenAI-compatible endpoints:
-    .venv/bin/python bench/bench_judge.py --endpoint http://127.0.0.1:18080/v1 \
+    .venv/bin/python -m bench.bench_judge --endpoint http://127.0.0.1:18080/v1 \
         --model NAME [--model NAME2] [--judge URL NAME ...] [--run set,canaries] \
         [--max-tokens 64] [--inflight 4] [--limit N] [--tokenizer DIR]
 
@@ -60,13 +60,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from rsieve.generate.generation import ModelReply, ModelRequest  # noqa: E402
-from rsieve.judge import verdicts as judge_module  # noqa: E402
-from rsieve.judge.calibration import canary_flips  # noqa: E402
-from rsieve.judge.verdicts import (  # noqa: E402
+from rsieve.generate.generation import ModelReply, ModelRequest
+from rsieve.judge import verdicts as judge_module
+from rsieve.judge.calibration import canary_flips
+from rsieve.judge.verdicts import (
     TEMPLATE_SHA256,
     VERDICTS,
     ParsedVerdict,
@@ -74,7 +71,9 @@ from rsieve.judge.verdicts import (  # noqa: E402
     parse_verdict,
     read_verdict,
 )
-from tests.unit.test_judge_canaries import CONFIGS, load_canaries  # noqa: E402
+from tests.unit.test_judge_canaries import CONFIGS, load_canaries
+
+ROOT = Path(__file__).resolve().parents[1]
 
 MODEL = "judge-smollm2"
 SET = ROOT / "bench" / "judge_set.jsonl"
@@ -465,9 +464,8 @@ def run_canaries_endpoint(
 
 
 def machine() -> dict[str, Any]:
-    sys.path.insert(0, str(ROOT / "bench"))
     try:
-        from bench_pipeline import machine_reference
+        from bench.bench_pipeline import machine_reference
 
         return machine_reference()
     except Exception:  # noqa: BLE001 - the pipeline bench's imports (the local stack) may be unavailable

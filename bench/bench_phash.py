@@ -1,6 +1,6 @@
 """How well a 64-bit perceptual hash finds near-duplicates, on a folder of real images.
 
-    .venv/bin/python bench/bench_phash.py FOLDER [--thresholds 4-16] [--methods phash,dhash,...]
+    .venv/bin/python -m bench.bench_phash FOLDER [--thresholds 4-16] [--methods phash,dhash,...]
 
 Every image (png/jpg) in FOLDER (only read) is modified in memory: JPEG re-encoding at
 quality 70/80/90, resizing by 0.5/0.75/1.25/1.5, cropping 2% and 5% from each side,

@@ -1,7 +1,7 @@
 """The whole pipeline against the model: GPU saturation, CPU per item outside the model,
 scale-out of a CPU stage, the protocol and compaction figures, and time to first result.
 
-    .venv/bin/python bench/bench_pipeline.py [--items 3000] [--quick] [--no-ttfr]
+    .venv/bin/python -m bench.bench_pipeline [--items 3000] [--quick] [--no-ttfr]
 
 Starts the real local stack (rsieve_cli.local.stack: Redis, SeaweedFS, Triton, one worker per
 service, the API) on free ports in a temporary folder, with `fixed-latency-vlm`
@@ -27,14 +27,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+from PIL import Image, ImageDraw, PngImagePlugin
+
+from rsieve_cli.local.stack import SERVICES, Stack, StackConfig
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "shared"))
-sys.path.insert(0, str(ROOT))
-
-import httpx  # noqa: E402
-from PIL import Image, ImageDraw, PngImagePlugin  # noqa: E402
-
-from rsieve_cli.local.stack import SERVICES, Stack, StackConfig  # noqa: E402
 
 MODEL = "fixed-latency-vlm"
 BATCH, BATCH_S = 16, 0.25
@@ -250,7 +248,6 @@ def floor_cpu_ms(pool: Path) -> dict[str, float]:
     from rsieve.schemas import Generation, Item
     from rsieve.settings import Settings
 
-    sys.path.insert(0, str(ROOT / "bench" / "triton_models" / MODEL / "1"))
     s = Settings()
     raws = (pool / "items.jsonl").read_bytes().splitlines()
     images = {p.name: p.read_bytes() for p in pool.glob("*.png")}
@@ -478,11 +475,9 @@ def time_to_first_result(root: Path) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- side benches
 def protocol_figures() -> dict[str, Any]:
-    sys.path.insert(0, str(ROOT / "bench"))
     import random
 
-    import bench_protocols as bp
-
+    from bench import bench_protocols as bp
     from rsieve.verify import PROTOCOLS
 
     data = bp.inputs(random.Random(11))
@@ -490,8 +485,7 @@ def protocol_figures() -> dict[str, Any]:
 
 
 def compaction_figures(images: int = 10_000, per_image: int = 10) -> dict[str, Any]:
-    sys.path.insert(0, str(ROOT / "bench"))
-    import bench_compaction as bc
+    from bench import bench_compaction as bc
 
     stream = bc._measure(bc._streaming, images, per_image)
     return {
@@ -568,7 +562,7 @@ def main() -> None:
     results["gpu_saturation_ratio"] = run["gpu_saturation_ratio"]
     results["cpu_ms_per_item"] = run["cpu_ms_per_item"]
     if not args.no_engine:
-        import bench_engine
+        from bench import bench_engine
 
         engine = bench_engine.bench(args.items, machine=machine)
         results["engine"] = engine
@@ -596,7 +590,7 @@ def main() -> None:
     args.out.write_text(json.dumps(results, indent=1, default=str))
     print_table(results)
     if "engine" in results:
-        import bench_engine
+        from bench import bench_engine
 
         print(
             "\nthe production path (vLLM interface) against a continuous-batching engine stand-in:"

@@ -1,6 +1,6 @@
 """Decisions per second per protocol on one core, next to the pure-Python references.
 
-    .venv/bin/python bench/bench_protocols.py [--quick]
+    .venv/bin/python -m bench.bench_protocols [--quick]
 
 Prints figures only; asserts nothing about time. The pure-Python references are the
 snippets of docs/verifiers.md (quadratic edit distance for ANLS).
@@ -18,10 +18,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "shared"))
+from rsieve.verify import PROTOCOLS, verify
 
-from rsieve.verify import PROTOCOLS, verify  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def doc_snippets() -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """How the pipeline's own cost grows with pool size: one run per size on the real local stack.
 
-    .venv/bin/python bench/bench_scale.py [--sizes 20000,200000] [--repeat-small 3]
+    .venv/bin/python -m bench.bench_scale [--sizes 20000,200000] [--repeat-small 3]
                                           [--out bench/scale.json] [--keep]
 
 For each size a fresh local stack (rsieve_cli.local.stack: Redis, SeaweedFS, Triton, one
@@ -51,22 +51,17 @@ import os
 import random
 import re
 import shutil
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "shared"))
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "scripts"))
+import psutil
+import redis
+from PIL import Image, PngImagePlugin
 
-import psutil  # noqa: E402
-import redis  # noqa: E402
-from bench_pipeline import (  # noqa: E402
+from bench.bench_pipeline import (
     machine_reference,
     service_pids,
     settle,
@@ -74,12 +69,12 @@ from bench_pipeline import (  # noqa: E402
     submit,
     tree_cpu_s,
 )
-from make_example_pool import AMOUNTS_QUESTION, LETTERS, WORDS_QUESTION, choice_question  # noqa: E402
-from PIL import Image, PngImagePlugin  # noqa: E402
+from rsieve.adapters.metrics import progress
+from rsieve.schemas import STAGES
+from rsieve_cli.local.stack import Stack
+from scripts.make_example_pool import AMOUNTS_QUESTION, LETTERS, WORDS_QUESTION, choice_question
 
-from rsieve.adapters.metrics import progress  # noqa: E402
-from rsieve.schemas import STAGES  # noqa: E402
-from rsieve_cli.local.stack import Stack  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 MODEL = "instant-standin"
 JUDGE = "judge-abstain"

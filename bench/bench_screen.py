@@ -1,7 +1,7 @@
 """The near-duplicate screen (rsieve.clean.decontam.Screen) against what it replaced, one HashIndex
 over every image with the question and answer in the key, side by side in one run.
 
-    .venv/bin/python bench/bench_screen.py [--items 40000] [--questions 3] [--distance 8]
+    .venv/bin/python -m bench.bench_screen [--items 40000] [--questions 3] [--distance 8]
 
 A pool of `--items` images asked `--questions` distinct questions, each answer given to 4
 images that lie 0-11 bits apart (so some are near-duplicates); the common case, a

@@ -2,21 +2,19 @@
 from the workers' Redis progress records (the default) and by listing S3 (`?exact=true`,
 what every poll did before), on a finished run of `--items` items in shards of 64.
 
-    .venv/bin/python bench/bench_status.py [--items 3000] [--polls 200]
+    .venv/bin/python -m bench.bench_status [--items 3000] [--polls 200]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_pipeline as bp
+from bench import bench_pipeline as bp
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Write bench/judge_set.jsonl: a labelled set of answers the string verifier rejects, for
 measuring a judge (bench/bench_judge.py --set).
 
-    .venv/bin/python bench/make_judge_set.py [--out bench/judge_set.jsonl] [--check]
+    .venv/bin/python -m bench.make_judge_set [--out bench/judge_set.jsonl] [--check]
 
 Every case is `{id, family, protocol, question, references, candidate, label, kind,
 source}`: `label` is CORRECT (the candidate says the same thing as the reference) or WRONG,
@@ -685,7 +685,9 @@ def main(argv: list[str] | None = None) -> int:
     text = render(cases)
     if args.check:
         current = args.out.exists() and args.out.read_text(encoding="utf-8") == text
-        print(f"{args.out}: {'up to date' if current else 'STALE: run bench/make_judge_set.py'}")
+        print(
+            f"{args.out}: {'up to date' if current else 'STALE: run python -m bench.make_judge_set'}"
+        )
         return 0 if current else 1
     args.out.write_text(text, encoding="utf-8")
     print(summary(cases))

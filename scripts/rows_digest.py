@@ -10,7 +10,9 @@ best-of-n, docs/sampling.md):
     PYTHONPATH=shared:. .venv/bin/python scripts/rows_digest.py . [POOL] > new.txt
     diff old.txt new.txt
 
-CHECKOUT: the repository whose tests/fakes.py to use; POOL: default its examples/pool."""
+CHECKOUT: the repository whose examples/pool is the default POOL. Which checkout's code runs
+(rsieve, services, tests/fakes.py) is PYTHONPATH's choice, as above: it comes before the
+editable install; the first line printed on stderr names the rsieve used."""
 
 import hashlib
 import json
@@ -19,7 +21,6 @@ from pathlib import Path
 
 import fakeredis
 
-sys.path.insert(0, sys.argv[1])  # the checkout's tests/fakes.py
 import rsieve
 from rsieve.adapters.pools import upload_pool
 from rsieve.generate.generation import ModelInfo, ModelReply, ready_items, record_generations

@@ -3,25 +3,16 @@ figures from its median run, and the ratios against that run."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "bench_scale.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_scale"] = module
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("bench.bench_scale")
 
 
 def _run(cpu: float, peak: float, items: int = 20) -> dict:
@@ -65,7 +56,7 @@ def test_the_machine_reference_is_the_median_of_its_rounds(
     """The reference work's CPU, so that figures from two machines can be compared: the
     median round (a shared machine's speed moves from moment to moment), and the fastest
     beside it, in milliseconds."""
-    pipeline = sys.modules["bench_pipeline"]  # imported by bench_scale
+    pipeline = importlib.import_module("bench.bench_pipeline")  # imported by bench_scale
     clock = iter([10.0, 10.05, 20.0, 20.03, 30.0, 30.04])
     monkeypatch.setattr(pipeline.time, "process_time", lambda: next(clock))
     reference = pipeline.machine_reference(rounds=3)

@@ -5,9 +5,8 @@ Also the bench's own arithmetic (score, the guard hook, the results merge), offl
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
@@ -34,12 +33,7 @@ FIELDS = {
 
 
 def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(f"bench.{name}")
 
 
 @pytest.fixture(scope="module")
