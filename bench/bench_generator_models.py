@@ -98,9 +98,9 @@ def main() -> None:
             processes.stop(proc)
     print(f"\n{args.items} word crops, {args.inflight} in flight, one client:")
     print(f"{'model':<10} {'items/s':>9} {'replies':>8} {'errors':>7} {'wall s':>8} {'tokens':>7}")
-    for name, good, errors, elapsed, tokens in rows:
-        rate = good / elapsed if elapsed else 0.0
-        print(f"{name:<10} {rate:>9.1f} {good:>8} {errors:>7} {elapsed:>8.2f} {tokens:>7}")
+    for name, replies, errors, elapsed, tokens in rows:
+        rate = replies / elapsed if elapsed else 0.0
+        print(f"{name:<10} {rate:>9.1f} {replies:>8} {errors:>7} {elapsed:>8.2f} {tokens:>7}")
 
 
 if __name__ == "__main__":

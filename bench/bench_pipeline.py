@@ -245,7 +245,7 @@ def floor_cpu_ms(pool: Path) -> dict[str, float]:
     from rsieve.generate.think import parse_output
     from rsieve.images import prepare_image
     from rsieve.judge.cascade import apply_verdict, judge_prompt, needs_judge, verify_generation
-    from rsieve.schemas import Generation, Item
+    from rsieve.schemas import Generation, Item, PoolItem
     from rsieve.settings import Settings
 
     s = Settings()
@@ -255,17 +255,18 @@ def floor_cpu_ms(pool: Path) -> dict[str, float]:
     outcomes, cleaned = [], 0
     for n, raw in enumerate(raws, start=1):
         parsed = parse_line(raw, n, text_max_chars=s.text_max_chars)
-        data = images[parsed.image]  # type: ignore[union-attr]
+        assert isinstance(parsed, PoolItem)
+        data = images[parsed.image]
         assert (
             inspect_image(data, max_pixels=s.image_max_pixels, max_bytes=s.image_max_bytes) is None
         )
         sha = hashlib.sha256(data).hexdigest()
-        _, check = verify_source(parsed.source, sha, s.provenance_policy, None)  # type: ignore
+        _, check = verify_source(parsed.source, sha, s.provenance_policy, None)
         item = clean_item(
             parsed,
             line=n,
             image_sha256=sha,
-            provenance_check=check,  # type: ignore
+            provenance_check=check,
             policy=s.provenance_policy,
             pool_uri="s3://b/p/",
         )

@@ -107,7 +107,7 @@ def inputs(rng: random.Random) -> dict[str, list[tuple[str, list[str], dict]]]:
             for _ in range(20)
         ],
     }
-    anls_pairs = []
+    anls_pairs: list[tuple[str, list[str], dict]] = []
     for _ in range(200):
         gold = word(rng, 20, 200)
         anls_pairs.append((mutate(rng, gold, rng.randint(0, len(gold) // 3)), [gold], {}))

@@ -433,14 +433,14 @@ def print_table(result: dict[str, Any]) -> None:
     print("\nstages, s after submission (ingest/compact: end and task s; shard stages: first-last)")
     print(f"{'items':>9}" + "".join(f"{s:>17}" for s in order))
     for r in sizes:
-        cells = []
+        stage_cells = []
         for stage in order:
             st = r["stages"][stage]
             if "task_s" in st:
-                cells.append(f"{_cell(st['end_s'])} ({_cell(st['task_s'])})")
+                stage_cells.append(f"{_cell(st['end_s'])} ({_cell(st['task_s'])})")
             else:
-                cells.append(f"{_cell(st.get('first_s'))}-{_cell(st.get('end_s'))}")
-        print(f"{r['items']:>9,}" + "".join(f"{c:>17}" for c in cells))
+                stage_cells.append(f"{_cell(st.get('first_s'))}-{_cell(st.get('end_s'))}")
+        print(f"{r['items']:>9,}" + "".join(f"{c:>17}" for c in stage_cells))
     print("\nlongest task of each kind, s:")
     for r in sizes:
         by = r["longest_task"]["by_task_s"]

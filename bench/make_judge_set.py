@@ -630,7 +630,9 @@ def build() -> list[dict[str, Any]]:
     cases: list[dict[str, Any]] = []
     seen: Counter[str] = Counter()
 
-    def add(source: str, key: str, item: tuple[str, str, str, list[str]], cand: str, kind: str):
+    def add(
+        source: str, key: str, item: tuple[str, str, str, list[str]], cand: str, kind: str
+    ) -> None:
         family, protocol, question, references = item
         if kind not in KINDS:
             raise ValueError(f"unknown kind {kind!r}")

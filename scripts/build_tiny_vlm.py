@@ -110,10 +110,12 @@ def build_tiny_vlm(out: Path, *, image_size: int = 32, seed: int = 0) -> Path:
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
+    image_token = tokenizer.convert_tokens_to_ids("<image>")
+    assert isinstance(image_token, int)  # one token asked, one id back
     config = LlavaConfig(
         vision_config=vision,
         text_config=text,
-        image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
+        image_token_index=image_token,
         vision_feature_select_strategy="default",
         vision_feature_layer=-1,
     )

@@ -17,13 +17,20 @@ editable install; the first line printed on stderr names the rsieve used."""
 import hashlib
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import fakeredis
 
 import rsieve
 from rsieve.adapters.pools import upload_pool
-from rsieve.generate.generation import ModelInfo, ModelReply, ready_items, record_generations
+from rsieve.generate.generation import (
+    ModelInfo,
+    ModelReply,
+    ModelRequest,
+    ready_items,
+    record_generations,
+)
 from rsieve.images import prepare_image
 from rsieve.schemas import ShardOutput
 from rsieve.settings import Settings
@@ -39,9 +46,9 @@ print("rsieve from", rsieve.__file__, file=sys.stderr)
 
 
 class Judge:
-    info = None
+    info: ModelInfo | None = None
 
-    def generate_many(self, reqs):
+    def generate_many(self, reqs: Sequence[ModelRequest]) -> list[ModelReply | Exception]:
         self.info = ModelInfo(name="table-judge", version="1", interface="rsieve", kind="llm")
         return [
             ModelReply(text="CORRECT" if "COFFEE" in r.prompt else "WRONG", finish_reason="stop")
