@@ -17,12 +17,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import fakeredis
 import pyarrow.parquet as pq
 import pytest
 
 from rsieve.adapters.gate import EngineGate
-from rsieve.adapters.pools import upload_pool
 from rsieve.compact.rows import FEATURES, SAMPLE_FIELDS
 from rsieve.compact.settle import dataset_conflict
 from rsieve.dataset.audit import audit_run
@@ -31,15 +29,10 @@ from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest
 from rsieve.schemas import ShardOutput
 from rsieve.settings import Settings
 from rsieve.verify import canonical
-from services.api.runs import submit
-from services.cleaner.tasks import register as clean_tasks
-from services.common import Context, bootstrap
-from services.compactor.tasks import register as compact_tasks
-from services.generator.tasks import register as generate_tasks
-from services.judge.tasks import register as judge_tasks
-from services.verifier.tasks import register as verify_tasks
+from services.common import Context
 from tests.e2e.pools import picture
-from tests.fakes import MemoryStore, Sent
+from tests.fakes import MemoryStore
+from tests.fakestack import FakeStack
 
 ITEMS = 240
 P = 0.3
@@ -132,28 +125,11 @@ def pipeline(
     sampling: dict[str, Any] | None = None,
     **settings: Any,
 ) -> tuple[Context, MemoryStore, str, Abstain]:
-    """The pool through every task; `settings`: the services', `sampling`: the run's own
-    (as POST /runs takes it)."""
-    store, sent, judge = MemoryStore(), Sent(), Abstain()
-    s = Settings(purity_embedding=False, judge_calibration_rate=0.0, shard_size=64, **settings)
-    ctx = bootstrap(
-        s,
-        store=store,
-        redis_client=fakeredis.FakeRedis(),
-        send=sent,
-        judge_model=lambda name: judge,
-        generator_model=model.bind,
-    )
-    for register in (clean_tasks, generate_tasks, verify_tasks, judge_tasks, compact_tasks):
-        register(ctx)
-    run = submit(ctx, upload_pool(store, pool), dataset, sampling)
-    ctx.app.tasks["rsieve.ingest"](run=run)
-    for task, kw in list(sent.tasks):
-        if task == "rsieve.clean":
-            for stage in ("clean", "generate", "verify", "judge"):
-                ctx.app.tasks[f"rsieve.{stage}"](**kw)
-    ctx.app.tasks["rsieve.compact"](run=run)
-    return ctx, store, run, judge
+    """The pool through every task on the FakeStack (tests/fakestack.py); `settings`: the
+    services', `sampling`: the run's own (as POST /runs takes it)."""
+    stack = FakeStack(judge=Abstain(), generator=model, **({"shard_size": 64} | settings))
+    run = stack.run(pool, dataset, sampling=sampling)
+    return stack.ctx, stack.store, run, stack.judge
 
 
 def outputs(ctx: Context, run: str) -> dict[str, dict[str, ShardOutput]]:

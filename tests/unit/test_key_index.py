@@ -12,11 +12,9 @@ import random
 from pathlib import Path
 from typing import Any
 
-import fakeredis
 import pytest
 
 from rsieve.adapters.keyindex import held_keys, legacy_runs, write_buckets
-from rsieve.adapters.pools import upload_pool
 from rsieve.compact.compaction import qa_key
 from rsieve.compact.keyindex import (
     KEY_BYTES,
@@ -28,16 +26,10 @@ from rsieve.compact.keyindex import (
     merged,
     present,
 )
-from rsieve.settings import Settings
-from services.api.runs import submit
-from services.cleaner.tasks import register as clean_tasks
-from services.common import Context, bootstrap
-from services.compactor.tasks import register as compact_tasks
-from services.generator.tasks import register as generate_tasks
-from services.judge.tasks import register as judge_tasks
-from services.verifier.tasks import register as verify_tasks
+from services.common import Context
 from tests.e2e.pools import picture
-from tests.fakes import MemoryStore, Sent
+from tests.fakes import MemoryStore
+from tests.fakestack import FakeStack
 from tests.unit.test_best_of_n import Abstain, StochasticStandIn
 
 
@@ -149,31 +141,15 @@ def _pool(folder: Path, ids: list[int], repeats: tuple[int, ...] = ()) -> Path:
     return folder
 
 
-def _dataset(**settings: Any) -> tuple[Context, MemoryStore, Sent]:
-    store, sent, judge, model = MemoryStore(), Sent(), Abstain(), StochasticStandIn(1.0)
-    ctx = bootstrap(
-        Settings(purity_embedding=False, judge_calibration_rate=0.0, shard_size=8, **settings),
-        store=store,
-        redis_client=fakeredis.FakeRedis(),
-        send=sent,
-        judge_model=lambda name: judge,
-        generator_model=model.bind,
+def _dataset(**settings: Any) -> tuple[Context, MemoryStore, FakeStack]:
+    stack = FakeStack(
+        judge=Abstain(), generator=StochasticStandIn(1.0), **({"shard_size": 8} | settings)
     )
-    for register in (clean_tasks, generate_tasks, verify_tasks, judge_tasks, compact_tasks):
-        register(ctx)
-    return ctx, store, sent
+    return stack.ctx, stack.store, stack
 
 
-def _run(ctx: Context, sent: Sent, pool: Path) -> str:
-    run = submit(ctx, upload_pool(ctx.store, pool), "grown")
-    start = len(sent.tasks)
-    ctx.app.tasks["rsieve.ingest"](run=run)
-    for task, kw in list(sent.tasks[start:]):
-        if task == "rsieve.clean":
-            for stage in ("clean", "generate", "verify", "judge"):
-                ctx.app.tasks[f"rsieve.{stage}"](**kw)
-    ctx.app.tasks["rsieve.compact"](run=run)
-    return run
+def _run(stack: FakeStack, pool: Path) -> str:
+    return stack.run(pool, "grown")
 
 
 def _report(store: MemoryStore, run: str) -> dict[str, Any]:
@@ -181,10 +157,10 @@ def _report(store: MemoryStore, run: str) -> dict[str, Any]:
 
 
 def test_a_dataset_grown_run_by_run_adds_each_entry_once(tmp_path: Path) -> None:
-    ctx, store, sent = _dataset(key_index_chunk_keys=4)
-    first = _run(ctx, sent, _pool(tmp_path / "a", list(range(12))))
-    second = _run(ctx, sent, _pool(tmp_path / "b", [0, 1, 2, *range(12, 20)], (0, 1, 2)))
-    third = _run(ctx, sent, _pool(tmp_path / "c", [3, 13, *range(20, 26)], (3, 13)))
+    ctx, store, stack = _dataset(key_index_chunk_keys=4)
+    first = _run(stack, _pool(tmp_path / "a", list(range(12))))
+    second = _run(stack, _pool(tmp_path / "b", [0, 1, 2, *range(12, 20)], (0, 1, 2)))
+    third = _run(stack, _pool(tmp_path / "c", [3, 13, *range(20, 26)], (3, 13)))
     assert _report(store, first)["already_in_dataset"] == []
     assert sorted(_report(store, second)["already_in_dataset"]) == ["ki-0", "ki-1", "ki-2"]
     assert sorted(_report(store, third)["already_in_dataset"]) == ["ki-13", "ki-3"]
@@ -205,8 +181,8 @@ def test_a_dataset_grown_run_by_run_adds_each_entry_once(tmp_path: Path) -> None
 
 
 def test_a_dataset_committed_before_the_index_keeps_its_keys(tmp_path: Path) -> None:
-    ctx, store, sent = _dataset()
-    first = _run(ctx, sent, _pool(tmp_path / "a", list(range(6))))
+    ctx, store, stack = _dataset()
+    first = _run(stack, _pool(tmp_path / "a", list(range(6))))
     # What a compaction before the index left: per-run JSON keys, no qa_keys.
     manifest = json.loads(store.get("datasets/grown/manifest.json"))
     keys = sorted(
@@ -229,10 +205,10 @@ def test_a_dataset_committed_before_the_index_keeps_its_keys(tmp_path: Path) -> 
     )
     assert len(keys) == len(outcomes)
     store.put("datasets/grown/manifest.json", json.dumps(manifest).encode())
-    second = _run(ctx, sent, _pool(tmp_path / "b", [0, 1, 6, 7], (0, 1)))
+    second = _run(stack, _pool(tmp_path / "b", [0, 1, 6, 7], (0, 1)))
     assert sorted(_report(store, second)["already_in_dataset"]) == ["ki-0", "ki-1"]
     manifest = json.loads(store.get("datasets/grown/manifest.json"))
     assert manifest["legacy_key_runs"] == [first]
-    third = _run(ctx, sent, _pool(tmp_path / "c", [2, 6, 8], (2, 6)))
+    third = _run(stack, _pool(tmp_path / "c", [2, 6, 8], (2, 6)))
     assert sorted(_report(store, third)["already_in_dataset"]) == ["ki-2", "ki-6"]
     assert json.loads(store.get("datasets/grown/manifest.json"))["legacy_key_runs"] == [first]

@@ -8,16 +8,12 @@ the task comes again; a partition overtaken by another run's commit is done agai
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 from typing import Any
 
-import fakeredis
-import pyarrow.parquet as pq
 import pytest
 
-from rsieve.adapters.pools import upload_pool
 from rsieve.compact.keyindex import keys_of
 from rsieve.run.partitions import (
     merge_summaries,
@@ -26,15 +22,8 @@ from rsieve.run.partitions import (
     route_groups,
     sorted_lines,
 )
-from rsieve.settings import Settings
-from services.api.runs import submit
-from services.cleaner.tasks import register as clean_tasks
-from services.common import bootstrap
-from services.compactor.tasks import register as compact_tasks
-from services.generator.tasks import register as generate_tasks
-from services.judge.tasks import register as judge_tasks
-from services.verifier.tasks import register as verify_tasks
-from tests.fakes import MemoryStore, Sent
+from tests.fakes import MemoryStore
+from tests.fakestack import FakeStack
 from tests.unit.test_best_of_n import Abstain, StochasticStandIn, make_pool
 
 ITEMS = 96
@@ -81,54 +70,16 @@ def test_examples_are_the_runs_first_rows_by_line() -> None:
     assert merged["dataset_keys"] == {"held": 3, "streamed": 4}  # most held at once, all read
 
 
-class Stack:
-    """Every service's tasks on fakes, one store; `drain` runs what was enqueued."""
+class Stack(FakeStack):
+    """The FakeStack (tests/fakestack.py) with this module's models and small shards."""
 
     def __init__(self, **settings: Any) -> None:
-        self.store, self.sent = MemoryStore(), Sent()
-        self.ctx = bootstrap(
-            Settings(
-                **{"purity_embedding": False, "judge_calibration_rate": 0.0, "shard_size": 8}
-                | settings
-            ),
-            store=self.store,
-            redis_client=fakeredis.FakeRedis(),
-            send=self.sent,
-            judge_model=lambda name: Abstain(),
-            generator_model=StochasticStandIn(0.6).bind,
+        super().__init__(
+            judge=Abstain(), generator=StochasticStandIn(0.6), **({"shard_size": 8} | settings)
         )
-        for register in (clean_tasks, generate_tasks, verify_tasks, judge_tasks, compact_tasks):
-            register(self.ctx)
-        self.done = 0
 
-    def drain(self, only: str = "") -> list[str]:
-        """Run enqueued tasks in order until none is left (of them, the task named `only`
-        alone when given); returns their names."""
-        ran = []
-        while self.done < len(self.sent.tasks):
-            task, kw = self.sent.tasks[self.done]
-            self.done += 1
-            if not only or task == only:
-                self.ctx.app.tasks[task](**kw)
-                ran.append(task)
-        return ran
-
-    def run_until_compaction(self, pool: Path, dataset: str) -> str:
-        run = submit(self.ctx, upload_pool(self.store, pool), dataset)
-        self.drain("rsieve.ingest")
-        for task, kw in list(self.sent.tasks):
-            if task == "rsieve.clean" and kw["run"] == run:
-                for stage in ("clean", "generate", "verify", "judge"):
-                    self.ctx.app.tasks[f"rsieve.{stage}"](**kw)
-        self.done = len(self.sent.tasks)
-        return run
-
-    def rows(self, dataset: str) -> dict[str, list[dict[str, Any]]]:
-        manifest = json.loads(self.store.get(f"datasets/{dataset}/manifest.json"))
-        out: dict[str, list[dict[str, Any]]] = {}
-        for shard in manifest["shards"]:
-            table = pq.read_table(io.BytesIO(self.store.get(f"datasets/{dataset}/{shard['path']}")))
-            out.setdefault(shard["split"], []).extend(table.to_pylist())
+    def rows(self, dataset: str, *, images: bool = True) -> dict[str, list[dict[str, Any]]]:
+        out = super().rows(dataset, images=images)
         return {split: sorted(rows, key=lambda r: r["image_sha256"]) for split, rows in out.items()}
 
 

@@ -1,0 +1,193 @@
+"""The one in-process stack of the suite's fast tier (docs/testing.md): every service's
+registered task (cleaner, generator, verifier, judge, compactor) and the API's `submit`,
+wired by the one bootstrap (`services.common.bootstrap`) with fakes: an in-memory object
+store (tests/fakes.py), fakeredis, a recorder of what each stage enqueues, and models
+given in Python. `run` drives a pool through ingest, clean, generate, verify, judge and
+compaction by draining what the stages enqueue, in order, as the workers would.
+
+The models are stand-ins, never models: `ReplayModel` answers from a table of recorded
+replies keyed as the Triton `replay` model keys them (rsieve_cli.local.replay), so a
+tests/e2e scenario runs here unchanged; tests bring their own (a stochastic stand-in,
+an abstaining judge, a table judge)."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import fakeredis
+import pyarrow.parquet as pq
+
+from rsieve.adapters.exports import export_dataset
+from rsieve.adapters.gate import EngineGate
+from rsieve.adapters.pools import upload_pool
+from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest
+from rsieve.schemas import ShardOutput
+from rsieve.settings import Settings
+from rsieve_cli.local.replay import replay_key
+from services.api.runs import submit
+from services.cleaner.tasks import register as clean_tasks
+from services.common import Context, bootstrap
+from services.compactor.tasks import register as compact_tasks
+from services.generator.tasks import register as generate_tasks
+from services.judge.tasks import register as judge_tasks
+from services.verifier.tasks import register as verify_tasks
+from tests.fakes import MemoryStore, Sent
+
+STAGES = ("clean", "generate", "verify", "judge")
+# What a FakeStack's settings default to (each can be given): no embedding model for task
+# purity and no calibration probes, as no real model answers.
+DEFAULTS: dict[str, Any] = {"purity_embedding": False, "judge_calibration_rate": 0.0}
+
+
+class ReplayModel:
+    """The Triton `replay` model's contract in Python (tests/triton_models/replay): a
+    request is answered with the reply recorded under replay_key(prompt, image); a request
+    with none recorded fails, as it does on Triton. Serves as generator (`bind`) and as
+    judge (`generate_many`); `asked` counts the requests, as Triton's counters do."""
+
+    def __init__(self, replay: dict[str, dict[str, str]] | None = None) -> None:
+        self.replay = replay if replay is not None else {}
+        self.info: ModelInfo | None = None
+        self.asked = 0
+
+    def bind(self, gate: EngineGate, on_ready: Callable[[ModelInfo], None]) -> ReplayModel:
+        self.on_ready = on_ready
+        return self
+
+    def _answer(self, requests: Sequence[ModelRequest]) -> list[ModelReply | Exception]:
+        self.info = ModelInfo(name="replay", version="1", interface="rsieve", kind="stand-in")
+        self.asked += len(requests)
+        out: list[ModelReply | Exception] = []
+        for r in requests:
+            rec = self.replay.get(replay_key(r.prompt, r.image))
+            if rec is None:
+                out.append(RuntimeError("replay: no recorded output for this request"))
+            else:
+                out.append(ModelReply(text=rec["text"], finish_reason=rec["finish_reason"]))
+        return out
+
+    def generate_many(self, requests: Sequence[ModelRequest]) -> list[ModelReply | Exception]:
+        return self._answer(requests)
+
+    async def generate_many_async(
+        self, requests: Sequence[ModelRequest]
+    ) -> list[ModelReply | Exception]:
+        replies = self._answer(requests)
+        assert self.info is not None
+        self.on_ready(self.info)
+        return replies
+
+
+class FakeStack:
+    """Every service's tasks on fakes, one store. `judge`: the judge model (anything with
+    `generate_many`); `generator`: the generator (anything with `bind(gate, on_ready)`
+    returning an object with `generate_many_async`); `settings`: the services' settings
+    over DEFAULTS. `store` may be given (a MemoryStore subclass that fails on purpose)."""
+
+    def __init__(
+        self,
+        *,
+        judge: Any = None,
+        generator: Any = None,
+        store: MemoryStore | None = None,
+        **settings: Any,
+    ) -> None:
+        self.store = store if store is not None else MemoryStore()
+        self.sent = Sent()
+        replay = ReplayModel()
+        self.judge = judge if judge is not None else replay
+        self.generator = generator if generator is not None else replay
+        self.settings = Settings(**(DEFAULTS | settings))
+        self.ctx: Context = bootstrap(
+            self.settings,
+            store=self.store,
+            redis_client=fakeredis.FakeRedis(),
+            send=self.sent,
+            judge_model=lambda name: self.judge,
+            generator_model=self.generator.bind,
+        )
+        for register in (clean_tasks, generate_tasks, verify_tasks, judge_tasks, compact_tasks):
+            register(self.ctx)
+        self.done = 0  # how many of sent.tasks have been run (or skipped by `drain(only)`)
+
+    def task(self, name: str, **kwargs: Any) -> Any:
+        """Run one registered task now (as a worker would on its message)."""
+        return self.ctx.app.tasks[name](**kwargs)
+
+    def submit(self, pool: Path | str, dataset: str, sampling: dict[str, Any] | None = None) -> str:
+        """POST /runs's logic: `pool` a folder (uploaded first) or an s3:// URI."""
+        uri = pool if isinstance(pool, str) else upload_pool(self.store, pool)
+        return str(submit(self.ctx, uri, dataset, sampling))
+
+    def drain(self, only: str = "") -> list[str]:
+        """Run enqueued tasks in order until none is left (of them, the task named `only`
+        alone when given: the others are passed over); their names."""
+        ran = []
+        while self.done < len(self.sent.tasks):
+            task, kw = self.sent.tasks[self.done]
+            self.done += 1
+            if not only or task == only:
+                self.task(task, **kw)
+                ran.append(task)
+        return ran
+
+    def run_until_compaction(self, pool: Path | str, dataset: str, **kw: Any) -> str:
+        """A run through every stage of every shard, the compaction left undone (its
+        enqueued tasks are passed over: run them with `task`)."""
+        run = self.submit(pool, dataset, **kw)
+        self.drain("rsieve.ingest")
+        for task, args in list(self.sent.tasks):
+            if task == "rsieve.clean" and args["run"] == run:
+                for stage in STAGES:
+                    self.task(f"rsieve.{stage}", **args)
+        self.done = len(self.sent.tasks)
+        return run
+
+    def run(self, pool: Path | str, dataset: str, **kw: Any) -> str:
+        """A run from submission to its commit in `dataset`; the run id."""
+        run = self.run_until_compaction(pool, dataset, **kw)
+        self.task("rsieve.compact", run=run)
+        self.drain()
+        return run
+
+    # What a run left, read back.
+
+    def outputs(self, run: str, stage: str) -> dict[str, ShardOutput]:
+        index = json.loads(self.store.get(f"runs/{run}/shards.json"))
+        return {shard: self.ctx.load(run, stage, shard) for shard in index["shards"]}
+
+    def clean_outputs(self, run: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The cleaner's items and quarantine, as stored (JSON), in shard order."""
+        items: list[dict[str, Any]] = []
+        quarantined: list[dict[str, Any]] = []
+        for key in sorted(self.store.list(f"runs/{run}/clean/")):
+            out = json.loads(self.store.get(key))
+            items += out["items"]
+            quarantined += out["quarantined"]
+        return items, quarantined
+
+    def json(self, key: str) -> Any:
+        return json.loads(self.store.get(key))
+
+    def report(self, dataset: str, run: str) -> dict[str, Any]:
+        return dict(self.json(f"datasets/{dataset}/commits/{run}/run_report.json"))
+
+    def rows(self, dataset: str, *, images: bool = False) -> dict[str, list[dict[str, Any]]]:
+        """The dataset's rows by split, in manifest order (without the image column unless
+        `images`)."""
+        manifest = self.json(f"datasets/{dataset}/manifest.json")
+        out: dict[str, list[dict[str, Any]]] = {}
+        for shard in manifest["shards"]:
+            table = pq.read_table(io.BytesIO(self.store.get(f"datasets/{dataset}/{shard['path']}")))
+            if not images:
+                table = table.drop(["image"])
+            out.setdefault(shard["split"], []).extend(table.to_pylist())
+        return out
+
+    def export(self, dataset: str, to: Path) -> Path:
+        """The dataset exported as `rsieve export` writes it; its folder."""
+        return Path(export_dataset(self.store, dataset, to))
