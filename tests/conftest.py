@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterable, Iterator
+from typing import Literal
 
 import pytest
 
@@ -122,10 +123,11 @@ def start_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
             triton_env=triton_env or {},
         )
         settings = Settings.from_env_map(config.env())
-        for role, model in (
+        roles: tuple[tuple[Literal["generator", "judge"], str], ...] = (
             ("generator", settings.generator_model),
             ("judge", settings.judge_model),
-        ):
+        )
+        for role, model in roles:
             # A role on an OpenAI-compatible server is served outside the stack.
             if model not in models and settings.interface_of(role) != "openai":
                 raise ValueError(

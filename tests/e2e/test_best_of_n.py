@@ -8,8 +8,8 @@ model's optional `seed` input). The same pool once with one sample: the yield gr
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import datasets
 import pytest
@@ -22,8 +22,8 @@ ITEMS = 60
 
 
 @pytest.fixture(scope="module")
-def stack(start_stack: Any) -> Stack:
-    return start_stack(  # type: ignore[no-any-return]
+def stack(start_stack: Callable[..., Stack]) -> Stack:
+    return start_stack(
         ["stochastic-standin", "judge-abstain"],
         settings_env={
             "RSIEVE_GENERATOR_MODEL": "stochastic-standin",

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import datasets
 import pytest
@@ -18,8 +18,8 @@ POOL = REPO_ROOT / "examples" / "pool"
 
 
 @pytest.fixture(scope="module")
-def stack(start_stack: Any) -> Stack:
-    return start_stack(["rapidocr", "judge-abstain"])  # type: ignore[no-any-return]
+def stack(start_stack: Callable[..., Stack]) -> Stack:
+    return start_stack(["rapidocr", "judge-abstain"])
 
 
 def test_run_exports_a_loadable_dataset_twice_identically(stack: Stack, tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,8 +20,8 @@ POOL = REPO_ROOT / "examples" / "pool"
 
 
 @pytest.fixture(scope="module")
-def stack(start_stack: Any) -> Stack:
-    return start_stack(["rapidocr", "judge-smollm2"])  # type: ignore[no-any-return]
+def stack(start_stack: Callable[..., Stack]) -> Stack:
+    return start_stack(["rapidocr", "judge-smollm2"])
 
 
 def test_the_example_pool_is_judged_by_smollm2(stack: Stack, tmp_path: Path) -> None:

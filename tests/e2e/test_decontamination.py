@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -81,7 +81,7 @@ def _originals() -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def stack(start_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Stack:
+def stack(start_stack: Callable[..., Stack], tmp_path_factory: pytest.TempPathFactory) -> Stack:
     # The originals are answered (and accepted: they reach the dataset); anything else has
     # no recorded answer, so its generation is one failed call.
     prompt = build_question(QUESTION, "alnum")
@@ -97,7 +97,7 @@ def stack(start_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Stack:
             }
         )
     )
-    return start_stack(  # type: ignore[no-any-return]
+    return start_stack(
         ["replay"],
         triton_env={"RSIEVE_REPLAY_FILE": str(replay)},
         settings_env={

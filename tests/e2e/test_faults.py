@@ -236,6 +236,7 @@ def test_compactor_dead_before_manifest_is_completed_by_reconcile(
     settings = stack_settings(stack)
     ctx = bootstrap(settings)
     # The state a compactor leaves when it dies after the shards, before the commit.
+    assert isinstance(ctx.store, S3Store)
     ctx.store._client.delete_object(
         Bucket=settings.s3_bucket, Key="datasets/compactor/manifest.json"
     )

@@ -183,7 +183,7 @@ def stack(start_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Stack:
             "RSIEVE_MODEL_RETRIES": "0",
         },
     )
-    stack.pool, stack.log = folder, tmp / "prompts.jsonl"  # type: ignore[attr-defined]
+    stack.pool, stack.log = folder, tmp / "prompts.jsonl"
     return stack
 
 

@@ -11,9 +11,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import datasets
 import pytest
@@ -37,8 +36,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 @pytest.fixture(scope="module")
-def stack(start_stack: Any, server: Server) -> Stack:
-    return start_stack(  # type: ignore[no-any-return]
+def stack(start_stack: Callable[..., Stack], server: Server) -> Stack:
+    return start_stack(
         ["judge-abstain"],
         settings_env={
             "RSIEVE_MODEL_INTERFACE": "openai",

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import datasets
 import pytest
@@ -36,8 +35,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 @pytest.fixture(scope="module")
-def stack(start_stack: Any, server: Server) -> Stack:
-    return start_stack(  # type: ignore[no-any-return]
+def stack(start_stack: Callable[..., Stack], server: Server) -> Stack:
+    return start_stack(
         ["rapidocr"],
         settings_env={
             "RSIEVE_JUDGE_INTERFACE": "openai",

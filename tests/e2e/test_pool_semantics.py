@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +38,10 @@ def _png(text: str) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def stack(start_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Stack:
+def stack(start_stack: Callable[..., Stack], tmp_path_factory: pytest.TempPathFactory) -> Stack:
     replay = tmp_path_factory.mktemp("replay") / "replay.json"
     replay.write_text("{}")  # no recorded answer: every generation fails; cleaning is the test
-    return start_stack(  # type: ignore[no-any-return]
+    return start_stack(
         ["replay"],
         triton_env={"RSIEVE_REPLAY_FILE": str(replay)},
         settings_env={
@@ -130,7 +131,7 @@ def test_conversation_pools_give_the_same_items_as_the_folder_format(
     stack: Stack, tmp_path: Path
 ) -> None:
     images = {f"w{n}.png": _png(word) for n, word in enumerate(SIGNS[:3])}
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "id": f"w{n}",
             "family": "SynthWords",

@@ -8,9 +8,8 @@ split: the judge says WRONG to three, CORRECT to one, which calibration holds ba
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import datasets
 import pytest
@@ -60,8 +59,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CraftedServer]:
 
 
 @pytest.fixture(scope="module")
-def stack(start_stack: Any, server: CraftedServer) -> Stack:
-    return start_stack(  # type: ignore[no-any-return]
+def stack(start_stack: Callable[..., Stack], server: CraftedServer) -> Stack:
+    return start_stack(
         ["judge-abstain"],  # loaded, unused: both roles are on the crafted server
         settings_env={
             "RSIEVE_MODEL_INTERFACE": "openai",

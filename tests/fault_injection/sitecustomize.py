@@ -42,7 +42,11 @@ def _install() -> None:
     run, batch = ItemGuard.run, ItemGuard.batch
 
     def crashing_run(self: Any, items: Any, fn: Any, **kw: Any) -> Any:
-        return run(self, items, lambda item: (_crash_on(item), fn(item))[1], **kw)
+        def crashing_fn(item: Any) -> Any:
+            _crash_on(item)
+            return fn(item)
+
+        return run(self, items, crashing_fn, **kw)
 
     def crashing_batch(self: Any, items: Any, fn: Any, **kw: Any) -> Any:
         if not self.isolating:

@@ -9,6 +9,7 @@ import json
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -126,7 +127,8 @@ def test_a_second_start_restores_the_warmed_slots_from_disk(tmp_path: Path) -> N
     """The first start reads the template's shared part once and saves the slot; the next
     start restores it into every slot; a verdict then reads only its own item."""
     model, kv = checkpoints.qwen_judge_gguf(), tmp_path / "kv"
-    lines, timings = [], {}
+    lines: list[str] = []
+    timings: dict[str, Any] = {}
     for start in range(2):
         port, key = processes.free_port(), "k" * 32
         log = tmp_path / f"judge-server-{start}.log"

@@ -100,6 +100,7 @@ def test_checkpoint_is_an_ordinary_folder_with_the_ggufs_template() -> None:
     rendered = tokenizer.apply_chat_template(
         [{"role": "user", "content": "Is 2+2 4?"}], add_generation_prompt=True, tokenize=False
     )
+    assert isinstance(rendered, str)  # tokenize=False: the text
     assert rendered.endswith("<|im_start|>user\nIs 2+2 4?<|im_end|>\n<|im_start|>assistant\n")
     # Cached: a second call only reads the marker.
     t0 = time.monotonic()

@@ -17,9 +17,10 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import boto3
 import numpy as np
@@ -57,7 +58,7 @@ def render_word(word: str, size: int = 48, canvas: tuple[int, int] | None = None
     left, top, right, bottom = font.getbbox(word)
     pad = size // 3
     width, height = canvas or (right - left + 2 * pad, bottom - top + 2 * pad)
-    img = Image.new("RGB", (width, height), "white")
+    img = Image.new("RGB", (int(width), int(height)), "white")
     draw = ImageDraw.Draw(img)
     x = (width - (right - left)) // 2 - left
     y = (height - (bottom - top)) // 2 - top
@@ -100,14 +101,16 @@ def infer(
 def infer_concurrently(
     client: grpcclient.InferenceServerClient,
     model: str,
-    requests: list[tuple[str, bytes | None]],
+    requests: Sequence[tuple[str, bytes | None]],
     timeout: float = 120.0,
 ) -> list[tuple[str, str] | Exception]:
     """Send all ``requests`` at once (async gRPC) and collect results in order."""
     results: list[tuple[str, str] | Exception | None] = [None] * len(requests)
     done = threading.Semaphore(0)
 
-    def callback(index: int, result: grpcclient.InferResult | None, error: Exception | None):
+    def callback(
+        index: int, result: grpcclient.InferResult | None, error: Exception | None
+    ) -> None:
         if error is not None or result is None:
             results[index] = error or RuntimeError("no result")
         else:
@@ -331,7 +334,7 @@ def test_one_bad_request_does_not_fail_its_batch(
     client: grpcclient.InferenceServerClient,
 ) -> None:
     good = render_word("ESPLANADE")
-    requests: list[tuple[str, bytes | None]] = (
+    requests: Sequence[tuple[str, bytes | None]] = (
         [("", good)] * 7 + [("", b"broken")] + [("", good)] * 8
     )
     results = infer_concurrently(client, "rapidocr", requests)
@@ -477,7 +480,7 @@ def test_redis_starts_on_its_port_and_keeps_its_aof(tmp_path: Path) -> None:
     assert proc.poll() is not None
 
 
-def _s3(endpoint: str, access: str, secret: str):
+def _s3(endpoint: str, access: str, secret: str) -> Any:
     return boto3.client(
         "s3",
         endpoint_url=endpoint,

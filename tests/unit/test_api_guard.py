@@ -166,7 +166,9 @@ def test_an_upload_beyond_the_free_slots_is_429_before_its_body_is_read() -> Non
         }
 
     async def go() -> tuple[list[dict[str, Any]], list[dict[str, Any]], int, int]:
-        release, first_sent, second_sent = asyncio.Event(), [], []
+        release = asyncio.Event()
+        first_sent: list[dict[str, Any]] = []
+        second_sent: list[dict[str, Any]] = []
         second_reads = 0
 
         async def slow_body() -> dict[str, Any]:

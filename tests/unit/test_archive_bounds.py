@@ -9,6 +9,7 @@ import tarfile
 import tracemalloc
 import zipfile
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -21,7 +22,7 @@ def tar_bytes(
     members: list[tarfile.TarInfo | tuple[tarfile.TarInfo, bytes]],
     *,
     fmt: int = tarfile.PAX_FORMAT,
-    mode: str = "w",
+    mode: Literal["w", "w:gz"] = "w",
 ) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode=mode, format=fmt) as tf:

@@ -149,10 +149,10 @@ def _stack_resolver(
             self.bucket = bucket
 
         def get(self, key: str) -> bytes:
-            return store_for(self.bucket).get(key)  # type: ignore[no-any-return]
+            return store_for(self.bucket).get(key)
 
         def size(self, key: str) -> int | None:
-            return store_for(self.bucket).size(key)  # type: ignore[no-any-return]
+            return store_for(self.bucket).size(key)
 
     resolver = StackResolver(
         Settings(provenance_roots=[str(r) for r in roots], s3_bucket="rsieve", **settings),

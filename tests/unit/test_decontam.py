@@ -251,8 +251,8 @@ def test_grouped_screen_answers_as_one_index_over_every_image(seed: int) -> None
     committed = [(hash_hex(near_hash()), q, a) for q, a in keys[:40]]
     screen = Screen(distance=4, committed={"r1": committed})
     reference = HashIndex(max_radius=16)
-    for h, q, a in sorted(committed):
-        reference.add(parse_hash(h), f"{q}\t{a}\trun r1")
+    for hex_, q, a in sorted(committed):
+        reference.add(parse_hash(hex_), f"{q}\t{a}\trun r1")
     groups: Counter[tuple[str, str]] = Counter()
     for line, (q, a) in enumerate(keys[40:], start=1):
         h = near_hash()

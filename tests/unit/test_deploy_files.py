@@ -272,7 +272,7 @@ def test_beat_and_cleaners_share_the_watch_settings(
     assert services["beat"]["environment"]["RSIEVE_WATCH_PREFIX"] is None
 
     def settings(prefix: str) -> Settings:
-        values = {
+        values: dict[str, Any] = {
             key.removeprefix("RSIEVE_").lower(): interpolate(value, env_example)
             for key, value in beat.items()
             if key.startswith("RSIEVE_")
@@ -359,7 +359,7 @@ def test_rsieve_services_get_valid_production_settings(
         assert env["RSIEVE_ENVIRONMENT"] == "production", name
         # Required (`:?`): compose stops when the password is unset, never starts Redis open.
         assert "${REDIS_PASSWORD:?" in env["RSIEVE_REDIS_URL"], f"{name}: Redis without password"
-        values = {
+        values: dict[str, Any] = {
             key.removeprefix("RSIEVE_").lower(): interpolate(value, env_example)
             for key, value in env.items()
             if key.startswith("RSIEVE_")
@@ -602,7 +602,7 @@ def test_a_run_has_one_identity(
     prints = {}
     for name, service in services.items():
         if builds_rsieve_image(service):
-            values = {
+            values: dict[str, Any] = {
                 key.removeprefix("RSIEVE_").lower(): interpolate(value, env_example)
                 for key, value in environment(service).items()
                 if key.startswith("RSIEVE_")

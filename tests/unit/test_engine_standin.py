@@ -11,6 +11,7 @@ import statistics
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -35,6 +36,8 @@ def _load() -> ModuleType:
 
 engine_mod = _load()
 EPS = 1e-9  # step boundaries are sums of floats: "at" a boundary means just after it
+# engine.py is loaded from its file (its folder is no package), so mypy does not see its
+# types: an engine is Any here.
 Engine = engine_mod.Engine
 
 
@@ -68,7 +71,8 @@ def test_max_num_seqs_is_never_exceeded() -> None:
         kv_budget_tokens=1_000_000,
     )
     lengths = {i: rng.randint(1, 80) for i in range(60)}
-    t, done, peak = 0.0, {}, 0
+    t, peak = 0.0, 0
+    done: dict[int, int] = {}
     for i, n in lengths.items():
         eng.submit(i, 10, n, t)
         peak = max(peak, len(eng.running))
@@ -139,7 +143,7 @@ def test_preempted_sequence_goes_to_the_front_of_the_queue() -> None:
 
 
 def _saturated(
-    eng: Engine, seconds: float, lengths: list[int], prompt: int, dt: float = 0.01
+    eng: Any, seconds: float, lengths: list[int], prompt: int, dt: float = 0.01
 ) -> tuple[list[int], float]:
     """Keep at least max_num_seqs requests waiting for `seconds`; the finished lengths."""
     t, rid, finished = 0.0, 0, []

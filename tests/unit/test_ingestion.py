@@ -1,8 +1,9 @@
 """Ingest in rounds (rsieve.clean.ingestion, services/cleaner/ingest.py): the plan numbers lines
 and cuts shards as `split_pool` does, whatever the chunks it streams; a messy pool ingested
-in one task (`assess_pool`) and in rounds of many ranges and partitions gives the same
-clean-stage inputs, cleaning.json and shard index, byte for byte; and no round reads the
-pool file whole."""
+in one task (the rounds in process, `ingest_in_process`: one range, one partition) and in
+round tasks of many ranges and partitions gives the same clean-stage inputs, cleaning.json
+and shard index, byte for byte, so partitioning changes no decision; and no round task
+reads the pool file whole."""
 
 from __future__ import annotations
 
@@ -169,16 +170,21 @@ def messy_pool(folder: Path) -> Path:
     return folder
 
 
+# Settings takes each value as its field's type (Any: a test's overrides are of every type).
+INGEST_DEFAULTS: dict[str, Any] = {
+    "purity_embedding": False,
+    "shard_size": 4,
+    "provenance_policy": "lenient",
+}
+
+
 class Ingest:
     """The cleaner's tasks on fakes; `run` submits the pool and drains every ingest task."""
 
     def __init__(self, **settings: Any) -> None:
         self.store, self.sent = ReadLog(), Sent()
         self.ctx = bootstrap(
-            Settings(
-                **{"purity_embedding": False, "shard_size": 4, "provenance_policy": "lenient"}
-                | settings
-            ),
+            Settings(**(INGEST_DEFAULTS | settings)),
             store=self.store,
             redis_client=fakeredis.FakeRedis(),
             send=self.sent,
@@ -237,7 +243,7 @@ class ReadLog(MemoryStore):
         return MemoryStore.get(self, key)[start:end]
 
 
-def test_a_pool_ingested_in_rounds_is_the_pool_ingested_whole(
+def test_a_pool_ingested_in_round_tasks_is_the_pool_ingested_in_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(ingest_steps, "SCAN_BYTES", 64)
@@ -247,7 +253,8 @@ def test_a_pool_ingested_in_rounds_is_the_pool_ingested_whole(
     run, ran_whole = whole.run(pool)
     run_r, ran = rounds.run(pool)
     assert run == run_r  # ingest_range_items decides nothing
-    assert ran_whole == ["rsieve.ingest"]
+    assert ran_whole == ["rsieve.ingest"]  # every round in that task, in memory
+    assert not any(f"runs/{run}/ingest/" in key for key in whole.store.objects)
     steps = {name: ran.count(name) for name in ran}
     plan = json.loads(rounds.store.get(f"runs/{run}/ingest/plan.json"))
     ranges, partitions = len(plan["ranges"]), plan["partitions"]
@@ -300,7 +307,7 @@ def test_a_round_task_that_dies_or_is_lost_is_done_again(
     whole, rounds = Ingest(), Ingest(ingest_range_items=10)
     run, _ = whole.run(pool)
     real_put = ingest_steps._put
-    deaths = []
+    deaths: list[str] = []
 
     def dies_once(ctx: Any, run_: str, kind: str, src: str, by_dest: Any) -> None:
         real_put(ctx, run_, kind, src, by_dest)
@@ -315,7 +322,9 @@ def test_a_round_task_that_dies_or_is_lost_is_done_again(
     rounds.store.put(near, whole.store.get(near))
     assert submit(rounds.ctx, uri, "grow") == run
     rounds.ctx.app.tasks["rsieve.ingest"](run=run)  # called twice (a redelivery)
-    sent, done, died, lost = rounds.sent.tasks, 0, [], []
+    sent, done = rounds.sent.tasks, 0
+    died: list[dict[str, Any]] = []
+    lost: list[dict[str, Any]] = []
     while done < len(sent):
         task, kw = sent[done]
         done += 1

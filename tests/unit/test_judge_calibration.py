@@ -3,6 +3,8 @@ Wilson intervals, per-family summary, hold-back and the promotions listing."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from rsieve.judge.calibration import (
@@ -25,7 +27,7 @@ from rsieve.verify import verify
 from tests.unit._records import accepted, judged, make_item
 
 
-def _accepted(n: int, family: str = "SynthWords", **kw: object) -> list[Outcome]:
+def _accepted(n: int, family: str = "SynthWords", **kw: Any) -> list[Outcome]:
     words = ["COFFEE", "TEA", "BREAD", "Water 12", "MILK 305", "SUGAR", "SALT 7", "OIL"]
     return [
         accepted(
@@ -36,7 +38,7 @@ def _accepted(n: int, family: str = "SynthWords", **kw: object) -> list[Outcome]
                 references=[words[i % len(words)] + str(i)],
                 **kw,
             )
-        )  # type: ignore[arg-type]
+        )
         for i in range(n)
     ]
 

@@ -450,10 +450,7 @@ TEST_ONLY = {"RSIEVE_TEST_CRASH_ITEM_IDS"}  # tests/fault_injection
 
 def settings_of(env: dict[str, str]) -> Settings:
     rsieve = {k: v for k, v in env.items() if k.startswith("RSIEVE_")}
-    from_env_map = getattr(Settings, "from_env_map", None)
-    if from_env_map is not None:
-        return from_env_map(rsieve)  # type: ignore[no-any-return]
-    return Settings(**{k.removeprefix("RSIEVE_").lower(): v for k, v in rsieve.items()})
+    return Settings.from_env_map(rsieve)
 
 
 def test_every_setting_is_deployed_and_valid(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -793,8 +790,8 @@ def test_models_match_the_overlay_repository(rendered: dict[str, list[dict[str, 
     for overlay, objs in each_overlay(rendered):
         config = config_data(objs, "rsieve-config")
         for key in ("RSIEVE_GENERATOR_MODEL", "RSIEVE_JUDGE_MODEL"):
-            model = repositories[overlay] / config[key]
-            assert (model / "config.pbtxt").is_file(), f"{overlay}: {key} names no model"
+            model_dir = repositories[overlay] / config[key]
+            assert (model_dir / "config.pbtxt").is_file(), f"{overlay}: {key} names no model"
     objs = rendered["gpu"]
     config = config_data(objs, "rsieve-config")
     source = REPO / "deploy" / "triton" / "vllm"
@@ -1113,11 +1110,11 @@ def test_network_policies(rendered: dict[str, list[dict[str, Any]]]) -> None:
             assert {
                 "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "keda"}}
             } in sources
-            for service in SERVICE_MODULES:
-                labels = get(objs, "Deployment", service)["spec"]["template"]["metadata"]["labels"]
+            for module in SERVICE_MODULES:
+                labels = get(objs, "Deployment", module)["spec"]["template"]["metadata"]["labels"]
                 assert any(
                     "podSelector" in s and _selects(s["podSelector"], labels) for s in sources
-                ), service
+                ), module
 
 
 def test_each_engine_takes_requests_from_its_role_only(

@@ -89,6 +89,7 @@ def test_ten_runs_dedup_against_all_earlier_ones_holding_their_own_keys_and_one_
         assert stats.held <= len(entries) + chunk
     assert max(held) <= 500 + 90 + chunk  # the last run's own keys (500 + 9 x 10) and a chunk
     assert streamed == sorted(streamed) and streamed[-1] >= 2 * 9 * 500
+    assert manifest is not None  # written by every run
     stored = store.get(prefix + manifest["qa_keys"]["7f"])
     assert keys_of(stored) == sorted({digest(k) for run in runs for _, k in run})
 

@@ -136,7 +136,11 @@ def _special_ids(tok_folder: Path) -> tuple[object, set[int]]:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tok_folder))
-    ids = {tok.convert_tokens_to_ids(t) for t in tok.all_special_tokens}
+    ids: set[int] = set()
+    for token in tok.all_special_tokens:
+        token_id = tok.convert_tokens_to_ids(token)
+        assert isinstance(token_id, int)  # one token, one id
+        ids.add(token_id)
     ids |= set(tok.added_tokens_decoder)
     return tok, ids
 

@@ -26,7 +26,7 @@ def _namespace() -> dict[str, Any]:
 
 
 NS = _namespace()
-EXTRA = [
+EXTRA: list[tuple[str, str, list[str], dict[str, Any]]] = [
     ("exact", "  The  Eiffel Tower. ", ["the eiffel tower"], {}),
     ("exact", "Eiffel", ["the eiffel tower"], {}),
     ("exact", "ＡＢＣ", ["abc"], {}),

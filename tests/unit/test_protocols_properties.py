@@ -27,7 +27,7 @@ def anls_pure_python(prediction: str, references: list[str]) -> float:
 # Near-misses are common over a small alphabet; the wide one brings Unicode case folding,
 # NBSP, zero-width spaces and full-width digits.
 SMALL = st.text(alphabet="abAB 1\t\u00a0", max_size=24)
-WIDE = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60)
+WIDE = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=60)
 LONG = st.text(alphabet="abcdefghij kLMN0123", min_size=20, max_size=200)
 
 

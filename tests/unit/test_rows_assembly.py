@@ -43,6 +43,7 @@ def _only_qa(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def test_accepted_goes_to_think_and_nothink() -> None:
     item = make_item("w-1", line=3, family="OrandCar", references=["1250"], image="img-1")
     out = accepted(item, "1,250")
+    assert out.decision is not None
     splits = assemble_rows([out])
     assert set(splits) == {"OrandCar_RS_think", "OrandCar_RS_nothink"}
     think = _only_qa(splits["OrandCar_RS_think"])

@@ -94,7 +94,7 @@ def test_every_deciding_field_changes_the_run_id(name: str) -> None:
         assert _rid(Settings(samples=4, circular=True)) != _rid(Settings())
         return
     if name == "pass_rate_window":  # a window needs several samples
-        sampled = {"samples": 4, "temperature": 0.5}
+        sampled: dict[str, Any] = {"samples": 4, "temperature": 0.5}
         windowed = Settings(pass_rate_window=[0.2, 0.8], **sampled)
         assert _rid(windowed) != _rid(Settings(**sampled))
         return

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from rsieve.compact.rows import assemble_rows
@@ -212,7 +214,7 @@ def _verdict_kind(out: Outcome, kind: str) -> Outcome:
 
 
 def test_judge_verdicts_per_family_with_failure_causes() -> None:
-    ref = {"references": ["TEA"]}
+    ref: dict[str, Any] = {"references": ["TEA"]}
     raws: list[tuple[str, str | None, str]] = [
         ("SynthWords", "CORRECT", "stop"),
         ("SynthWords", "WRONG", "stop"),
@@ -230,7 +232,7 @@ def test_judge_verdicts_per_family_with_failure_causes() -> None:
     for i, (family, raw, finish) in enumerate(raws):
         pending = verify_generation(
             make_generation(make_item(f"j{i}", line=i + 1, family=family, **ref), "the word TEA")
-        )  # type: ignore[arg-type]
+        )
         outcomes.append(
             apply_verdict(
                 pending,

@@ -45,7 +45,8 @@ class TableJudge:
     """Answers CORRECT to every judge prompt that holds `accept`, WRONG otherwise."""
 
     def __init__(self, accept: str) -> None:
-        self.accept, self.info, self.asked = accept, None, 0
+        self.accept, self.asked = accept, 0
+        self.info: ModelInfo | None = None
 
     def generate_many(self, requests: Sequence[ModelRequest]) -> list[ModelReply | Exception]:
         self.info = JUDGE

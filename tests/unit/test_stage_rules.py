@@ -10,13 +10,8 @@ from typing import Any
 
 import pytest
 
-from rsieve.clean.cleaning import (
-    PoolAssessment,
-    clean_line,
-    line_image_path,
-    poisoned_line,
-    shard_inputs,
-)
+from rsieve.clean.cleaning import clean_line, line_image_path, poisoned_line
+from rsieve.clean.ingestion import LineRef, LineRule, LineVerdict, PoolRange, apply_range
 from rsieve.dataset.commit import human_review, split_families
 from rsieve.generate.generation import (
     ModelInfo,
@@ -114,11 +109,20 @@ def test_a_line_that_kills_its_worker_is_quarantined_with_what_it_names() -> Non
 
 
 def test_shard_inputs_carry_the_whole_pool_verdicts_and_image_refs() -> None:
-    lines = [pool_line(GOOD), pool_line(GOOD | {"id": "w-2"}).model_copy(update={"line": 4})]
-    assessment = PoolAssessment(
-        verdicts={4: ("duplicate_item", "line 3")}, rules={3: "r"}, report={}
+    lines = [
+        PoolLine(line=3, raw=json.dumps(GOOD), utf8=True),
+        PoolLine(line=4, raw=json.dumps(GOOD | {"id": "w-2"}), utf8=True),
+    ]
+    (shard,) = apply_range(
+        "run-1",
+        PoolRange(start=0, end=100, first_line=3, first_shard=0, lines=2),
+        lines,
+        shard_size=2,
+        duplicate_ids=[],
+        refs=[LineRef(line=3, ref=REF), LineRef(line=4, ref=REF)],
+        verdicts=[LineVerdict(line=4, reason="duplicate_item", detail="line 3")],
+        rules=[LineRule(line=3, rule="r")],
     )
-    (shard,) = shard_inputs("run-1", [lines], assessment, {"images/w1.png": REF})
     assert shard.shard == "00000" and shard.run == "run-1"
     assert [pl.verdict for pl in shard.lines] == [None, ("duplicate_item", "line 3")]
     assert [pl.purity for pl in shard.lines] == ["r", None]
@@ -148,7 +152,7 @@ def test_each_reply_becomes_a_generation_or_a_quarantine() -> None:
     )
     info = ModelInfo(name="vlm", version="7", interface="vllm", thinking_mode="opens")
     sent = "What word is shown?\u2060"  # neutralised on the way
-    replies = [
+    replies: list[ModelReply | Quarantined | Exception] = [
         ModelReply(text="<think>C-O-F</think>COFFEE", finish_reason="stop", user_text=sent),
         RuntimeError("the model failed this one"),
         guarded,

@@ -158,7 +158,7 @@ def test_the_report_and_the_compaction_plan_carry_the_usage() -> None:
     assert report["tokens"] == token_usage(outcomes, records)
     summary = summarise(records, size=10, bound=1.0)
     settled = settle(outcomes, calibration=summary, bound=1.0, existing_keys=set())
-    stored = {"shards": [], "qa_keys": {}, "examples": {}, "dataset_keys": {}}
+    stored: dict[str, Any] = {"shards": [], "qa_keys": {}, "examples": {}, "dataset_keys": {}}
     merged = merge_summaries([partition_summary(settled, [], **stored)])
     committed = compose_report(
         merged,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ CASES = [
 @pytest.mark.parametrize(
     "case", CASES, ids=[f"{c['protocol']}:{c['prediction'][:20]!r}" for c in CASES]
 )
-def test_table(case: dict) -> None:  # type: ignore[type-arg]
+def test_table(case: dict[str, Any]) -> None:
     options = {"options": case["options"]} if "options" in case else {}
     decision = verify(case["protocol"], case["prediction"], case["references"], **options)
     assert decision.accepted is case["accepted"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Sequence
+from typing import Any
 
 # --- the card (its snippets, quoted in docs/verifiers.md): levenshtein and alnum ---------
 
@@ -49,7 +50,7 @@ def card_alnum(prediction: str, references: Sequence[str]) -> float:
 def lmms_levenshtein_distance(s1: str, s2: str) -> int:
     if len(s1) > len(s2):
         s1, s2 = s2, s1
-    distances = range(len(s1) + 1)
+    distances: Sequence[int] = range(len(s1) + 1)
     for i2, c2 in enumerate(s2):
         distances_ = [i2 + 1]
         for i1, c1 in enumerate(s1):
@@ -304,7 +305,9 @@ class OfficialVQAEval:
 
     def question_accuracy(self, res_answer: str, answers: Sequence[str]) -> float:
         """evaluate()'s body for one question; answers carry answer_id as in the json."""
-        gts = {"answers": [{"answer": a, "answer_id": i + 1} for i, a in enumerate(answers)]}
+        gts: dict[str, list[dict[str, Any]]] = {
+            "answers": [{"answer": a, "answer_id": i + 1} for i, a in enumerate(answers)]
+        }
         gts = copy.deepcopy(gts)
         resAns = res_answer
         resAns = resAns.replace("\n", " ")
