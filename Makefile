@@ -46,10 +46,12 @@ test-fast: $(STAMP) ## the tests that start no service and run no model (the edi
 test-unit: $(STAMP) ## tests/unit only (a minute; includes kubectl, TRL and tiny-model tests)
 	$(PY) -m pytest -q tests/unit
 
-lint: $(STAMP) ## ruff (rules, banned imports, format) and mypy (pydantic plugin) on the core and the services
+lint: $(STAMP) ## ruff (rules, banned imports, format) and mypy (pydantic plugin) on the whole tree
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy shared/rsieve shared/rsieve_cli services
+	@# One run: the core, the command line, the services, and bench/, scripts/ and tests/ (the
+	@# Triton Python-backend models under */triton_models are excluded in pyproject).
+	$(VENV)/bin/mypy shared/rsieve shared/rsieve_cli services bench scripts tests
 
 stack-up: $(STAMP) ## start the local stack (kept running for the next `make run`)
 	$(VENV)/bin/rsieve stack up

@@ -127,9 +127,10 @@ def pipeline(
 ) -> tuple[Context, MemoryStore, str, Abstain]:
     """The pool through every task on the FakeStack (tests/fakestack.py); `settings`: the
     services', `sampling`: the run's own (as POST /runs takes it)."""
-    stack = FakeStack(judge=Abstain(), generator=model, **({"shard_size": 64} | settings))
+    judge = Abstain()
+    stack = FakeStack(judge=judge, generator=model, **({"shard_size": 64} | settings))
     run = stack.run(pool, dataset, sampling=sampling)
-    return stack.ctx, stack.store, run, stack.judge
+    return stack.ctx, stack.store, run, judge
 
 
 def outputs(ctx: Context, run: str) -> dict[str, dict[str, ShardOutput]]:
