@@ -31,7 +31,7 @@ work the server and the model must be ready; `on_ready` then sees what the model
 Client-side batching (rsieve interface): one request carries up to the model's
 `max_batch_size` items (capped by `request_items`), all with an image or all without, so
 the dynamic batcher receives whole batches instead of forming them from single requests
-that trickle in (docs/performance.md, finding 9), and the client pays one gRPC call per
+that trickle in (docs/performance.md, "Whole batches"), and the client pays one gRPC call per
 batch. A request of several items holds one slot per item, all taken at once (the gate
 never lets a request hold part of its slots while it waits). When a multi-item
 request fails with an error that is not transient, its items are asked again one by one,

@@ -2,11 +2,12 @@
 
 Every object-store round trip costs the services 2-3 ms of CPU (boto3 signs, sends and
 parses each one), which is ten times what the rules cost per item (docs/performance.md,
-finding 10). So a pool's images travel in packs: each pack is the images' bytes one after
-the other, and `_packs/index.json` says where each image (by its path in the pool) lies:
-pack, offset, length and sha256. `rsieve.adapters.pools.upload_pool` writes them; ingest writes
-them for a pool that came without (written by another tool). A stage reads the images of a
-shard with one ranged GET per stretch of a pack (`plan_reads`), not one GET per image.
+"What shapes the figures"). So a pool's images travel in packs: each pack is the images'
+bytes one after the other, and `_packs/index.json` says where each image (by its path in
+the pool) lies: pack, offset, length and sha256. `rsieve.adapters.pools.upload_pool`
+writes them; ingest writes them for a pool that came without (written by another tool).
+A stage reads the images of a shard with one ranged GET per stretch of a pack
+(`plan_reads`), not one GET per image.
 
 Pure: building, indexing and slicing; the reads are the services'.
 """
