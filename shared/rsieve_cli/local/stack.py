@@ -4,6 +4,7 @@ pids, ports and logs live in the stack's state folder."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -264,14 +265,16 @@ class Stack:
         saved.touch(mode=0o600)
         saved.chmod(0o600)
         saved.write_text(json.dumps(asdict(c), default=str, indent=1))
+        # Redis, S3 and Triton need nothing of each other: all three are started, then
+        # waited for (a stack starts in the slowest of their times, not in their sum).
+        redis_proc = s3_proc = triton_proc = None
         if self.pid("redis") is None:
-            p = proc.start_redis(
+            redis_proc = proc.start_redis(
                 state_dir=self.dir / "redis", port=c.redis_port, log=self.logs / "redis.log"
             )
-            self._record("redis", p)
-            proc.wait_redis(c.redis_port, timeout, proc=p)
+            self._record("redis", redis_proc)
         if self.pid("s3") is None:
-            p = proc.start_s3(
+            s3_proc = p = proc.start_s3(
                 state_dir=self.dir / "s3",
                 port=c.s3_port,
                 bucket=c.bucket,
@@ -280,14 +283,6 @@ class Stack:
                 log=self.logs / "s3.log",
             )
             self._record("s3", p)
-            proc.wait_s3(
-                f"http://127.0.0.1:{c.s3_port}",
-                c.access_key,
-                c.secret_key,
-                c.bucket,
-                timeout,
-                proc=p,
-            )
         # The judge server loads while Triton does (both take seconds), waited for after.
         judge, judge_proc = c.llama_judge, None
         if judge and self.pid("judge-server") is None:
@@ -304,7 +299,7 @@ class Stack:
             )
             self._record("judge-server", judge_proc)
         if self.pid("triton") is None:
-            p = proc.start_triton(
+            triton_proc = proc.start_triton(
                 model_repository=c.model_repository,
                 http_port=c.triton_http_port,
                 grpc_port=c.triton_grpc_port,
@@ -313,9 +308,25 @@ class Stack:
                 env_extra=self.triton_env(),
                 models=c.triton_models,
             )
-            self._record("triton", p)
+            self._record("triton", triton_proc)
+        if redis_proc is not None:
+            proc.wait_redis(c.redis_port, timeout, proc=redis_proc)
+        if s3_proc is not None:
+            proc.wait_s3(
+                f"http://127.0.0.1:{c.s3_port}",
+                c.access_key,
+                c.secret_key,
+                c.bucket,
+                timeout,
+                proc=s3_proc,
+            )
+        if triton_proc is not None:
             proc.wait_triton(
-                c.triton_http_port, c.triton_models, timeout, proc=p, log=self.logs / "triton.log"
+                c.triton_http_port,
+                c.triton_models,
+                timeout,
+                proc=triton_proc,
+                log=self.logs / "triton.log",
             )
         if judge_proc is not None and judge:
             proc.wait_llama_judge(
@@ -385,22 +396,38 @@ class Stack:
         raise TimeoutError("the API did not answer /healthz")
 
     def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 20.0) -> None:
-        pid = self.pid(name)
-        if pid is None:
-            return
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            return
+        self.stop_all([name], sig, timeout)
+
+    def stop_all(self, names: list[str], sig: int = signal.SIGTERM, timeout: float = 20.0) -> None:
+        """Signal every one of `names` at once, wait for them together (`timeout` in all),
+        and kill what is left."""
+        signalled = {}
+        for name in names:
+            pid = self.pid(name)
+            if pid is None:
+                continue
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                continue
+            signalled[name] = pid
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.pid(name) is not None:
+        while time.monotonic() < deadline and any(self.pid(n) is not None for n in signalled):
             time.sleep(0.1)
-        if self.pid(name) is not None:
-            os.killpg(pid, signal.SIGKILL)
+        for name, pid in signalled.items():
+            if self.pid(name) is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
 
     def down(self) -> None:
-        for name in reversed(self.names()):
-            self.stop(name)
+        """The services (the API, beat, the workers) together, then what they use (the
+        judge's server, Triton, S3, Redis) together: each group in its slowest stop's time,
+        not in the sum of them, and no service outlives its broker or store."""
+        names = list(reversed(self.names()))
+        backends = {"judge-server", "triton", "s3", "redis"}
+        self.stop_all([n for n in names if n not in backends])
+        self.stop_all([n for n in names if n in backends])
+        for name in names:
             self._pid_file(name).unlink(missing_ok=True)
 
 
