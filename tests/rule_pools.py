@@ -194,7 +194,7 @@ def conversation_pools(root: Path) -> dict[str, Path]:
     """The same three items as a folder pool, a LLaVA-style conversation Parquet and a
     ShareGPT-style conversation JSONL."""
     images = {f"w{n}.png": sign_png(word) for n, word in enumerate(SIGNS[:3])}
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "id": f"w{n}",
             "family": "SynthWords",

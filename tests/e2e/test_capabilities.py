@@ -11,6 +11,7 @@ test_compaction.py, which started a stack each."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +51,13 @@ def pools(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def stack(
-    start_stack: Any, pools: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+    start_stack: Callable[..., Stack],
+    pools: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Stack:
     replay = tmp_path_factory.mktemp("replay") / "replay.json"
     replay.write_text(json.dumps(pools["replay"]))
-    return start_stack(  # type: ignore[no-any-return]
+    return start_stack(
         ["replay"],
         triton_env={"RSIEVE_REPLAY_FILE": str(replay)},
         settings_env={
