@@ -62,7 +62,7 @@ from typing import Any
 
 from rsieve.generate.generation import ModelReply, ModelRequest
 from rsieve.judge import verdicts as judge_module
-from rsieve.judge.calibration import canary_flips
+from rsieve.judge.canaries import canary_flips
 from rsieve.judge.verdicts import (
     TEMPLATE_SHA256,
     VERDICTS,

@@ -38,12 +38,7 @@ from rsieve.dataset.commit import (
 from rsieve.dataset.report import token_usage, tokens_summed
 from rsieve.errors import NotFoundError
 from rsieve.images import IMAGE_FORMATS
-from rsieve.judge.calibration import (
-    CalibrationRecord,
-    CalibrationShard,
-    bottom_k,
-    summarise,
-)
+from rsieve.judge.calibration import CalibrationRecord, CalibrationShard, bottom_k, summarise
 from rsieve.run.partitions import (
     merge_summaries,
     outcome_partition,

@@ -13,16 +13,10 @@ from rsieve import keys
 from rsieve.adapters.tokenizer import preload_chat_template
 from rsieve.compact.settle import in_window, settle_all, to_judge
 from rsieve.generate.chat import neutralise
-from rsieve.judge.calibration import (
-    CalibrationShard,
-    calibration_probes,
-    calibration_rates,
-    calibration_record,
-    hopeless_families,
-    probe_prompt,
-)
+from rsieve.judge.calibration import CalibrationShard, calibration_record, hopeless_families
 from rsieve.judge.cascade import apply_verdict, judge_prompt, skip_judge
 from rsieve.judge.judgecache import judge_identity
+from rsieve.judge.probes import calibration_probes, calibration_rates, probe_prompt
 from rsieve.schemas import ShardOutput
 from services.common import Context
 from services.judge.ask import ask_once, judge_specials

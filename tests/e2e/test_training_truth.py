@@ -17,7 +17,8 @@ import pytest
 from rsieve.adapters.exports import export_dataset
 from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import S3Store
-from rsieve.judge.calibration import NEAR_MISS_KINDS, CalibrationShard, calibration_key
+from rsieve.judge.calibration import CalibrationShard, calibration_key
+from rsieve.judge.probes import NEAR_MISS_KINDS
 from rsieve.schemas import ShardOutput
 from rsieve_cli.client import submit, wait_for_run
 from rsieve_cli.local.stack import Stack

@@ -15,7 +15,7 @@ import pytest
 from rsieve.adapters.tokenizer import load_chat_template
 from rsieve.generate.chat import ChatTemplate
 from rsieve.generate.think import parse_output
-from rsieve.judge.calibration import canaries
+from rsieve.judge.canaries import canaries
 from rsieve.judge.verdicts import build_judge_prompt
 from rsieve_cli.local.checkpoints import smollm2_checkpoint, smollm2_gguf
 

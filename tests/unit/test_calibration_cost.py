@@ -14,16 +14,18 @@ import pytest
 from rsieve.clean.cleaning import family_items
 from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest
 from rsieve.judge.calibration import (
-    CALIBRATION_OVERSAMPLING,
     CalibrationShard,
     calibration_key,
+    calibration_record,
+    summarise,
+)
+from rsieve.judge.probes import (
+    CALIBRATION_OVERSAMPLING,
     calibration_probes,
     calibration_rates,
-    calibration_record,
     probe_prompt,
     sample_for_calibration,
     sample_rank,
-    summarise,
 )
 from rsieve.run.shards import shard_label
 from rsieve.schemas import Outcome, RunSpec, ShardOutput

@@ -11,13 +11,12 @@ import pytest
 from rsieve.dataset.card import THINKING_MEANINGS, render_card
 from rsieve.dataset.report import run_report
 from rsieve.judge.calibration import (
-    calibration_probes,
     calibration_record,
     hold_back,
-    probe_prompt,
     render_calibration_markdown,
     summarise,
 )
+from rsieve.judge.probes import calibration_probes, probe_prompt
 from rsieve.schemas import MODEL_KINDS, THINKING_MODES, Outcome
 from tests.unit._records import accepted, failed, judged, make_item
 

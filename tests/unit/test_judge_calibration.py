@@ -9,18 +9,20 @@ import pytest
 
 from rsieve.judge.calibration import (
     CalibrationRecord,
-    calibration_probes,
     calibration_record,
     hold_back,
-    known_wrong,
-    probe_prompt,
     promotions_listing,
     render_calibration_markdown,
-    sample_for_calibration,
-    sample_rank,
     summarise,
     untrusted_families,
     wilson,
+)
+from rsieve.judge.probes import (
+    calibration_probes,
+    known_wrong,
+    probe_prompt,
+    sample_for_calibration,
+    sample_rank,
 )
 from rsieve.schemas import Outcome
 from rsieve.verify import verify

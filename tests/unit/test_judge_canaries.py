@@ -14,7 +14,7 @@ from types import ModuleType
 
 import pytest
 
-from rsieve.judge.calibration import Canary, canaries, canary_flips
+from rsieve.judge.canaries import Canary, canaries, canary_flips
 from rsieve.judge.verdicts import build_judge_prompt, parse_verdict
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,12 +4,7 @@ already shows false promotions beyond the bound is not judged)."""
 
 from __future__ import annotations
 
-from rsieve.judge.calibration import (
-    calibration_probes,
-    calibration_record,
-    hopeless_families,
-    probe_prompt,
-)
+from rsieve.judge.calibration import calibration_record, hopeless_families
 from rsieve.judge.cascade import (
     apply_verdict,
     judge_prompt,
@@ -17,6 +12,7 @@ from rsieve.judge.cascade import (
     skip_judge,
     verify_generation,
 )
+from rsieve.judge.probes import calibration_probes, probe_prompt
 from rsieve.schemas import REJECT_REASONS, Outcome
 from tests.unit._records import accepted, make_generation, make_item
 

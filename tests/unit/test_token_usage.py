@@ -10,13 +10,8 @@ from rsieve.compact.rows import assemble_rows
 from rsieve.dataset.card import render_card
 from rsieve.dataset.commit import compose_report, partition_summary, settle
 from rsieve.dataset.report import run_report, token_usage
-from rsieve.judge.calibration import (
-    CalibrationRecord,
-    calibration_probes,
-    calibration_record,
-    probe_prompt,
-    summarise,
-)
+from rsieve.judge.calibration import CalibrationRecord, calibration_record, summarise
+from rsieve.judge.probes import calibration_probes, probe_prompt
 from rsieve.run.partitions import merge_summaries
 from rsieve.schemas import Outcome
 from tests.unit._records import accepted, judged, make_item

@@ -15,7 +15,6 @@ from pydantic import ValidationError
 from rsieve.compact.rows import assemble_rows, target_variant
 from rsieve.dataset.recheck import recheck_entries
 from rsieve.dataset.report import finish_report, report_part
-from rsieve.judge.calibration import NEAR_MISS_KINDS, known_wrong
 from rsieve.judge.cascade import (
     apply_verdict,
     judge_prompt,
@@ -23,6 +22,7 @@ from rsieve.judge.cascade import (
     skip_judge,
     verify_generation,
 )
+from rsieve.judge.probes import NEAR_MISS_KINDS, known_wrong
 from rsieve.schemas import REJECT_REASONS, Outcome
 from rsieve.settings import Settings
 from rsieve.verify import DEFAULT_TRAINING_RULES, TrainingPolicy, verify

@@ -21,11 +21,7 @@ from rsieve.compact.compaction import dedupe, qa_key
 from rsieve.compact.rows import split_name
 from rsieve.dataset.card import render_card
 from rsieve.dataset.report import finish_report, report_part
-from rsieve.judge.calibration import (
-    hold_back,
-    promotions_listing,
-    render_calibration_markdown,
-)
+from rsieve.judge.calibration import hold_back, promotions_listing, render_calibration_markdown
 from rsieve.schemas import Outcome, Quarantined, RunSpec
 
 __all__ = [
