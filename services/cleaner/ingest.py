@@ -1,7 +1,8 @@
-"""Ingest of a pool of more than `ingest_range_items` lines, in rounds (rsieve.clean.ingestion):
-what each round's task reads and writes. `rsieve.ingest` (tasks.py) plans the run and
-sends each round's tasks once the round before is stored; each `rsieve.ingest_part`
-task runs one step here for one range or partition.
+"""Ingest in rounds (rsieve.clean.ingestion): what each round's task reads and writes.
+`rsieve.ingest` (tasks.py) plans the run; a pool of one range (`ingest_range_items` lines)
+runs every round in that task (`in_process`: rsieve.clean.ingestion.ingest_in_process); a
+larger one gets each round's tasks once the round before is stored, each
+`rsieve.ingest_part` task running one step here for one range or partition.
 
 Storage (rsieve.keys), under runs/<run>/ingest/: `plan.json`; `<kind>/<to>/<from>.json`,
 the records one task hands the tasks of the next rounds (`to`: the range or partition that
@@ -35,6 +36,7 @@ from rsieve.clean.ingestion import (
     apply_range,
     exact_duplicates,
     first_ids,
+    ingest_in_process,
     join_images,
     map_range,
     plan_ingest,
@@ -57,6 +59,7 @@ __all__ = [
     "commit",
     "count",
     "first_send",
+    "in_process",
     "lazy_embed",
     "missing",
     "packs",
@@ -104,6 +107,35 @@ def packs(ctx: Context, run: str) -> None:
     lines = range_lines(ctx.store.get(prefix + ITEMS), 1)
     paths = [p for pl, _ in lines if (p := line_image_path(pl)) is not None]
     pack_index(ctx, prefix, list(dict.fromkeys(paths)))
+
+
+def in_process(ctx: Context, run: str, the_plan: IngestPlan) -> None:
+    """A pool of one range: every round in this task, in memory (ingest_in_process), then
+    cleaning.json, the clean stage's inputs and the shard index, as the rounds write them."""
+    s, prefix = ctx.settings, pool_key(ctx, run)
+    pool = ctx.store.get(prefix + ITEMS)
+    paths = [p for pl, _ in range_lines(pool, 1) if (p := line_image_path(pl)) is not None]
+    images = pack_index(ctx, prefix, list(dict.fromkeys(paths))).images
+    sources = resolver(ctx)
+    got = ingest_in_process(
+        run,
+        pool,
+        images,
+        shard_size=the_plan.shard_size,
+        refused=ctx.load_json(prefix + REFUSED) or {},
+        provenance=lambda source, sha: verify_source(source, sha, s.provenance_policy, sources),
+        provenance_policy=s.provenance_policy,
+        text_max_chars=s.text_max_chars,
+        purity_threshold=s.purity_threshold,
+        purity_min_items=s.purity_min_items,
+        purity_origins=s.purity_origins,
+        embed=lazy_embed if s.purity_embedding else None,
+        screen=load_screen(ctx, ctx.spec(run).dataset),
+    )
+    _write_report(ctx, run, got.report)
+    for shard_in in got.inputs:
+        ctx.store.put(keys.shard_input(run, shard_in.shard), shard_in.model_dump_json().encode())
+    commit(ctx, run, the_plan)
 
 
 def count(the_plan: IngestPlan, round_: str) -> int:
@@ -325,9 +357,16 @@ def report(ctx: Context, run: str, the_plan: IngestPlan) -> None:
             screen["committed_runs"],
         ),
     )
-    out["policy"]["provenance_roots"] = list(s.provenance_roots)
+    _write_report(ctx, run, out)
+
+
+def _write_report(ctx: Context, run: str, out: dict[str, Any]) -> None:
+    """runs/<run>/cleaning.json, with the provenance roots it was cleaned under."""
+    out["policy"]["provenance_roots"] = list(ctx.settings.provenance_roots)
     ctx.store.put(
-        key, json.dumps(out, indent=1, ensure_ascii=False).encode(), content_type="application/json"
+        keys.cleaning(run),
+        json.dumps(out, indent=1, ensure_ascii=False).encode(),
+        content_type="application/json",
     )
 
 

@@ -1,5 +1,6 @@
 """Task purity: templates, the family's dominant form, the embedding model for the rest,
-the threshold, and the whole-pool assessment (duplicates, purity verdicts, cleaning.json)."""
+the threshold, and the whole-pool decisions of the ingest rounds, run in process
+(duplicates, refused files, purity verdicts, cleaning.json)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import numpy as np
 import pytest
 
 from rsieve.clean import purity
-from rsieve.clean.cleaning import assess_pool, render_cleaning
+from rsieve.clean.cleaning import render_cleaning
 from rsieve.clean.purity import PurityQuestion, measure_purity, question_core
-from rsieve.run.shards import split_pool
+from tests.unit.test_purity_origin import ingest_pool
 
 POOL_PHRASING = [
     "Type out the lettering visible in this crop.",
@@ -124,7 +125,7 @@ def _line(i: int, **kw: object) -> dict[str, object]:
     )
 
 
-def test_assess_pool_duplicates_symlinks_and_report() -> None:
+def test_ingest_duplicates_symlinks_and_report() -> None:
     recs = [
         _line(1),
         _line(2),
@@ -135,19 +136,16 @@ def test_assess_pool_duplicates_symlinks_and_report() -> None:
         _line(7, image="huge.png"),
     ]
     data = "\n".join(json.dumps(r) for r in recs).encode() + b"\n{broken\n"
-    shards, _ = split_pool(data, 2)
-    got = assess_pool(
-        [pl for s in shards for pl in s],
+    got = ingest_pool(
+        data,
         image_sha256=lambda p: hashlib.sha256(p.encode()).hexdigest(),
         refused={
             "link.png": "symbolic link to a file outside the pool folder",
             "huge.png": {"reason": "image_too_large", "detail": "9 bytes > 8 (not uploaded)"},
         },
-        provenance_policy="strict",
-        text_max_chars=1000,
+        shard_size=2,
         purity_threshold=0.05,
         purity_min_items=20,
-        embed=None,
     )
     assert got.verdicts == {
         2: ("duplicate_item", "same image and question as line 1"),
@@ -161,6 +159,10 @@ def test_assess_pool_duplicates_symlinks_and_report() -> None:
     text = "\n".join(render_cleaning(got.report))
     assert "| SynthWords | 3 | 0 | 0.0% |" in text and "| MMBench | 1 | 0 | 0 | 0 |" in text
     assert json.loads(json.dumps(got.report)) == got.report
+    # every line reaches the clean stage, in shards of 2; a refused file has no pack entry
+    assert [len(s.lines) for s in got.inputs] == [2, 2, 2, 2]
+    by_line = {pl.line: pl for s in got.inputs for pl in s.lines}
+    assert by_line[5].image is None and by_line[1].image is not None
 
 
 def _nonsense_family(n: int, seed: int) -> list[PurityQuestion]:

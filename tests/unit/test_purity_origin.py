@@ -1,16 +1,21 @@
 """Task purity decided by origin first (the card's case: an image-matched slice pulled
 general-VQA items into benchmark families), then by a family's one exact question; the
-per-rule figures in cleaning.json and the card; a purity rule for every assessed line."""
+per-rule figures in cleaning.json and the card; a purity rule for every assessed line.
+The pools go through the ingest rounds in process (rsieve.clean.ingestion.ingest_in_process),
+the one implementation of the whole-pool decisions."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import pytest
 
-from rsieve.clean.cleaning import PoolAssessment, assess_pool, render_cleaning
+from rsieve.clean.cleaning import line_image_path, render_cleaning
+from rsieve.clean.ingestion import ingest_in_process, range_lines
+from rsieve.clean.provenance import verify_source
 from rsieve.clean.purity import (
     PURITY_RULES,
     PurityQuestion,
@@ -19,7 +24,8 @@ from rsieve.clean.purity import (
     origin_of,
     origins_for,
 )
-from rsieve.run.shards import split_pool
+from rsieve.run.shards import ShardInput
+from rsieve.schemas import ImageRef
 
 TEXTVQA = [
     "what brand is this camera?",
@@ -59,20 +65,62 @@ def _rec(n: int, family: str, image: str, question: str, dataset: str | None) ->
     }
 
 
-def _assess(recs: list[dict[str, Any]], **kw: Any) -> PoolAssessment:
-    data = "\n".join(json.dumps(r) for r in recs).encode() + b"\n"
-    shards, _ = split_pool(data, 16)
-    return assess_pool(
-        [pl for s in shards for pl in s],
-        image_sha256=_sha,
-        refused={},
+class Assessed(NamedTuple):
+    """A pool ingested in process, by line: the whole-pool verdicts (reason, detail), the
+    purity rules, cleaning.json and the clean stage's inputs."""
+
+    verdicts: dict[int, tuple[str, str]]
+    rules: dict[int, str]
+    report: dict[str, Any]
+    inputs: list[ShardInput]
+
+
+def ingest_pool(
+    data: bytes,
+    *,
+    image_sha256: Callable[[str], str] = _sha,
+    refused: Mapping[str, str | Mapping[str, str]] | None = None,
+    shard_size: int = 16,
+    purity_threshold: float = 0.05,
+    purity_min_items: int = 20,
+    purity_origins: Mapping[str, Sequence[str]] | None = None,
+) -> Assessed:
+    """items.jsonl through the ingest rounds in process: every image a line names is in
+    the pack index (`image_sha256(path)`) but those the upload refused; provenance is the
+    strict policy without resolvers."""
+    refused = refused or {}
+    paths = {p for pl, _ in range_lines(data, 1) if (p := line_image_path(pl))}
+    refs = {
+        p: ImageRef(pack="_packs/0.pack", offset=0, length=1, sha256=image_sha256(p))
+        for p in sorted(paths - set(refused))
+    }
+    got = ingest_in_process(
+        "run",
+        data,
+        refs,
+        shard_size=shard_size,
+        refused=refused,
+        provenance=lambda source, sha: verify_source(source, sha, "strict", None),
         provenance_policy="strict",
         text_max_chars=1000,
-        purity_threshold=kw.pop("purity_threshold", 0.05),
-        purity_min_items=kw.pop("purity_min_items", 20),
+        purity_threshold=purity_threshold,
+        purity_min_items=purity_min_items,
+        purity_origins=purity_origins,
         embed=None,
-        **kw,
+        screen=None,
     )
+    lines = [pl for shard in got.inputs for pl in shard.lines]
+    return Assessed(
+        verdicts={pl.line: pl.verdict for pl in lines if pl.verdict is not None},
+        rules={pl.line: pl.purity for pl in lines if pl.purity is not None},
+        report=got.report,
+        inputs=got.inputs,
+    )
+
+
+def _assess(recs: list[dict[str, Any]], **kw: Any) -> Assessed:
+    data = "\n".join(json.dumps(r) for r in recs).encode() + b"\n"
+    return ingest_pool(data, **kw)
 
 
 def _card_pool() -> tuple[list[dict[str, Any]], list[int], list[int]]:
@@ -173,7 +221,7 @@ def test_the_setting_overrides_the_dominant_origin() -> None:
     assert got.dropped_lines == list(range(11, 31))
 
 
-def test_the_setting_reaches_assess_pool_and_the_report() -> None:
+def test_the_setting_reaches_the_ingest_and_the_report() -> None:
     recs, genuine, _foreign = _card_pool()
     got = _assess(recs, purity_origins={"TextVQA": ["VQAv2"]})
     assert {ln for ln, (r, _) in got.verdicts.items() if r == "off_task"} == set(genuine)

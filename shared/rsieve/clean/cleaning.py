@@ -1,9 +1,10 @@
 """Cleaning rules: pool lines to validated items, or to a quarantine with a reason.
 
 Pure: the shell hands in bytes (a pool line, an image) and gets back an `Item` or a
-`Quarantined`. `assess_pool` takes the decisions that need the whole pool (exact duplicate
-items, task purity) once at ingest; `render_cleaning` renders its measurement. Images are
-inspected with a pixel limit before any decode.
+`Quarantined`. The decisions that need the whole pool (exact duplicate items, task purity,
+...) are taken at ingest, in the rounds of `rsieve.clean.ingestion`, the one
+implementation of each; `cleaning_report` writes their measurement and `render_cleaning`
+renders it. Images are inspected with a pixel limit before any decode.
 """
 
 from __future__ import annotations
@@ -13,40 +14,24 @@ import io
 import json
 import posixpath
 import warnings
-from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from PIL import Image
 from pydantic import ValidationError
 
 from rsieve.clean.prompts import build_question
-from rsieve.clean.provenance import verify_source
-from rsieve.clean.purity import (
-    EMBEDDING_MODEL,
-    PURITY_VERSION,
-    Embedder,
-    PurityQuestion,
-    measure_purity,
-    origin_of,
-    origins_for,
-)
+from rsieve.clean.purity import EMBEDDING_MODEL, PURITY_VERSION
 from rsieve.families import protocol_for
 from rsieve.images import IMAGE_FORMATS
 from rsieve.mcq import normalise_mcq
-from rsieve.run.shards import PoolLine, ShardInput, shard_label
-from rsieve.schemas import ImageRef, Item, PoolItem, Quarantined
+from rsieve.run.shards import PoolLine
+from rsieve.schemas import Item, PoolItem, Quarantined
 from rsieve.verify import PROTOCOLS
-
-if TYPE_CHECKING:  # rsieve.clean.decontam reads pool paths with this module's pool_image_path
-    from rsieve.clean.decontam import Screen
 
 __all__ = [
     "POLICY_VERSION",
-    "PoolAssessment",
     "Provenance",
-    "assess_pool",
     "clean_item",
     "clean_line",
     "cleaning_report",
@@ -57,7 +42,6 @@ __all__ = [
     "poisoned_line",
     "pool_image_path",
     "render_cleaning",
-    "shard_inputs",
     "upload_refusal",
 ]
 
@@ -332,141 +316,6 @@ def upload_refusal(why: str | Mapping[str, str]) -> tuple[str, str]:
     return "image_symlink", f"{reason}: {detail}"
 
 
-@dataclass(frozen=True)
-class PoolAssessment:
-    """Decisions that need the whole pool, taken once at ingest: `verdicts` maps a pool
-    line to (reason, detail) for `duplicate_item` and `off_task`; `rules` maps every line
-    that reached the purity measurement (every line the clean stage can admit) to the
-    purity rule that settled it (`rsieve.clean.purity.PURITY_RULES`: `_off` rules are off-task,
-    kept when not in `verdicts`; `unmeasured` for general-VQA families); it becomes each
-    item's clean_meta.purity; `report` is runs/<run>/cleaning.json. `image_symlink`
-    and `image_too_large` verdicts name lines whose image file the upload refused
-    (`refused`: path -> what `upload_refusal` reads)."""
-
-    verdicts: dict[int, tuple[str, str]]
-    rules: dict[int, str]
-    report: dict[str, Any]
-
-
-def assess_pool(
-    lines: Sequence[PoolLine],
-    *,
-    image_sha256: Callable[[str], str | None],
-    refused: Mapping[str, str | Mapping[str, str]],
-    provenance_policy: str,
-    text_max_chars: int,
-    purity_threshold: float,
-    purity_min_items: int,
-    embed: Embedder | None,
-    provenance: Callable[[Any, str], tuple[bool, str]] | None = None,
-    purity_origins: Mapping[str, Sequence[str]] | None = None,
-    screen: Screen | None = None,
-    image_phash: Callable[[str], str | None] | None = None,
-) -> PoolAssessment:
-    """Exact duplicates and task purity over every line of a pool.
-
-    Only lines the clean stage would admit are considered (they parse, are not a duplicate
-    id, name an image inside the pool that exists and was uploaded, pass provenance and have
-    a protocol), so a verdict never hides a more specific reason. Of the lines with the same
-    image sha256 and the same question, the first keeps the item. `provenance(source,
-    image_sha256) -> (admitted, check)` is the clean stage's check (resolvers included);
-    by default `rsieve.clean.provenance.verify_source` under `provenance_policy` with no resolver
-    (a local or s3 location is then unresolved: refused under strict, admitted under
-    lenient), the one provenance decision. `purity_origins` (the setting): family -> the
-    origins (source dataset names) accepted as its benchmark; a family it does not name
-    takes its dominant origin (rsieve.clean.purity). `screen` (rsieve.clean.decontam) with
-    `image_phash` (path -> the image's perceptual hash): evaluation-set matches are
-    `contaminated`, near-duplicate images with the same question `duplicate_item`."""
-    verdicts: dict[int, tuple[str, str]] = {}
-    first_of: dict[tuple[str, str], int] = {}
-    by_family: dict[str, list[PurityQuestion]] = defaultdict(list)
-    protocol_of: dict[str, str] = {}
-    mcq_counts: dict[str, Counter[str]] = defaultdict(Counter)
-    duplicates: Counter[str] = Counter()
-    for pl in lines:
-        if not pl.utf8 or pl.duplicate_of is not None:
-            continue
-        item = parse_line(pl.raw.encode(), pl.line, text_max_chars=text_max_chars)
-        if isinstance(item, Quarantined):
-            continue
-        path = pool_image_path(item.image)
-        if path is None:
-            continue
-        if path in refused:
-            reason, detail = upload_refusal(refused[path])
-            verdicts[pl.line] = (reason, f"{path}: {detail}")
-            continue
-        sha = image_sha256(path)
-        protocol = protocol_for(item.family, item.protocol)
-        if sha is None or protocol is None or protocol not in PROTOCOLS:
-            continue
-        admitted = (
-            provenance(item.source, sha)
-            if provenance is not None
-            else verify_source(item.source, sha, provenance_policy, None)
-        )
-        if not admitted[0]:
-            continue
-        first = first_of.setdefault((sha, item.question.strip()), pl.line)
-        if first != pl.line:
-            verdicts[pl.line] = ("duplicate_item", f"same image and question as line {first}")
-            duplicates[item.family] += 1
-            continue
-        if screen is not None and image_phash is not None:
-            found = screen.check(pl.line, image_phash(path), item.question, item.answer)
-            if found is not None:
-                verdicts[pl.line] = found
-                duplicates[item.family] += found[0] == "duplicate_item"
-                continue
-        mcq_status = None
-        if protocol == "mc":
-            mcq_status = normalise_mcq(item.question, item.answer, item.options).status
-            mcq_counts[item.family][mcq_status] += 1
-        protocol_of.setdefault(item.family, protocol)
-        by_family[item.family].append(
-            PurityQuestion(
-                pl.line,
-                item.question,
-                has_options=mcq_status not in (None, "none"),
-                origin=origin_of(item.source),
-            )
-        )
-    families: dict[str, Any] = {}
-    rules: dict[int, str] = {}
-    for family in sorted(by_family):
-        purity = measure_purity(
-            family,
-            protocol_of[family],
-            by_family[family],
-            threshold=purity_threshold,
-            min_items=purity_min_items,
-            embed=embed,
-            origins=origins_for(family, purity_origins),
-        )
-        rules |= purity.rule_of_line
-        origin_of_line = {q.line: q.origin for q in by_family[family]}
-        for line in purity.dropped_lines:
-            verdicts[line] = ("off_task", purity.drop_detail(line, origin_of_line[line]))
-        families[family] = {
-            "purity": purity.summary(),
-            "mcq": dict(sorted(mcq_counts[family].items())),
-        }
-    report = cleaning_report(
-        families,
-        duplicates,
-        refused=refused,
-        provenance_policy=provenance_policy,
-        purity_threshold=purity_threshold,
-        purity_min_items=purity_min_items,
-        purity_origins=purity_origins,
-        embedded=embed is not None,
-        screen=screen.summary() if screen is not None else None,
-    )
-    return PoolAssessment(
-        verdicts=dict(sorted(verdicts.items())), rules=dict(sorted(rules.items())), report=report
-    )
-
-
 def cleaning_report(
     families: Mapping[str, Mapping[str, Any]],
     duplicates: Mapping[str, int],
@@ -512,40 +361,13 @@ def family_items(report: Mapping[str, Any]) -> dict[str, int]:
     """Per family, the items a cleaning report (`cleaning_report`) admits past the
     whole-pool decisions (its purity measurement's `kept`): the family sizes known when the
     pool is planned, recorded in the run's shards.json for the judge's calibration rates
-    (rsieve.judge.calibration.calibration_rates). An upper bound: the clean stage's checks of
+    (rsieve.judge.probes.calibration_rates). An upper bound: the clean stage's checks of
     each line (its image) may quarantine some of them yet."""
     return {
         family: int(fam["purity"]["kept"])
         for family, fam in sorted((report.get("families") or {}).items())
         if fam.get("purity") and fam["purity"].get("kept")
     }
-
-
-def shard_inputs(
-    run: str,
-    shards: Sequence[Sequence[PoolLine]],
-    assessment: PoolAssessment,
-    images: Mapping[str, ImageRef],
-) -> list[ShardInput]:
-    """The clean stage's inputs: every line with its whole-pool verdict, its purity rule
-    and where its image lies in the pool's packs (`images`: pool path -> ref)."""
-    return [
-        ShardInput(
-            run=run,
-            shard=shard_label(n),
-            lines=[
-                pl.model_copy(
-                    update={
-                        "verdict": assessment.verdicts.get(pl.line),
-                        "purity": assessment.rules.get(pl.line),
-                        "image": images.get(line_image_path(pl) or ""),
-                    }
-                )
-                for pl in lines
-            ],
-        )
-        for n, lines in enumerate(shards)
-    ]
 
 
 def render_cleaning(report: Mapping[str, Any]) -> list[str]:

@@ -2,8 +2,8 @@
 that each hold a range of the pool or a partition of its keys, never the whole pool
 (docs/decisions.md, "Ingest in rounds").
 
-`rsieve.clean.cleaning.assess_pool` takes them in one pass over every line; this module takes
-the same decisions in rounds, each a pure function over what the round before stored:
+Each decision has one implementation, a round here, each a pure function over what the
+round before stored:
 
 1. plan (`plan_ingest`): the pool file streamed once, cut into ranges of whole shards
    (`ingest_range_items` lines, rounded up to `shard_size`), with each range's first line
@@ -27,14 +27,18 @@ the same decisions in rounds, each a pure function over what the round before st
    purity rule, image and first line of its id, written as the clean stage's inputs.
 
 Every round sends each line's facts to the partition of the key its next decision needs
-(`rsieve.run.partitions.key_partition`), so the outcome is `assess_pool`'s, verdict for
-verdict and figure for figure (tests/unit/test_ingestion.py compares them)."""
+(`rsieve.run.partitions.key_partition`), so the outcome does not depend on how the pool is
+cut: a pool of one range runs the same rounds in one process, over one range and one
+partition (`ingest_in_process`), and gets the outcome of many ranges and partitions in
+tasks, verdict for verdict and figure for figure (tests/unit/test_ingestion.py compares
+them)."""
 
 from __future__ import annotations
 
 import bisect
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -42,6 +46,7 @@ from pydantic import BaseModel, ConfigDict
 
 from rsieve.clean.cleaning import (
     Provenance,
+    cleaning_report,
     line_image_path,
     parse_line,
     pool_image_path,
@@ -64,6 +69,7 @@ __all__ = [
     "IdRecord",
     "ImageRecord",
     "IngestPlan",
+    "Ingested",
     "JoinOut",
     "Joined",
     "LineRef",
@@ -76,6 +82,7 @@ __all__ = [
     "apply_range",
     "exact_duplicates",
     "first_ids",
+    "ingest_in_process",
     "join_images",
     "map_range",
     "plan_ingest",
@@ -325,8 +332,9 @@ def join_images(
     partitions: int,
 ) -> JoinOut:
     """Each line's image entry, for the clean stage; for each candidate whose id no
-    earlier line has, in `assess_pool`'s order of checks: the upload's refusal, or (with
-    an image, a protocol and provenance) on to the exact duplicates of its image."""
+    earlier line has, in the clean stage's order of checks (`clean_line`): the upload's
+    refusal, or (with an image, a protocol and provenance) on to the exact duplicates of
+    its image."""
     skip = set(duplicate_ids)
     out = JoinOut(refs={}, verdicts={}, joined={})
     for rec in sorted(records, key=lambda r: r.line):
@@ -501,8 +509,9 @@ def apply_range(
     verdicts: Iterable[LineVerdict],
     rules: Iterable[LineRule],
 ) -> list[ShardInput]:
-    """The clean stage's inputs of one range, as `rsieve.clean.cleaning.shard_inputs` writes
-    them for the whole pool."""
+    """The clean stage's inputs of one range: each line with the first line of its id, its
+    whole-pool verdict, its purity rule and its image entry, in shards of `shard_size`
+    numbered from the range's first shard."""
     first = {d.line: d.first for d in duplicate_ids}
     ref_of = {r.line: r.ref for r in refs}
     verdict_of = {v.line: (v.reason, v.detail) for v in verdicts}
@@ -526,3 +535,91 @@ def apply_range(
         )
         for n, at in enumerate(range(0, len(filled), shard_size))
     ]
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """A pool ingested in one process: the clean stage's inputs (every line with its
+    first line of its id, whole-pool verdict, purity rule and image entry) and
+    runs/<run>/cleaning.json."""
+
+    inputs: list[ShardInput]
+    report: dict[str, Any]
+
+
+def _one(_line: int) -> int:
+    return 0
+
+
+def ingest_in_process(
+    run: str,
+    pool: bytes,
+    refs: Mapping[str, ImageRef],
+    *,
+    shard_size: int,
+    refused: Mapping[str, str | Mapping[str, str]],
+    provenance: Provenance,
+    provenance_policy: str,
+    text_max_chars: int,
+    purity_threshold: float,
+    purity_min_items: int,
+    purity_origins: Mapping[str, Sequence[str]] | None,
+    embed: Embedder | None,
+    screen: Screen | None,
+) -> Ingested:
+    """A pool of one range (`pool`: the whole items.jsonl) through every round above, in
+    one process: one range, one partition, each round's records handed to the next in
+    memory. The shell hands in what it read: the pack index's entries (`refs`: pool path
+    -> entry), the upload's refusals (`_refused.json`), the provenance check (resolvers
+    included), the embedder and the screen (evaluation sets; the dataset's committed
+    items). No I/O here; the outcome is the rounds' over any ranges and partitions."""
+    lines = list(range_lines(pool, 1))
+    mapped = map_range(lines, text_max_chars=text_max_chars, partitions=1)
+    dup_ids, dup_join = first_ids(mapped.ids.get(0, []), _one)
+    joined = join_images(
+        mapped.images.get(0, []),
+        refs,
+        [d.line for d in dup_join.get(0, [])],
+        refused=refused,
+        provenance=provenance,
+        range_of=_one,
+        partitions=1,
+    )
+    exact = exact_duplicates(joined.joined.get(0, []), range_of=_one, partitions=1)
+    near, to_purity = screened(exact.passed.get(0, []), screen=screen, range_of=_one, partitions=1)
+    measured = purity(
+        to_purity.get(0, []),
+        threshold=purity_threshold,
+        min_items=purity_min_items,
+        embed=embed,
+        purity_origins=purity_origins,
+        range_of=_one,
+    )
+    duplicates = Counter(exact.duplicates) + Counter(near.duplicates)
+    report = cleaning_report(
+        measured.families,
+        duplicates,
+        refused=refused,
+        provenance_policy=provenance_policy,
+        purity_threshold=purity_threshold,
+        purity_min_items=purity_min_items,
+        purity_origins=purity_origins,
+        embedded=embed is not None,
+        screen=screen.summary() if screen is not None else None,
+    )
+    whole = PoolRange(start=0, end=len(pool), first_line=1, first_shard=0, lines=len(lines))
+    inputs = apply_range(
+        run,
+        whole,
+        [pl for pl, _ in lines],
+        shard_size=shard_size,
+        duplicate_ids=dup_ids.get(0, []),
+        refs=joined.refs.get(0, []),
+        verdicts=[
+            v
+            for out in (joined.verdicts, exact.verdicts, near.verdicts, measured.verdicts)
+            for v in out.get(0, [])
+        ],
+        rules=measured.rules.get(0, []),
+    )
+    return Ingested(inputs=inputs, report=report)

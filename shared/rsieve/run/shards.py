@@ -18,9 +18,11 @@ class PoolLine(BaseModel):
     raw: str  # the line, decoded with errors escaped, so invalid UTF-8 survives JSON
     utf8: bool
     duplicate_of: int | None = None
-    # Decisions that need the whole pool, taken at ingest (cleaning.assess_pool):
-    # (reason, detail) for image_symlink, duplicate_item or off_task, and the purity rule
-    # that settled the line's question, recorded in clean_meta.
+    # Decisions that need the whole pool, taken at ingest (rsieve.clean.ingestion):
+    # (reason, detail) for image_symlink, image_too_large, duplicate_item, contaminated or
+    # off_task, and the purity rule that settled the line's question (every line the clean
+    # stage can admit has one: rsieve.clean.purity.PURITY_RULES; an `_off` rule without a
+    # verdict is kept), recorded in clean_meta.
     verdict: tuple[str, str] | None = None
     purity: str | None = None
     # Where the line's image lies in the pool's packs (rsieve.run.packs), None if not uploaded.
