@@ -256,7 +256,8 @@ def _run_pool(context: Context, sent: Sent, uri: str, dataset: str) -> str:
     return run
 
 
-def test_the_second_run_of_a_pool_asks_the_judge_nothing() -> None:
+def test_the_second_run_of_a_pool_asks_the_judge_nothing(tmp_path: Path) -> None:
+    from rsieve.adapters.exports import export_dataset
     from rsieve.adapters.pools import upload_pool
 
     store, judge = MemoryStore(), TableJudge()
@@ -264,6 +265,7 @@ def test_the_second_run_of_a_pool_asks_the_judge_nothing() -> None:
     uri = upload_pool(store, ROOT / "examples" / "pool")
     first = _run_pool(context, sent, uri, "one")
     asked = len(judge.prompts)
+    assert list(store.list(CACHE_PREFIX))  # the verdicts are stored outside runs/
     assert asked > 0 and len(set(judge.prompts)) == asked  # each prompt asked once
     second = _run_pool(context, sent, uri, "two")
     assert second != first
@@ -288,6 +290,19 @@ def test_the_second_run_of_a_pool_asks_the_judge_nothing() -> None:
     assert probes > 0 and tokens["calibration"]["reused"] == probes
     assert (tokens["calls"], tokens["prompt_tokens"], tokens["reused"]) == (0, 0, verdicts)
     assert tokens["calibration"]["calls"] == 0
+    # Moved from tests/e2e/test_judge_cache.py (docs/testing.md): every call the first
+    # report counts is one the judge was sent, and nothing else was sent; the second run's
+    # calibration and card count every verdict and probe as reused.
+    usage = one["tokens"]["total"]["judge"]
+    assert asked == usage["calls"] + usage["calibration"]["calls"] > 0
+    assert usage["calibration"]["calls"] + one["judge_reused"]["calibration"] == probes
+    assert two["calibration"] and all(
+        c["reused"] == sum(c["probes"].values()) for c in two["calibration"].values()
+    )
+    card = (export_dataset(store, "two", tmp_path) / "README.md").read_text()
+    assert f"Reused: {verdicts} of the {verdicts} verdicts" in card
+    assert f"and {probes} calibration probes were judged before" in card
+    assert "reused from the verdict cache: no call was made for them" in card
     # The first run: every verdict a call; a probe prompt asked twice in one shard (two
     # items with the same question and reference) was one call, then reused.
     calls = one["tokens"]["total"]["judge"]
