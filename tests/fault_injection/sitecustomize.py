@@ -37,7 +37,7 @@ def _crash_on(item: Any) -> None:
 
 
 def _install() -> None:
-    from services.common import ItemGuard
+    from services.stage import ItemGuard
 
     run, batch = ItemGuard.run, ItemGuard.batch
 

@@ -14,7 +14,8 @@ from rsieve.errors import RetryableError
 from rsieve.schemas import ShardOutput
 from rsieve.settings import Settings
 from rsieve_cli.local.processes import free_port
-from services.common import BROKER_DOWN, bootstrap
+from services.common import bootstrap
+from services.stage import BROKER_DOWN
 from services.generator.tasks import register
 
 
