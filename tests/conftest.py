@@ -91,8 +91,7 @@ def stack_settings(stack: Stack) -> Settings:
     return Settings.from_env_map(stack.config.env())
 
 
-@pytest.fixture(scope="module")
-def start_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Stack]]:
+def stack_starter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Stack]]:
     """start_stack(models, settings_env, triton_env) -> a running Stack on free ports.
 
     Triton loads only ``models``; the generator and the judge the services are set to use
@@ -142,3 +141,8 @@ def start_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
     yield start
     for stack in started:
         stack.down()
+
+
+# The module-scoped fixture; tests/e2e/conftest.py's `shared_stacks` keeps one stack for
+# the modules that name the same configuration.
+start_stack = pytest.fixture(stack_starter, scope="module", name="start_stack")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import datasets
 import pytest
@@ -27,24 +26,13 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Scenario:
     return build(tmp_path_factory.mktemp("pool") / "replay-pool")
 
 
+# One stack with test_review_page (tests/e2e/conftest.py, scenario_stack).
+SHARED_STACK = "scenario"
+
+
 @pytest.fixture(scope="module")
-def stack(start_stack: Any, scenario: Scenario, tmp_path_factory: pytest.TempPathFactory) -> Stack:
-    replay = tmp_path_factory.mktemp("replay") / "replay.json"
-    replay.write_text(json.dumps(scenario.replay))
-    return start_stack(
-        ["replay"],
-        triton_env={"RSIEVE_REPLAY_FILE": str(replay)},
-        settings_env={
-            "RSIEVE_GENERATOR_MODEL": "replay",
-            "RSIEVE_JUDGE_MODEL": "replay",
-            "RSIEVE_SHARD_SIZE": "4",
-            "RSIEVE_MODEL_RETRIES": "1",
-            # The replay model has no recording of the judge's
-            # calibration probes (tests/e2e/test_judge_obedient.py
-            # covers calibration): trust the judge here.
-            "RSIEVE_JUDGE_FALSE_PROMOTION_BOUND": "1.0",
-        },
-    )
+def stack(scenario_stack: Stack) -> Stack:
+    return scenario_stack
 
 
 def _run(stack: Stack, scenario: Scenario, out: Path) -> tuple[str, Path]:

@@ -5,11 +5,9 @@ show, filters narrow the list, a person's call on a judge promotion is stored.""
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -19,10 +17,13 @@ from rsieve.adapters.storage import S3Store
 from rsieve_cli.client import submit, wait_for_run
 from rsieve_cli.local.stack import Stack
 from tests.conftest import stack_settings
+from tests.e2e.conftest import SCENARIO_API_TOKEN
 from tests.e2e.scenario import Scenario, build
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-TOKEN = "7f3c9a1e5b2d4f6081a3c5e7092b4d6f8a1c3e50"  # 40 hex: a token the API accepts
+# One stack with test_replay_pipeline (tests/e2e/conftest.py, scenario_stack).
+SHARED_STACK = "scenario"
+TOKEN = SCENARIO_API_TOKEN
 pytestmark = pytest.mark.skipif(
     not Path(CHROMIUM).exists(), reason="Debian chromium missing (apt-get install chromium)"
 )
@@ -30,21 +31,10 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def finished(
-    start_stack: Any, tmp_path_factory: pytest.TempPathFactory
+    scenario_stack: Stack, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Stack, str, Scenario]:
     scenario = build(tmp_path_factory.mktemp("pool") / "review-pool")
-    replay = tmp_path_factory.mktemp("replay") / "replay.json"
-    replay.write_text(json.dumps(scenario.replay))
-    stack = start_stack(
-        ["replay"],
-        triton_env={"RSIEVE_REPLAY_FILE": str(replay)},
-        settings_env={
-            "RSIEVE_GENERATOR_MODEL": "replay",
-            "RSIEVE_JUDGE_MODEL": "replay",
-            "RSIEVE_SHARD_SIZE": "4",
-            "RSIEVE_API_TOKEN": TOKEN,
-        },
-    )
+    stack = scenario_stack
     settings = stack_settings(stack)
     run = submit(settings, upload_pool(S3Store(settings), scenario.folder), "review-test")
     wait_for_run(settings, run, timeout=300)
