@@ -34,6 +34,7 @@ from rsieve.run.submission import run_id
 from rsieve.schemas import STAGES, Item, Quarantined, RunSpec, ShardOutput, ShardQuarantine
 from rsieve.settings import SAMPLING, TRAINING, Settings, get_settings
 from rsieve.verify import protocol_versions
+from services.liveness import start_watcher
 from services.stage import ItemGuard, StageTask, observe_shard
 
 log = logging.getLogger("rsieve")
@@ -365,6 +366,7 @@ def run_worker(
     # builds its own (clients are not fork-safe).
     S3Store(ctx.settings)
     concurrency = str((concurrency_of or (lambda s: s.worker_concurrency))(ctx.settings))
+    start_watcher(ctx.app, ctx.settings)  # dead workers' shards requeued (services/liveness.py)
     ctx.app.worker_main(
         [
             "worker",

@@ -11,13 +11,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import redis
-from celery import Celery, Task
+from celery import Celery
 from celery.exceptions import Reject
 from kombu.exceptions import OperationalError
 
 from rsieve.adapters.metrics import RedisMetrics, log_context
 from rsieve.errors import RetryableError
 from rsieve.schemas import ShardOutput
+from services.liveness import Held
 
 if TYPE_CHECKING:
     from services.common import Context
@@ -31,7 +32,7 @@ log = logging.getLogger("rsieve")
 BROKER_DOWN = (redis.ConnectionError, redis.TimeoutError, OperationalError)
 
 
-class StageTask(Task):
+class StageTask(Held):
     """Base of every stage task: late acks (from the app), transient failures retried with
     backoff, every other failure logged with its run and shard.
 

@@ -67,6 +67,12 @@ class Settings(BaseSettings):
     # sweep gave 21.7 s).
     visibility_timeout_s: Annotated[int, OPERATES] = 900
     unacked_restore_interval_s: Annotated[int, OPERATES] = Field(5, ge=1)
+    # Every process that runs stage tasks beats every heartbeat_s and records the shards it
+    # holds; once its heartbeat is holder_lapse_s old, any worker's heartbeat thread puts
+    # those shards back on their queues (rsieve.run.holdings). The visibility timeout is
+    # only the last resort (a holding lost with Redis, a message prefetched but not started).
+    heartbeat_s: Annotated[float, OPERATES] = Field(5.0, gt=0)
+    holder_lapse_s: Annotated[float, OPERATES] = Field(20.0, gt=0)
     # A shard delivered more often than this is processed item by item, and the item that
     # was in flight when a worker died during such a delivery is quarantined (max_deliveries).
     max_deliveries: Annotated[int, OPERATES] = Field(3, ge=1)
@@ -304,6 +310,12 @@ class Settings(BaseSettings):
             or self.s3_secret_key.get_secret_value() == _DEV_SECRET_KEY
         ):
             raise ValueError("production needs real S3 credentials (RSIEVE_S3_ACCESS_KEY/..)")
+        return self
+
+    @model_validator(mode="after")
+    def _heartbeat_beats_before_it_lapses(self) -> Settings:
+        if self.holder_lapse_s < 2 * self.heartbeat_s:
+            raise ValueError("holder_lapse_s must be at least twice heartbeat_s")
         return self
 
     @model_validator(mode="after")

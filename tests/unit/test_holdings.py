@@ -1,0 +1,180 @@
+"""Issue 37: a dead worker's shards are requeued at once, exactly once, whatever the number
+of watchers; a live worker's long shard is never taken from it (rsieve.run.holdings,
+rsieve.adapters.holdings, services/liveness.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import fakeredis
+from celery import Celery
+
+from rsieve.adapters.holdings import HOLDINGS, Holdings, failed_key, heartbeat_key
+from rsieve.run.holdings import Holding, orphaned, run_liveness, stage_eta
+from rsieve.settings import Settings
+from services import liveness as liveness_module
+from services.liveness import Held, Liveness
+
+LAPSE = 20.0
+
+
+def _holding(
+    holder: str = "gen-1:42", shard: str = "00003", tag: str = "tag-3", **kw: Any
+) -> Holding:
+    return Holding(
+        holder=holder,
+        task="rsieve.generate",
+        queue="generate",
+        kwargs={"run": "r1", "shard": shard, "lines": 4},
+        delivery_id=f"id-{shard}",
+        delivery_tag=tag,
+        started_at=kw.get("started_at", time.time() - 5),
+    )
+
+
+def _unacked(r: fakeredis.FakeRedis, h: Holding, delivered_at: float) -> bytes:
+    """The message as kombu's Redis transport keeps it while a worker holds it."""
+    payload = {
+        "body": "e30=",
+        "headers": {"id": h.delivery_id, "task": h.task},
+        "properties": {
+            "delivery_tag": h.delivery_tag,
+            "delivery_info": {"routing_key": "generate"},
+        },
+    }
+    entry = json.dumps([payload, "generate", "generate"]).encode()
+    r.hset("unacked", str(h.delivery_tag), entry)
+    r.zadd("unacked_index", {str(h.delivery_tag): delivered_at})
+    return entry
+
+
+def test_orphaned_is_a_lapsed_heartbeat_only() -> None:
+    old = _holding(holder="a:1", started_at=time.time() - 10_000)  # a long shard
+    dead = _holding(holder="b:2")
+    assert orphaned([old, dead], {"a:1": True, "b:2": False}) == [dead]
+    assert orphaned([dead], {}) == [dead]  # never beat, or its key expired
+
+
+def test_two_watchers_requeue_an_orphan_once() -> None:
+    r = fakeredis.FakeRedis()
+    h = _holding()
+    _unacked(r, h, h.started_at - 0.01)
+    first, second = Holdings(r, LAPSE), Holdings(r, LAPSE)
+    first.hold(h)
+    r.delete(heartbeat_key(h.holder))  # the holder died: its heartbeat lapsed
+    # Both watchers saw the orphan before either claimed it.
+    seen_by_both = first.all()
+    assert seen_by_both == second.all() == [h]
+    assert [first.claim(h), second.claim(h)] == [True, False]
+    assert second.reap() == [] and first.reap() == []
+    queued = r.lrange("generate", 0, -1)
+    assert len(queued) == 1
+    message = json.loads(queued[0])
+    assert message["headers"]["id"] == h.delivery_id and message["headers"]["redelivered"]
+    assert r.hlen("unacked") == 0 and r.zcard("unacked_index") == 0  # no later redelivery
+    assert r.hlen(HOLDINGS) == 0
+    [record] = first.requeued("r1")
+    assert record["shard"] == "00003" and record["holder"] == h.holder and record["requeued"]
+
+
+def test_a_live_long_shard_is_never_stolen() -> None:
+    r = fakeredis.FakeRedis()
+    h = _holding(started_at=time.time() - 3 * 3600)
+    _unacked(r, h, h.started_at - 0.01)
+    watcher = Holdings(r, LAPSE)
+    watcher.hold(h)  # beats with it
+    for _ in range(3):
+        watcher.beat(h.holder)
+        assert watcher.reap() == []
+    assert r.hlen(HOLDINGS) == 1 and r.hlen("unacked") == 1 and r.llen("generate") == 0
+
+
+def test_a_message_already_back_is_not_pushed_again() -> None:
+    r = fakeredis.FakeRedis()
+    restored, redelivered = _holding(shard="00001", tag="t1"), _holding(shard="00002", tag="t2")
+    watcher = Holdings(r, LAPSE)
+    watcher.hold(restored)
+    watcher.hold(redelivered)
+    # t1 restored by the visibility timeout (or acked): no unacked entry; t2 restored and
+    # delivered again to another worker since the holding started.
+    _unacked(r, redelivered, redelivered.started_at + 30)
+    r.delete(heartbeat_key(restored.holder))
+    assert sorted(h.shard or "" for h in watcher.reap()) == ["00001", "00002"]
+    assert r.llen("generate") == 0 and r.hlen("unacked") == 1
+    assert [rec["requeued"] for rec in watcher.requeued("r1")] == [False, False]
+
+
+def test_liveness_reaps_only_after_a_whole_lapse_connected() -> None:
+    r = fakeredis.FakeRedis()
+    settings = Settings(heartbeat_s=5, holder_lapse_s=LAPSE)
+    watcher = Liveness(r, settings)
+    h = _holding(holder="gone:1")
+    _unacked(r, h, h.started_at - 0.01)
+    Holdings(r, LAPSE).hold(h)
+    r.delete(heartbeat_key(h.holder))
+    assert watcher.tick(now=100.0) == []  # just connected: live holders may not have beaten
+    assert r.exists(heartbeat_key(watcher.holder))
+    assert watcher.tick(now=110.0) == []
+    assert watcher.tick(now=120.0) == [h]
+    assert r.llen("generate") == 1
+
+
+def test_a_worker_task_is_held_while_it_runs() -> None:
+    r = fakeredis.FakeRedis()
+    app = Celery("t", broker="memory://")
+    key = (os.getpid(), str(app.conf.broker_url))
+    liveness_module._LIVENESS[key] = Liveness(r, Settings())
+    seen: list[int] = []
+    try:
+
+        @app.task(name="rsieve.generate", base=Held, shared=False)
+        def generate(run: str, shard: str, lines: int) -> None:
+            seen.append(r.hlen(HOLDINGS))
+
+        generate.apply(kwargs={"run": "r1", "shard": "00000", "lines": 4})
+        generate(run="r1", shard="00001", lines=4)  # called directly: holds nothing
+    finally:
+        liveness_module._LIVENESS.pop(key).stop()
+    assert seen == [1, 0]
+    assert r.hlen(HOLDINGS) == 0
+
+
+def test_status_shows_in_flight_orphans_and_failures() -> None:
+    r = fakeredis.FakeRedis()
+    now = time.time()
+    live, dead = _holding(holder="a:1", shard="00001"), _holding(holder="b:2", shard="00002")
+    other_run = _holding(holder="a:1", shard="00009").model_copy(
+        update={"kwargs": {"run": "r2", "shard": "00009"}}
+    )
+    r.hset(
+        failed_key("r1"),
+        "rsieve.judge:00004",
+        json.dumps({"shard": "00004", "error": "E", "message": "m"}),
+    )
+    view = run_liveness(
+        "r1",
+        [live, dead, other_run],
+        {"a:1": True},
+        [{"shard": "00000"}],
+        Holdings(r, LAPSE).failed("r1"),
+        now,
+    )
+    gen = view["in_flight"]["generate"]
+    assert [(x["shard"], x["holder"], x["orphaned"]) for x in gen] == [
+        ("00001", "a:1", False),
+        ("00002", "b:2", True),
+    ]
+    assert all(4 <= x["age_s"] <= 6 for x in gen)
+    assert view["orphaned"] == [{"shard": "00000"}]
+    assert view["failed"] == [{"shard": "00004", "reason": "E: m"}]
+    assert "00004" in view["cannot_finish"]
+
+
+def test_eta_counts_orphans_and_failures() -> None:
+    assert stage_eta(10, 1.0, pending_orphans=0, orphan_wait_s=25, failed=0) == 10.0
+    assert stage_eta(10, 1.0, pending_orphans=2, orphan_wait_s=25, failed=0) == 35.0
+    assert stage_eta(10, 1.0, pending_orphans=0, orphan_wait_s=25, failed=1) is None
+    assert stage_eta(0, None, pending_orphans=0, orphan_wait_s=25, failed=0) == 0.0
