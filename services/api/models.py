@@ -52,7 +52,21 @@ class StageProgress(BaseModel):
     families: dict[str, int] = {}
     rate_items_s: float | None = None
     rate_shards_s: float | None = None
-    eta_s: float | None = None
+    eta_s: float | None = Field(
+        None,
+        description="seconds until the stage is done, orphaned shards not yet requeued "
+        "counted; null when unknown or when the run cannot finish",
+    )
+    in_flight: int = Field(0, description="shards a worker holds now (orphaned included)")
+    orphaned: int = Field(0, description="held shards whose worker is dead, not yet requeued")
+
+
+class InFlight(BaseModel):
+    shard: str | None
+    task: str
+    holder: str = Field(description="the worker process (hostname:pid) that holds it")
+    age_s: float
+    orphaned: bool = Field(description="its holder's heartbeat lapsed; requeued shortly")
 
 
 class RunPublic(BaseModel):
@@ -70,6 +84,18 @@ class RunPublic(BaseModel):
         "cannot answer for them",
     )
     progress: dict[str, StageProgress] = {}
+    in_flight: dict[str, list[InFlight]] = Field(
+        {}, description="per stage, the shards workers hold now: holder, age, orphaned"
+    )
+    orphaned: list[dict[str, Any]] = Field(
+        [],
+        description="shards whose worker died, each as put back on its queue: task, "
+        "stage, shard, holder, held_s, requeued_at, requeued (false: it was already back)",
+    )
+    failed: list[dict[str, str]] = Field([], description="failed shards: shard, reason")
+    cannot_finish: str | None = Field(
+        None, description="why the run cannot finish without an operator (null: it can)"
+    )
     done: bool
     manifest: dict[str, Any] | None
 

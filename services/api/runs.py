@@ -24,10 +24,12 @@ from pydantic import ValidationError
 
 from rsieve import keys
 from rsieve.adapters.exports import run_file_key, run_manifest
+from rsieve.adapters.holdings import Holdings
 from rsieve.adapters.metrics import progress
 from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import parse_s3_uri
 from rsieve.errors import ConflictError, NotFoundError, PermanentError
+from rsieve.run.holdings import run_liveness, stage_eta
 from rsieve.run.packs import INDEX as PACK_INDEX
 from rsieve.run.packs import INDEX_BUCKETS, PackIndex, index_bucket_key
 from rsieve.run.submission import ITEMS, REFUSED, digest_of
@@ -280,6 +282,46 @@ def stage_progress(
                 p.eta_s = 0.0 if finished else round((shards - n) / p.rate_shards_s, 1)
         out[stage] = p
     return out
+
+
+def liveness(ctx: Context, run: str) -> dict[str, Any] | None:
+    """The run's shards in flight (stage -> holder, age, orphaned), its orphaned shards
+    requeued, its failed shards and whether it can finish (rsieve.run.holdings); None when
+    Redis does not answer."""
+    try:
+        h = Holdings(ctx.redis, ctx.settings.holder_lapse_s)
+        holdings = [x for x in h.all() if x.run == run]
+        alive = h.alive({x.holder for x in holdings})
+        return run_liveness(run, holdings, alive, h.requeued(run), h.failed(run), time.time())
+    except Exception:  # noqa: BLE001 - advisory, as progress is
+        return None
+
+
+def count_liveness(
+    ctx: Context,
+    progress: dict[str, StageProgress],
+    shards: int | None,
+    view: dict[str, Any] | None,
+) -> None:
+    """Each stage's ETA counts its orphaned shards not yet requeued (the wait for their
+    holder's heartbeat to lapse and a watcher to requeue them) and is unknown (None) while
+    the run has failed shards: it cannot finish."""
+    if view is None:
+        return
+    s = ctx.settings
+    for stage, p in progress.items():
+        flights = view["in_flight"].get(stage, [])
+        p.in_flight = len(flights)
+        p.orphaned = sum(1 for f in flights if f["orphaned"])
+        if shards is None or (p.rate_shards_s is None and not view["failed"]):
+            continue
+        p.eta_s = stage_eta(
+            shards - p.shards_done,
+            p.rate_shards_s,
+            pending_orphans=p.orphaned,
+            orphan_wait_s=s.holder_lapse_s + s.heartbeat_s,
+            failed=len(view["failed"]),
+        )
 
 
 def quarantined(ctx: Context, s: RunSpec) -> list[dict[str, Any]]:

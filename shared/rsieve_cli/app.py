@@ -483,6 +483,56 @@ def _fmt_eta(seconds: float | None) -> str:
     )
 
 
+def _fmt_flight(p: dict[str, Any]) -> str:
+    n, orphans = p.get("in_flight", 0), p.get("orphaned", 0)
+    return f"{n} ({orphans} orphaned)" if orphans else str(n) if n else "-"
+
+
+def _liveness_tables(status: dict[str, Any]) -> list[Table]:
+    """Shards held now (holder, age), orphaned shards requeued, failed shards, and why
+    the run cannot finish (GET /runs/RUN, docs/operations.md)."""
+    tables = []
+    held = [(stage, f) for stage, fs in status.get("in_flight", {}).items() for f in fs]
+    if held:
+        t = Table("stage", "shard", "holder", "age", "state", title="shards in flight")
+        for stage, f in held:
+            state = "[red]orphaned: requeue pending[/]" if f["orphaned"] else "running"
+            t.add_row(stage, str(f["shard"]), f["holder"], f"{f['age_s']:.0f}s", state)
+        tables.append(t)
+    orphaned = status.get("orphaned", [])
+    if orphaned:
+        t = Table(
+            "stage",
+            "shard",
+            "dead holder",
+            "held",
+            "requeued",
+            title=f"{len(orphaned)} shard(s) orphaned by a dead worker and requeued",
+        )
+        for o in orphaned[-20:]:
+            when = time.strftime("%H:%M:%S", time.localtime(o.get("requeued_at", 0)))
+            how = when if o.get("requeued", True) else f"{when} (already back)"
+            t.add_row(
+                str(o.get("stage")),
+                str(o.get("shard")),
+                str(o.get("holder")),
+                f"{o.get('held_s', 0):.0f}s",
+                how,
+            )
+        tables.append(t)
+    failed = status.get("failed", [])
+    if failed:
+        t = Table("shard", "reason", title=f"{len(failed)} shard(s) failed")
+        for f in failed:
+            t.add_row(str(f["shard"]), str(f["reason"]))
+        tables.append(t)
+    if status.get("cannot_finish"):
+        t = Table("the run cannot finish", title="[red]stalled[/]")
+        t.add_row(str(status["cannot_finish"]))
+        tables.append(t)
+    return tables
+
+
 def _status_tables(status: dict[str, Any]) -> list[Table]:
     total = status["shards"]
     stages = Table(
@@ -491,6 +541,7 @@ def _status_tables(status: dict[str, Any]) -> list[Table]:
         "shards",
         "items",
         "items/s",
+        "in flight",
         "ETA",
         title=f"{status['run']} ({'done' if status['done'] else 'running'})",
     )
@@ -505,6 +556,7 @@ def _status_tables(status: dict[str, Any]) -> list[Table]:
             f"{done}/{total if total is not None else '?'}",
             str(p["items"]) if p["items"] is not None else "-",
             f"{p['rate_items_s']:.1f}" if p["rate_items_s"] is not None else "-",
+            _fmt_flight(p),
             _fmt_eta(p["eta_s"]),
         )
     families = sorted({f for p in status["progress"].values() for f in p["families"]})
@@ -513,7 +565,7 @@ def _status_tables(status: dict[str, Any]) -> list[Table]:
         per_family.add_row(
             fam, *[str(p["families"].get(fam, 0)) for p in status["progress"].values()]
         )
-    return [stages, per_family] if families else [stages]
+    return [*([stages, per_family] if families else [stages]), *_liveness_tables(status)]
 
 
 @app.command()

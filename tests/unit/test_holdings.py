@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import fakeredis
@@ -16,6 +17,7 @@ from rsieve.adapters.holdings import HOLDINGS, Holdings, failed_key, heartbeat_k
 from rsieve.run.holdings import Holding, orphaned, run_liveness, stage_eta
 from rsieve.settings import Settings
 from services import liveness as liveness_module
+from services.api.main import create_app
 from services.liveness import Held, Liveness
 
 LAPSE = 20.0
@@ -178,3 +180,51 @@ def test_eta_counts_orphans_and_failures() -> None:
     assert stage_eta(10, 1.0, pending_orphans=2, orphan_wait_s=25, failed=0) == 35.0
     assert stage_eta(10, 1.0, pending_orphans=0, orphan_wait_s=25, failed=1) is None
     assert stage_eta(0, None, pending_orphans=0, orphan_wait_s=25, failed=0) == 0.0
+
+
+def test_get_run_shows_held_orphaned_and_failed_shards(tmp_path: Path) -> None:
+    """GET /runs/RUN (what `rsieve status` prints): the shards in flight with holder and
+    age, an orphan pending then requeued, a failed shard, and no ETA while it cannot
+    finish."""
+    from tests.fakestack import FakeStack
+    from tests.rule_pools import bad_pool
+    from tests.unit.test_api_guard import InProcess
+
+    stack = FakeStack(shard_size=5, model_retries=0, api_dev_open=True)
+    run = stack.submit(bad_pool(tmp_path)[0], "liveness")
+    stack.drain("rsieve.ingest")
+    r = stack.ctx.redis
+    client = InProcess(create_app(stack.ctx))
+    watcher = Holdings(r, LAPSE)
+    live = _holding(holder="live:1", shard="00000").model_copy(
+        update={"kwargs": {"run": run, "shard": "00000"}}
+    )
+    dead = _holding(holder="dead:2", shard="00001", tag="t-dead").model_copy(
+        update={"kwargs": {"run": run, "shard": "00001"}}
+    )
+    _unacked(r, dead, dead.started_at - 0.01)
+    watcher.hold(live)
+    watcher.hold(dead)
+    r.delete(heartbeat_key(dead.holder))
+    status = client.get(f"/runs/{run}").json()
+    assert [(f["shard"], f["holder"], f["orphaned"]) for f in status["in_flight"]["generate"]] == [
+        ("00000", "live:1", False),
+        ("00001", "dead:2", True),
+    ]
+    assert status["progress"]["generate"]["in_flight"] == 2
+    assert status["progress"]["generate"]["orphaned"] == 1
+    assert status["cannot_finish"] is None
+    assert watcher.reap() == [dead]
+    status = client.get(f"/runs/{run}").json()
+    assert [f["shard"] for f in status["in_flight"]["generate"]] == ["00000"]
+    [requeued] = status["orphaned"]
+    assert (requeued["shard"], requeued["holder"], requeued["requeued"]) == (
+        "00001",
+        "dead:2",
+        True,
+    )
+    r.hset(failed_key(run), "rsieve.generate:00002", json.dumps({"shard": "00002", "error": "E"}))
+    status = client.get(f"/runs/{run}").json()
+    assert status["failed"] == [{"shard": "00002", "reason": "E"}]
+    assert "00002" in status["cannot_finish"]
+    assert status["progress"]["generate"]["eta_s"] is None

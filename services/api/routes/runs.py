@@ -106,7 +106,9 @@ def status(
         ),
     ] = False,
 ) -> RunPublic:
-    """Per stage: shards stored, items per family, rates and ETA. The counts come from the
+    """Per stage: shards stored, items per family, rates and ETA; the shards workers hold
+    (holder, age), those orphaned by a dead worker and requeued, failed shards and whether
+    the run can finish (docs/operations.md). The counts come from the
     workers' Redis progress records (one round trip per poll); from S3 with `exact` and
     whenever Redis cannot answer for them (`counted_from` says which). Whether the run is
     done is always read from S3 (the dataset's manifest)."""
@@ -119,6 +121,9 @@ def status(
     done, source = runs.shard_counts(
         ctx, run, live, exact=exact, finished=manifest is not None, shards=shards
     )
+    progress = runs.stage_progress(live, shards, done, entry.get("submitted_at"))
+    view = runs.liveness(ctx, run)
+    runs.count_liveness(ctx, progress, shards, view)
     return RunPublic(
         run=run,
         dataset=spec.dataset,
@@ -128,7 +133,8 @@ def status(
         lines=index["lines"] if index else None,
         stages=done,
         counted_from=source,
-        progress=runs.stage_progress(live, shards, done, entry.get("submitted_at")),
+        progress=progress,
+        **(view or {}),
         done=manifest is not None,
         manifest=manifest,
     )

@@ -96,10 +96,10 @@ def stage_eta(
     """Seconds until a stage is done: its remaining shards at its rate, plus the wait for
     orphaned shards not yet requeued (their holder's heartbeat lapses, then a watcher
     requeues them); None when unknown or never (a failed shard is never done)."""
-    if failed:
-        return None
     if remaining <= 0:
         return 0.0
+    if failed:
+        return None
     if rate_shards_s is None or rate_shards_s <= 0:
         return None
     return round(remaining / rate_shards_s + (orphan_wait_s if pending_orphans else 0.0), 1)
