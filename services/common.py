@@ -35,7 +35,7 @@ from rsieve.schemas import STAGES, Item, Quarantined, RunSpec, ShardOutput, Shar
 from rsieve.settings import SAMPLING, TRAINING, Settings, get_settings
 from rsieve.verify import protocol_versions
 from services.liveness import start_watcher
-from services.stage import ItemGuard, StageTask, observe_shard
+from services.stage import ItemGuard, StageTask, clear_stop, observe_shard
 
 log = logging.getLogger("rsieve")
 
@@ -121,7 +121,7 @@ class Context:
         (StageTask); not shared with other apps (each bootstrap is its own)."""
         return cast(
             Callable[[Callable[..., None]], Any],
-            self.app.task(name=name, base=StageTask, shared=False),
+            self.app.task(name=name, base=StageTask, shared=False, rsieve_ctx=self),
         )
 
     def guard(self, task: str, run: str, shard: str) -> ItemGuard:
@@ -315,7 +315,9 @@ class Context:
         return run in manifest.get("runs", [])
 
     def reconcile(self, run: str) -> list[tuple[str, dict[str, Any]]]:
-        """Enqueue every shard's next missing stage; returns what was enqueued."""
+        """Enqueue every shard's next missing stage; returns what was enqueued. A stopped
+        run is resumed: its stop, failed record and counted errors are cleared first."""
+        clear_stop(self, run)
         present = {stage: self.stored_shards(run, stage) for stage in STAGES}
         plan = plan_reconcile(self.shard_index(run), present, compacted=self.compacted(run))
         for task, kwargs in plan:

@@ -12,12 +12,21 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import redis
 from celery import Celery
-from celery.exceptions import Reject
+from celery.exceptions import Reject, Retry
 from kombu.exceptions import OperationalError
 
+from rsieve import __version__, keys
 from rsieve.adapters.metrics import RedisMetrics, log_context
 from rsieve.errors import RetryableError
-from rsieve.schemas import ShardOutput
+from rsieve.run.failures import (
+    DETAIL_MAX_CHARS,
+    EveryItemFailed,
+    RunFailure,
+    backoff_s,
+    bisect,
+    stage_error_detail,
+)
+from rsieve.schemas import Quarantined, ShardOutput
 from services.liveness import Held
 
 if TYPE_CHECKING:
@@ -46,8 +55,16 @@ class StageTask(Held):
     retry_jitter = True
     max_retries = 20
 
+    # The Context that registered the task (Context.task passes it); None on a task made
+    # without one, which then fails as Celery's tasks do.
+    rsieve_ctx: Context | None = None
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        ctx, run = self.rsieve_ctx, kwargs.get("run")
         try:
+            if ctx is not None and isinstance(run, str) and stopped(ctx, run):
+                log.warning("run %s is stopped: %s skipped until it is resumed", run, self.name)
+                return None
             return super().__call__(*args, **kwargs)
         except BROKER_DOWN as exc:
             raise Reject(exc, requeue=True) from exc
@@ -55,6 +72,45 @@ class StageTask(Held):
             if exc.requeue or not isinstance(exc.reason, BROKER_DOWN):
                 raise
             raise Reject(exc.reason, requeue=True) from exc
+        except Retry:
+            raise
+        except Exception as exc:
+            if ctx is None or not isinstance(run, str):
+                raise
+            return self._failed(ctx, run, kwargs, exc)
+
+    def _failed(self, ctx: Context, run: str, kwargs: dict[str, Any], exc: Exception) -> None:
+        """A try that raised (a transient error past its own retries included): tried again
+        with backoff up to `stage_error_retries` times, then once more with its items
+        isolated (ItemGuard); past that, or when every item failed, the run stops."""
+        if isinstance(exc, EveryItemFailed):
+            stop_run(ctx, exc.failure)
+            return None
+        shard = kwargs.get("shard")
+        tries = record_error(ctx, run, error_field(self.name, kwargs))
+        if tries <= ctx.settings.stage_error_retries + 1:
+            delay = backoff_s(tries, ctx.settings.stage_error_backoff_s)
+            log.warning(
+                "%s run=%s shard=%s raised %s (try %d): again in %.0f s",
+                self.name,
+                run,
+                shard,
+                type(exc).__name__,
+                tries,
+                delay,
+            )
+            raise self.retry(exc=exc, countdown=delay, max_retries=self.request.retries + 1)
+        failure = RunFailure(
+            run=run,
+            task=self.name,
+            shard=shard if isinstance(shard, str) else None,
+            error=type(exc).__name__,
+            message=" ".join(str(exc).split())[:DETAIL_MAX_CHARS],
+            version=__version__,
+            items=0,
+        )
+        stop_run(ctx, failure)
+        return None
 
     _started: ClassVar[dict[str, float]] = {}
 
@@ -123,21 +179,124 @@ def observe_shard(ctx: Context, out: ShardOutput) -> None:
         )
 
 
+# --- failures: errors counted per run, a stopped run ------------------------------------
+# Redis, per run: tries that raised by task and shard; why the run stopped (its flag, read
+# by every task); which task and shard stopped it (for status). runs/<run>/failed.json is
+# the record that outlives Redis. `Context.reconcile` (`rsieve reconcile`) clears them all.
+
+
+def _errors_key(run: str) -> str:
+    return f"rsieve:run:{run}:errors"
+
+
+def _stopped_key(run: str) -> str:
+    return f"rsieve:run:{run}:stopped"
+
+
+def _failed_key(run: str) -> str:
+    return f"rsieve:run:{run}:failed"
+
+
+ERRORS_KEPT_S = 7 * 24 * 3600
+
+
+def error_field(task: str, kwargs: dict[str, Any]) -> str:
+    """Which try is counted: the task and its shard, else its other arguments (a partition,
+    an ingest step)."""
+    if "shard" in kwargs:
+        return f"{task}:{kwargs['shard']}"
+    rest = ",".join(f"{k}={kwargs[k]}" for k in sorted(kwargs) if k not in ("run", "lines"))
+    return f"{task}:{rest}"
+
+
+def record_error(ctx: Context, run: str, field: str) -> int:
+    """Count one more try of `field` that raised; how many have."""
+    pipe = ctx.redis.pipeline(transaction=False)
+    pipe.hincrby(_errors_key(run), field, 1)
+    pipe.expire(_errors_key(run), ERRORS_KEPT_S)
+    return int(pipe.execute()[0])
+
+
+def errors_of(ctx: Context, run: str, field: str) -> int:
+    return int(ctx.redis.hget(_errors_key(run), field) or 0)
+
+
+def stopped(ctx: Context, run: str) -> bool:
+    return bool(ctx.redis.exists(_stopped_key(run)))
+
+
+def stop_run(ctx: Context, failure: RunFailure) -> None:
+    """The run stops: its record stored, its flag set (every task of it is skipped until it
+    is resumed), counted and logged."""
+    ctx.store.put(
+        keys.run_failed(failure.run),
+        failure.model_dump_json().encode(),
+        content_type="application/json",
+    )
+    pipe = ctx.redis.pipeline(transaction=False)
+    pipe.set(_stopped_key(failure.run), failure.reason())
+    pipe.hset(
+        _failed_key(failure.run), f"{failure.task}:{failure.shard}", failure.model_dump_json()
+    )
+    pipe.execute()
+    _safely(lambda: ctx.metrics.inc("rsieve_runs_stopped", failure.task, failure.error))
+    log.error("run %s stopped: %s", failure.run, failure.reason())
+
+
+def clear_stop(ctx: Context, run: str) -> None:
+    """What a resume clears: the run's stop, its failed record and its counted errors."""
+    ctx.redis.delete(_stopped_key(run), _failed_key(run), _errors_key(run))
+    ctx.store.delete(keys.run_failed(run))
+
+
 class ItemGuard:
-    """Per-item poison isolation for one delivery of a shard.
+    """Per-item isolation for one delivery of a shard: of the item that kills its worker,
+    and of the items that raise.
 
     Each delivery of a (task, run, shard) is counted in Redis. Up to `max_deliveries` the
     shard runs normally. Past it, the stage runs item by item and marks the item in flight
     before touching it; an item still marked from an earlier delivery is the one that
-    killed the worker, and is quarantined with reason `max_deliveries` instead of run."""
+    killed the worker, and is quarantined with reason `max_deliveries` instead of run.
+
+    A shard whose tries raised more than `stage_error_retries` times (StageTask counts
+    them) is run with its items isolated: a batch is bisected (rsieve.run.failures.bisect),
+    items one by one are each tried alone, and an item that still raises is quarantined
+    `stage_error` with the stage, the exception and the rsieve version. When every item
+    raises, the shard's failure is not the items': EveryItemFailed stops the run."""
 
     def __init__(self, ctx: Context, task: str, run: str, shard: str) -> None:
+        self._ctx = ctx
         self._redis = ctx.redis
+        self.task, self.run_id, self.shard = task, run, shard
         base = f"rsieve:{task}:{run}:{shard}"
         self._inflight = f"{base}:inflight"
         self.deliveries = int(self._redis.incr(f"{base}:deliveries"))
         self._redis.expire(f"{base}:deliveries", 7 * 24 * 3600)
-        self.isolating = self.deliveries > ctx.settings.max_deliveries
+        raised = errors_of(ctx, run, error_field(f"rsieve.{task}", {"shard": shard}))
+        # A delivery that raised came back by a retry, not by a dead worker: only the rest
+        # count towards max_deliveries.
+        self.crashing = self.deliveries - raised > ctx.settings.max_deliveries
+        self.erroring = raised > ctx.settings.stage_error_retries
+        self.isolating = self.crashing or self.erroring
+
+    def _errored(self, item: Any, exc: Exception, poisoned: Callable[[Any], Any]) -> Any:
+        log.error("quarantining an item that raises: %s: %s", type(exc).__name__, exc)
+        quarantine: Quarantined = poisoned(item)
+        detail = stage_error_detail(self.task, exc, __version__)
+        return quarantine.model_copy(update={"reason": "stage_error", "detail": detail})
+
+    def _every_item_failed(self, items: int, exc: Exception) -> EveryItemFailed:
+        return EveryItemFailed(
+            RunFailure(
+                run=self.run_id,
+                task=f"rsieve.{self.task}",
+                shard=self.shard,
+                error=type(exc).__name__,
+                message=" ".join(str(exc).split())[:DETAIL_MAX_CHARS],
+                version=__version__,
+                items=items,
+            )
+        )
 
     def run(
         self,
@@ -148,8 +307,10 @@ class ItemGuard:
         key: Callable[[Any], int],
     ) -> list[Any]:
         """fn(item) for every item; in isolation, poisoned(item) for the item that kept
-        killing its worker."""
+        killing its worker, and a `stage_error` quarantine for an item that raises."""
         results = []
+        last: Exception | None = None
+        raised = 0
         for item in items:
             if self.isolating:
                 if self._redis.hexists(self._inflight, key(item)):
@@ -159,11 +320,20 @@ class ItemGuard:
                 self._redis.hset(self._inflight, key(item), 1)
             try:
                 results.append(fn(item))
+            except BROKER_DOWN:
+                raise
+            except Exception as exc:
+                if not self.erroring:
+                    raise
+                last, raised = exc, raised + 1
+                results.append(self._errored(item, exc, poisoned))
             finally:
                 # Reached on success and on ordinary exceptions (a retry); a worker that
                 # dies leaves the mark, which is what identifies the poison item.
                 if self.isolating:
                     self._redis.hdel(self._inflight, key(item))
+        if last is not None and raised == len(items):
+            raise self._every_item_failed(len(items), last)
         return results
 
     def batch(
@@ -174,7 +344,16 @@ class ItemGuard:
         poisoned: Callable[[Any], Any],
         key: Callable[[Any], int],
     ) -> list[Any]:
-        """fn(items) in one call (one Triton batch); item by item when isolating."""
+        """fn(items) in one call (one Triton batch); item by item when isolating a crash;
+        bisected when isolating items that raise."""
         if not self.isolating:
             return fn(items)
-        return self.run(items, lambda item: fn([item])[0], poisoned=poisoned, key=key)
+        if self.crashing:
+            return self.run(items, lambda item: fn([item])[0], poisoned=poisoned, key=key)
+        results, failed = bisect(items, lambda part: fn(list(part)))
+        if failed and len(failed) == len(items):
+            raise self._every_item_failed(len(items), next(iter(failed.values())))
+        return [
+            self._errored(items[i], failed[i], poisoned) if i in failed else r
+            for i, r in enumerate(results)
+        ]

@@ -3,7 +3,8 @@ finds runs that stalled with no message in flight (rsieve.dataset.audit.stalled:
 for `sweep_after_s`) and reconciles them, enqueuing each shard's next missing stage or the
 compaction (`Context.reconcile`, what `rsieve reconcile RUN` does by hand). Safe to run any
 time: every stage skips shards whose output exists. Compacted runs are remembered in Redis
-(`DONE`), so a sweep reads only the runs still open."""
+(`DONE`), so a sweep reads only the runs still open. A stopped run (services/stage.py: every
+item of a shard failed) is left alone: resuming it is a person's call, once it is fixed."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from rsieve.adapters.metrics import progress
 from rsieve.dataset.audit import stalled
 from rsieve.schemas import STAGES
 from services.common import Context
+from services.stage import stopped
 
 log = logging.getLogger("rsieve")
 
@@ -39,6 +41,8 @@ def sweep(ctx: Context, now: float | None = None) -> list[str]:
             continue
         if ctx.compacted(run):
             ctx.redis.sadd(DONE, run)
+            continue
+        if stopped(ctx, run):  # a person resumes it (`rsieve reconcile`) once it is fixed
             continue
         last = [p["last_t"] for p in progress(ctx.redis, run, STAGES).values() if p["last_t"]]
         since = float(entry.get("submitted_at") or 0.0)

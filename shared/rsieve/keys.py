@@ -20,6 +20,8 @@ name; a trailing `/` is a prefix):
         run.json                            the run's spec, written once at submission
         shards.json                         its shards and their lines (ingest's commit point)
         cleaning.json                       whole-pool cleaning measurements (purity, duplicates)
+        failed.json                         why the run stopped (rsieve.run.failures), until
+                                            `rsieve reconcile` resumes it
         input/<shard>.json                  a shard's lines as ingest placed them
         <stage>/<shard>.json                a stage's output for a shard (rsieve.schemas.STAGES)
         calibration/<shard>.json            the judge's calibration probes for a shard
@@ -166,6 +168,11 @@ def run_spec(run: str) -> str:
 def shards(run: str) -> str:
     """The run's shard index, written last by ingest (its commit point)."""
     return f"{run_prefix(run)}shards.json"
+
+
+def run_failed(run: str) -> str:
+    """Why the run stopped (rsieve.run.failures.RunFailure); deleted when it is resumed."""
+    return f"{run_prefix(run)}failed.json"
 
 
 def cleaning(run: str) -> str:

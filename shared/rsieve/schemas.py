@@ -67,6 +67,10 @@ QUARANTINE_REASONS: dict[str, str] = {
     "pass_rate_window": "best-of-n with a pass-rate window: the item was accepted, but the "
     "share of its samples accepted lies outside the window (too easy or too hard to teach)",
     "max_deliveries": "the item was in flight each time its worker died, beyond the limit",
+    "stage_error": (
+        "a stage raised on the item itself, again after its retries"
+        " (detail: the stage, the exception, the rsieve version)"
+    ),
 }
 
 # What a model behind Triton is, declared by its config parameter `rsieve_kind`

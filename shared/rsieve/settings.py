@@ -76,6 +76,13 @@ class Settings(BaseSettings):
     # A shard delivered more often than this is processed item by item, and the item that
     # was in flight when a worker died during such a delivery is quarantined (max_deliveries).
     max_deliveries: Annotated[int, OPERATES] = Field(3, ge=1)
+    # A shard task that raises an unexpected exception (or a transient one past its own
+    # retries) is tried again this many times with backoff (stage_error_backoff_s doubling,
+    # at most 60 s); then its items are isolated (bisected) and those that still raise are
+    # quarantined `stage_error`. A failure that hits every item stops the run (`failed`,
+    # with the reason) until `rsieve reconcile` resumes it (docs/operations.md).
+    stage_error_retries: Annotated[int, OPERATES] = Field(3, ge=0)
+    stage_error_backoff_s: Annotated[float, OPERATES] = Field(2.0, ge=0)
     # Hard limit on one shard task: a hung task is killed and redelivered (then isolated).
     task_time_limit_s: Annotated[int, OPERATES] = 600
     # On SIGTERM (warm shutdown) a worker stops taking work and finishes its running shard;

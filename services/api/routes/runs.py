@@ -28,6 +28,7 @@ from services.api.models import (
     RunSummary,
     Sampling,
 )
+from services.stage import clear_stop
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 Offset = Annotated[int, Query(ge=0)]
@@ -192,7 +193,9 @@ def calibration(run: str, ctx: Authorised) -> dict[str, Any]:
 
 @router.post("/{run}/resume", status_code=202)
 def resume(run: str, ctx: Authorised) -> dict[str, str]:
-    """Re-enqueue the run from ingest; every stage skips the shards it already wrote."""
+    """Re-enqueue the run from ingest; every stage skips the shards it already wrote. A
+    stopped run is resumed (its stop and counted errors cleared)."""
     runs.spec(ctx, run)
+    clear_stop(ctx, run)
     ctx.next("rsieve.ingest", run=run)
     return {"run": run}

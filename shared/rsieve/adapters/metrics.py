@@ -70,6 +70,10 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("task", "error"),
     ),
     "rsieve_task_failures": ("Stage tasks that failed for good", ("task", "error")),
+    "rsieve_runs_stopped": (
+        "Runs stopped because every item of a shard failed, by task and error",
+        ("task", "error"),
+    ),
 }
 # Stage latency: one shard task, start to finish, in seconds.
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
