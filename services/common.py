@@ -15,10 +15,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, cast
+from typing import Any, NoReturn, TypeVar, cast
 
 import redis
 from celery import Celery, current_task
+from pydantic import BaseModel, ValidationError
 
 from rsieve import keys
 from rsieve.adapters.gate import EngineGate
@@ -28,8 +29,10 @@ from rsieve.adapters.queues import enqueue, make_celery
 from rsieve.adapters.storage import ObjectStore, S3Store, read_images
 from rsieve.compact.settle import dataset_conflict
 from rsieve.dataset.audit import plan_reconcile
-from rsieve.errors import ConflictError, NotFoundError
+from rsieve.envelope import CorruptOutput, open_envelope, seal
+from rsieve.errors import ConflictError, CorruptOutputError, NotFoundError
 from rsieve.generate.generation import AsyncModel, ModelInfo
+from rsieve.judge.calibration import CalibrationShard
 from rsieve.run.submission import run_id
 from rsieve.schemas import STAGES, Item, Quarantined, RunSpec, ShardOutput, ShardQuarantine
 from rsieve.settings import SAMPLING, TRAINING, Settings, get_settings
@@ -49,6 +52,7 @@ def delivery_id() -> str | None:
 
 
 SPECS_KEPT = 1024  # run specs a worker process keeps (Context.spec); a few KB each
+M = TypeVar("M", bound=BaseModel)
 
 Send = Callable[[str, dict[str, Any]], None]  # (task name, its kwargs): enqueue it
 
@@ -239,20 +243,115 @@ class Context:
         return self._run_settings[run]
 
     def load(self, run: str, stage: str, shard: str) -> ShardOutput:
-        return ShardOutput.model_validate_json(self.store.get(keys.stage_output(run, stage, shard)))
+        """A stored stage output, its seal checked (Context.opened)."""
+        return self.opened(run, stage, shard, keys.stage_output(run, stage, shard), ShardOutput)
 
     def quarantined(self, run: str, stage: str, shard: str) -> list[Quarantined]:
         """A stored output's quarantine alone (its items are not validated)."""
-        raw = self.store.get(keys.stage_output(run, stage, shard))
-        return list(ShardQuarantine.model_validate_json(raw).quarantined)
+        key = keys.stage_output(run, stage, shard)
+        return list(self.opened(run, stage, shard, key, ShardQuarantine).quarantined)
+
+    def load_raw(self, run: str, stage: str, shard: str) -> dict[str, Any]:
+        """A stored stage output as JSON, its seal checked, not validated."""
+        key = keys.stage_output(run, stage, shard)
+        data = self.store.get(key)
+        return dict(json.loads(self._body(run, stage, shard, key, data)))
+
+    def calibration_shard(self, run: str, shard: str) -> CalibrationShard | None:
+        """A shard's calibration (the judge's, sealed like its output); None when absent."""
+        try:
+            return self.opened(run, "judge", shard, keys.calibration(run, shard), CalibrationShard)
+        except NotFoundError:
+            return None
 
     def save(self, out: ShardOutput) -> None:
         self.store.put(
             keys.stage_output(out.run, out.stage, out.shard),
-            out.model_dump_json().encode(),
+            seal(out.model_dump_json().encode()),
             content_type="application/json",
         )
         observe_shard(self, out)
+
+    def put_sealed(self, key: str, model: BaseModel) -> None:
+        """A stage's other output (a calibration shard) stored sealed as `save` stores one."""
+        self.store.put(key, seal(model.model_dump_json().encode()), content_type="application/json")
+
+    def opened(self, run: str, stage: str, shard: str, key: str, model: type[M]) -> M:
+        """The object at `key`, written by `stage` for `shard`, as `model`: its seal checked
+        (rsieve.envelope) and validated. One that is not what was written is redone
+        (Context.redo raises CorruptOutputError), never handed on or failed on for ever."""
+        data = self.store.get(key)
+        body = self._body(run, stage, shard, key, data)
+        try:
+            return model.model_validate_json(body)
+        except ValidationError as exc:
+            detail = " ".join(str(exc).split())[:500]
+            self.redo(run, stage, shard, key, data, CorruptOutput("invalid", detail))
+
+    def _body(self, run: str, stage: str, shard: str, key: str, data: bytes) -> bytes:
+        opened = open_envelope(data)
+        if isinstance(opened, CorruptOutput):
+            self.redo(run, stage, shard, key, data, opened)
+        if not opened.sealed:
+            self._count("rsieve_unsealed_outputs", stage)
+        return opened.body
+
+    def _count(self, name: str, *labels: str) -> None:
+        try:
+            self.metrics.inc(name, *labels)
+        except redis.RedisError as exc:
+            log.warning("metrics not recorded: %s", exc)
+
+    def redo(
+        self, run: str, stage: str, shard: str, key: str, data: bytes, found: CorruptOutput
+    ) -> NoReturn:
+        """`stage`'s output for `shard`, found corrupt at `key`, done again: the object is
+        moved aside (runs/<run>/corrupt/, with a record of why and who read it), the
+        outputs of `stage` and every later stage for the shard are deleted (what followed
+        from a lost output is not trusted, and a later stage must not see an earlier one
+        twice), counted (rsieve_corrupt_outputs), and the shard's first missing stage is
+        sent (plan_reconcile): each stage sends the next, the judge the compaction.
+        Raises CorruptOutputError: the reading task ends there (StageTask)."""
+        digest = hashlib.sha256(data).hexdigest()
+        record = {
+            "run": run,
+            "stage": stage,
+            "shard": shard,
+            "key": key,
+            "reason": found.reason,
+            "detail": found.detail,
+            "bytes": len(data),
+            "sha256": digest,
+            "read_by": getattr(current_task, "name", None),
+            "at": time.time(),
+        }
+        self.store.put(keys.corrupt_copy(run, stage, shard, digest), data)
+        self.store.put(
+            keys.corrupt_record(run, stage, shard, digest),
+            json.dumps(record).encode(),
+            content_type="application/json",
+        )
+        redone = STAGES[STAGES.index(stage) :]
+        for later in redone:
+            self.store.delete(keys.stage_output(run, later, shard))
+        if "judge" in redone:
+            self.store.delete(keys.calibration(run, shard))
+        self._count("rsieve_corrupt_outputs", stage, found.reason)
+        log.error(
+            "corrupt stored output %s (%s: %s): moved aside, %s redone for shard %s",
+            key,
+            found.reason,
+            found.detail,
+            stage,
+            shard,
+        )
+        lines = ((self.shard_index(run) or {}).get("shards") or {}).get(shard)
+        if lines is not None:
+            present = {st: set() if st in redone else {shard} for st in STAGES}
+            plan = plan_reconcile({"shards": {shard: lines}}, present, compacted=True)
+            for task, kwargs in plan:
+                self.next(task, run=run, **kwargs)
+        raise CorruptOutputError(key, found.reason, found.detail)
 
     def done(self, run: str, stage: str, shard: str) -> bool:
         return self.store.exists(keys.stage_output(run, stage, shard))

@@ -17,7 +17,7 @@ from kombu.exceptions import OperationalError
 
 from rsieve import __version__, keys
 from rsieve.adapters.metrics import RedisMetrics, log_context
-from rsieve.errors import RetryableError
+from rsieve.errors import CorruptOutputError, RetryableError
 from rsieve.run.failures import (
     DETAIL_MAX_CHARS,
     EveryItemFailed,
@@ -66,6 +66,11 @@ class StageTask(Held):
                 log.warning("run %s is stopped: %s skipped until it is resumed", run, self.name)
                 return None
             return super().__call__(*args, **kwargs)
+        except CorruptOutputError as exc:
+            # What it read was moved aside and its stage sent again (Context.redo), which
+            # sends this stage again after it: this delivery ends here, acked, not failed.
+            log.warning("%s: %s; its stage is redone", self.name, exc)
+            return None
         except BROKER_DOWN as exc:
             raise Reject(exc, requeue=True) from exc
         except Reject as exc:

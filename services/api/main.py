@@ -11,7 +11,7 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from rsieve.errors import NotFoundError, PermanentError, RetryableError
+from rsieve.errors import CorruptOutputError, NotFoundError, PermanentError, RetryableError
 from rsieve.settings import API_TOKEN_MIN_CHARS, api_token_problem, get_settings
 from services.api.asgi import Authorise, BodyLimit, SecurityHeaders, UploadSlots, page_csp
 from services.api.routes import datasets, ops, review, runs
@@ -61,5 +61,11 @@ def create_app(ctx: Context | None = None, *, max_request_bytes: int | None = No
     async def _permanent(request: Request, exc: PermanentError) -> JSONResponse:
         status = 404 if isinstance(exc, NotFoundError) else 422
         return JSONResponse({"detail": str(exc)}, status_code=status)
+
+    # A stored output found corrupt is moved aside and its stage redone (Context.redo).
+    @app.exception_handler(CorruptOutputError)
+    async def _corrupt(request: Request, exc: CorruptOutputError) -> JSONResponse:
+        detail = f"a stored output was corrupt and its stage is being redone ({exc}); retry"
+        return JSONResponse({"detail": detail}, status_code=503)
 
     return app

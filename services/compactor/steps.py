@@ -11,7 +11,6 @@ the partitions deduplicated against) `g<n>/<partition>.json` (the partition's su
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 from typing import Any
@@ -36,9 +35,8 @@ from rsieve.dataset.commit import (
     settle,
 )
 from rsieve.dataset.report import token_usage, tokens_summed
-from rsieve.errors import NotFoundError
 from rsieve.images import IMAGE_FORMATS
-from rsieve.judge.calibration import CalibrationRecord, CalibrationShard, bottom_k, summarise
+from rsieve.judge.calibration import CalibrationRecord, bottom_k, summarise
 from rsieve.run.partitions import (
     merge_summaries,
     outcome_partition,
@@ -102,10 +100,8 @@ def _stored_shard(
     """A shard's judged outcomes, its items quarantined at any stage, its calibration."""
     quarantined = [q for stage in STAGES[:-1] for q in ctx.quarantined(run, stage, shard)]
     judged = ctx.load(run, "judge", shard)
-    records: list[CalibrationRecord] = []
-    with contextlib.suppress(NotFoundError):
-        raw = ctx.store.get(keys.calibration(run, shard))
-        records = CalibrationShard.model_validate_json(raw).records
+    cal = ctx.calibration_shard(run, shard)
+    records: list[CalibrationRecord] = list(cal.records) if cal else []
     return judged.outcomes, quarantined + judged.quarantined, records
 
 
@@ -120,7 +116,7 @@ def route(ctx: Context, run: str, group: int) -> None:
     pieces: list[dict[str, list[Any]]] = [{"outcomes": [], "quarantined": []} for _ in range(count)]
     records: list[CalibrationRecord] = []
     for shard in the_plan["groups"][group]:
-        judged = json.loads(ctx.store.get(keys.stage_output(run, "judge", shard)))
+        judged = ctx.load_raw(run, "judge", shard)
         for o in judged["outcomes"]:
             p = outcome_partition(o["generation"]["item"]["image_sha256"], count)
             pieces[p]["outcomes"].append(o)
@@ -129,9 +125,8 @@ def route(ctx: Context, run: str, group: int) -> None:
         ]
         for q in earlier + judged["quarantined"]:
             pieces[quarantine_partition(q["line"], count)]["quarantined"].append(q)
-        with contextlib.suppress(NotFoundError):
-            raw = ctx.store.get(keys.calibration(run, shard))
-            records += CalibrationShard.model_validate_json(raw).records
+        if cal := ctx.calibration_shard(run, shard):
+            records += cal.records
     for p, piece in enumerate(pieces):
         ctx.store.put(_piece(run, p, group), json.dumps(piece).encode())
     # The run's summary needs each group's bottom-k alone; the tokens of every call.
@@ -161,9 +156,8 @@ def calibration(ctx: Context, run: str, groups: int | None) -> dict[str, Any]:
         tokens: list[dict[str, Any]] = []
         if groups is None:
             for shard in (ctx.shard_index(run) or {})["shards"]:
-                with contextlib.suppress(NotFoundError):
-                    raw = ctx.store.get(keys.calibration(run, shard))
-                    records += CalibrationShard.model_validate_json(raw).records
+                if cal := ctx.calibration_shard(run, shard):
+                    records += cal.records
             tokens.append(token_usage((), records))
         else:
             for g in range(groups):

@@ -15,6 +15,7 @@ the dataset as it now is."""
 from __future__ import annotations
 
 from rsieve import keys
+from rsieve.errors import CorruptOutputError
 from services.common import Context
 from services.compactor import steps
 
@@ -49,7 +50,13 @@ def register(ctx: Context) -> None:
 
     @ctx.task("rsieve.compact_route")
     def compact_route(run: str, group: int) -> None:
-        steps.route(ctx, run, group)
+        try:
+            steps.route(ctx, run, group)
+        except CorruptOutputError:
+            # A judged shard of the group is being redone (Context.redo); its judge sends
+            # rsieve.compact again, which must send this group's route again then.
+            ctx.redis.delete(f"rsieve:compact:{run}:sent:routes")
+            raise
         groups = len(steps.plan(ctx, run)["groups"])
         if ctx.last_done(f"rsieve:compact:{run}:routes", group, groups):
             ctx.next("rsieve.compact", run=run)

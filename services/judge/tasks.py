@@ -78,7 +78,7 @@ def register(ctx: Context) -> None:
                 who,
                 [neutralise(judge_prompt(verified[i]), specials) for i in asked],
             )
-            ctx.store.put(
+            ctx.put_sealed(
                 keys.calibration(run, shard),
                 CalibrationShard(
                     run=run,
@@ -88,10 +88,7 @@ def register(ctx: Context) -> None:
                     records=records,
                     rates=rates,
                     skipped=skipped,
-                )
-                .model_dump_json()
-                .encode(),
-                content_type="application/json",
+                ),
             )
             outcomes = list(verified)
             for i in pending:

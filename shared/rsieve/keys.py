@@ -25,6 +25,8 @@ name; a trailing `/` is a prefix):
         input/<shard>.json                  a shard's lines as ingest placed them
         <stage>/<shard>.json                a stage's output for a shard (rsieve.schemas.STAGES)
         calibration/<shard>.json            the judge's calibration probes for a shard
+        corrupt/<stage>/<shard>.<sha16>.bad a stored output found corrupt, kept for inspection
+        corrupt/<stage>/<shard>.<sha16>.json   why (rsieve.envelope); the stage was redone
         reviews/<sha256(item id)>.json      a person's review of a judge promotion
         ingest/                             a pool ingested in rounds (services/cleaner/ingest.py)
             plan.json                       its ranges and partitions
@@ -77,6 +79,9 @@ __all__ = [
     "compact_routed",
     "compact_routed_prefix",
     "compact_summary",
+    "corrupt_copy",
+    "corrupt_prefix",
+    "corrupt_record",
     "data_shard",
     "dataset_file",
     "dataset_keys_prefix",
@@ -201,6 +206,21 @@ def calibration_prefix(run: str) -> str:
 def calibration(run: str, shard: str) -> str:
     """The judge's calibration probes for one shard (rsieve.judge.calibration.CalibrationShard)."""
     return f"{calibration_prefix(run)}{shard}.json"
+
+
+def corrupt_prefix(run: str) -> str:
+    return f"{run_prefix(run)}corrupt/"
+
+
+def corrupt_copy(run: str, stage: str, shard: str, digest: str) -> str:
+    """A stored output of `stage` found corrupt (rsieve.envelope), moved aside as it was;
+    `digest` the first 16 hex digits of its bytes' sha256."""
+    return f"{corrupt_prefix(run)}{stage}/{shard}.{digest[:16]}.bad"
+
+
+def corrupt_record(run: str, stage: str, shard: str, digest: str) -> str:
+    """Why that object was found corrupt, who read it, and what was done again."""
+    return f"{corrupt_prefix(run)}{stage}/{shard}.{digest[:16]}.json"
 
 
 def reviews_prefix(run: str) -> str:

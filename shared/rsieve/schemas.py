@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rsieve.envelope import unseal
 
 __all__ = [
     "MODEL_KINDS",
@@ -323,6 +325,11 @@ class ShardOutput(_Model):
     verified: list[Outcome] = []
     outcomes: list[Outcome] = []
     quarantined: list[Quarantined] = []
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unseal(cls, data: Any) -> Any:
+        return unseal(data)  # stored sealed (rsieve.envelope): the seal is not a field
 
 
 class ShardQuarantine(BaseModel):

@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rsieve import keys
-from rsieve.errors import NotFoundError, RetryableError, RsieveError
+from rsieve.errors import CorruptOutputError, NotFoundError, RetryableError, RsieveError
 from rsieve.schemas import STAGES
 
 if TYPE_CHECKING:  # imported where used: the command line starts without them
@@ -95,6 +95,11 @@ def friendly(fn: F) -> F:
             message = f"cannot reach the API ({type(exc).__name__}: {exc}); fix: {STACK_FIX}"
         except RetryableError as exc:
             message = f"storage or queue unreachable ({exc}); fix: {STACK_FIX}"
+        except CorruptOutputError as exc:
+            message = (
+                f"a stored output was corrupt ({exc}): it was moved aside and its stage is "
+                "being redone; fix: run this again once `rsieve status` shows the run done"
+            )
         except (RsieveError, OSError, TimeoutError) as exc:
             message = str(exc) or type(exc).__name__
         except Exception as exc:

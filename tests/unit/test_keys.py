@@ -46,6 +46,15 @@ PINNED = [
     (keys.stage_output(RUN, "judge", "00003"), f"runs/{RUN}/judge/00003.json"),
     (keys.calibration_prefix(RUN), f"runs/{RUN}/calibration/"),
     (keys.calibration(RUN, "00003"), f"runs/{RUN}/calibration/00003.json"),
+    (keys.corrupt_prefix(RUN), f"runs/{RUN}/corrupt/"),
+    (
+        keys.corrupt_copy(RUN, "verify", "00003", "ab" * 32),
+        f"runs/{RUN}/corrupt/verify/00003.{'ab' * 8}.bad",
+    ),
+    (
+        keys.corrupt_record(RUN, "verify", "00003", "ab" * 32),
+        f"runs/{RUN}/corrupt/verify/00003.{'ab' * 8}.json",
+    ),
     (keys.reviews_prefix(RUN), f"runs/{RUN}/reviews/"),
     (
         keys.review(RUN, "item-7"),

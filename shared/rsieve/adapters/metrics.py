@@ -70,6 +70,14 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("task", "error"),
     ),
     "rsieve_task_failures": ("Stage tasks that failed for good", ("task", "error")),
+    "rsieve_corrupt_outputs": (
+        "Stored stage outputs found corrupt on read (moved aside, their stage redone)",
+        ("stage", "reason"),
+    ),
+    "rsieve_unsealed_outputs": (
+        "Stored stage outputs read without a seal (written before seals), by stage",
+        ("stage",),
+    ),
     "rsieve_runs_stopped": (
         "Runs stopped because every item of a shard failed, by task and error",
         ("task", "error"),

@@ -22,9 +22,10 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from rsieve import keys
+from rsieve.envelope import unseal
 from rsieve.judge.cascade import rejection_reason, verdict_state
 from rsieve.judge.probes import WRONG_KINDS, Probe
 from rsieve.judge.verdicts import TEMPLATE_SHA256, read_verdict
@@ -92,6 +93,11 @@ class CalibrationShard(_Model):
     # Families whose rejections this shard did not judge (`judge_skipped`), with the reason
     # (`hopeless_families`).
     skipped: dict[str, str] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unseal(cls, data: Any) -> Any:
+        return unseal(data)  # stored sealed (rsieve.envelope): the seal is not a field
 
 
 calibration_key = keys.calibration  # where a shard's CalibrationShard is stored
