@@ -51,6 +51,7 @@ def fault_stack(
             "compactor",
             "poison",
             "s3down",
+            "corrupt",
             "partkill",
         )
     }
@@ -291,6 +292,52 @@ def test_s3_stopped_mid_run_and_started_again(fault_stack: tuple[Stack, dict[str
     time.sleep(20)  # every stage's storage calls fail; tasks retry with backoff
     stack.up()
     _accepted_all(_finish(stack, run, started))
+
+
+def test_stage_output_corrupted_in_s3_is_redone(fault_stack: tuple[Stack, dict[str, Path]]) -> None:
+    """A generator output torn in SeaweedFS between stages (the verifier stopped until every
+    shard is generated, so none is read before the fault): the verifier finds it, moves it
+    aside with its record, counts it, and the generator does that shard again; the run
+    completes and `rsieve audit` holds."""
+    import redis
+
+    from rsieve.keys import corrupt_prefix, stage_output
+    from tests.e2e.cli import run_cli
+
+    stack, pools = fault_stack
+    settings = stack_settings(stack)
+    ctx = bootstrap(settings)
+    started = time.monotonic()
+    stack.stop("verifier")
+    try:
+        run = _submit(stack, pools["corrupt"])
+        _wait_stage(stack, run, "generate", count=ITEMS // 4, timeout=180)
+        shard = sorted((ctx.shard_index(run) or {})["shards"])[0]
+        key = stage_output(run, "generate", shard)
+        written = ctx.store.get(key)
+        ctx.store.put(key, written[: len(written) // 2])  # a partial write
+    finally:
+        stack.up()
+    _accepted_all(_finish(stack, run, started))
+    records = [
+        json.loads(ctx.store.get(k))
+        for k in ctx.store.list(corrupt_prefix(run))
+        if k.endswith("json")
+    ]
+    assert [(r["stage"], r["shard"], r["reason"], r["read_by"]) for r in records] == [
+        ("generate", shard, "unparsable", "rsieve.verify")
+    ]
+    assert records[0]["bytes"] == len(written) // 2
+    counted = redis.Redis.from_url(settings.redis_url).hget(
+        "rsieve:metrics:c:rsieve_corrupt_outputs", json.dumps(["generate", "unparsable"])
+    )
+    assert counted is not None and float(counted) == 1.0
+    # Redone: the shard's output is whole again, sealed, and read by every stage after it.
+    assert ctx.store.get(key) != written[: len(written) // 2]
+    assert len(ctx.load(run, "generate", shard).generations) == 4
+    audit = run_cli(stack, "audit", run)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    assert ctx.reconcile(run) == []
 
 
 def test_no_secret_in_any_log(fault_stack: tuple[Stack, dict[str, Path]]) -> None:
