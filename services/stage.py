@@ -16,6 +16,7 @@ from celery.exceptions import Reject, Retry
 from kombu.exceptions import OperationalError
 
 from rsieve import __version__, keys
+from rsieve.adapters.holdings import failed_key
 from rsieve.adapters.metrics import RedisMetrics, log_context
 from rsieve.errors import CorruptOutputError, RetryableError
 from rsieve.run.failures import (
@@ -92,7 +93,10 @@ class StageTask(Held):
             stop_run(ctx, exc.failure)
             return None
         shard = kwargs.get("shard")
-        tries = record_error(ctx, run, error_field(self.name, kwargs))
+        try:
+            tries = record_error(ctx, run, error_field(self.name, kwargs))
+        except BROKER_DOWN as down:  # cannot count it: back to its queue, as for an outage
+            raise Reject(down, requeue=True) from exc
         if tries <= ctx.settings.stage_error_retries + 1:
             delay = backoff_s(tries, ctx.settings.stage_error_backoff_s)
             log.warning(
@@ -198,10 +202,6 @@ def _stopped_key(run: str) -> str:
     return f"rsieve:run:{run}:stopped"
 
 
-def _failed_key(run: str) -> str:
-    return f"rsieve:run:{run}:failed"
-
-
 ERRORS_KEPT_S = 7 * 24 * 3600
 
 
@@ -227,7 +227,12 @@ def errors_of(ctx: Context, run: str, field: str) -> int:
 
 
 def stopped(ctx: Context, run: str) -> bool:
-    return bool(ctx.redis.exists(_stopped_key(run)))
+    """Whether the run is stopped; False while Redis cannot say (the task then meets the
+    outage where it needs Redis, and its shard is requeued as for any outage)."""
+    try:
+        return bool(ctx.redis.exists(_stopped_key(run)))
+    except BROKER_DOWN:
+        return False
 
 
 def stop_run(ctx: Context, failure: RunFailure) -> None:
@@ -240,9 +245,7 @@ def stop_run(ctx: Context, failure: RunFailure) -> None:
     )
     pipe = ctx.redis.pipeline(transaction=False)
     pipe.set(_stopped_key(failure.run), failure.reason())
-    pipe.hset(
-        _failed_key(failure.run), f"{failure.task}:{failure.shard}", failure.model_dump_json()
-    )
+    pipe.hset(failed_key(failure.run), f"{failure.task}:{failure.shard}", failure.model_dump_json())
     pipe.execute()
     _safely(lambda: ctx.metrics.inc("rsieve_runs_stopped", failure.task, failure.error))
     log.error("run %s stopped: %s", failure.run, failure.reason())
@@ -250,7 +253,7 @@ def stop_run(ctx: Context, failure: RunFailure) -> None:
 
 def clear_stop(ctx: Context, run: str) -> None:
     """What a resume clears: the run's stop, its failed record and its counted errors."""
-    ctx.redis.delete(_stopped_key(run), _failed_key(run), _errors_key(run))
+    ctx.redis.delete(_stopped_key(run), failed_key(run), _errors_key(run))
     ctx.store.delete(keys.run_failed(run))
 
 

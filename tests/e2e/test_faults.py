@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 
+from rsieve import keys
 from rsieve.adapters.exports import export_dataset
 from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import S3Store
 from rsieve.dataset.audit import audit_run
-from rsieve_cli.client import submit, wait_for_run
+from rsieve.run.failures import RunFailure
+from rsieve_cli.client import api_request, submit, wait_for_run
 from rsieve_cli.local.stack import SERVICES, Stack
 from services.common import bootstrap
 from tests.conftest import stack_settings
@@ -53,8 +55,14 @@ def fault_stack(
             "s3down",
             "corrupt",
             "partkill",
+            "raise",
+            "halt",
         )
     }
+    # tests/fault_injection/sitecustomize.py: the verifier raises on raise-001, every time,
+    # and on every item of "halt" while the file names it (test_every_item_failing...).
+    raising = root / "raising.json"
+    raising.write_text(json.dumps(["raise-001", "halt-"]))
     replay_file = root / "replay.json"
     replay_file.write_text(json.dumps(replay))
     stack = start_stack(
@@ -79,6 +87,10 @@ def fault_stack(
             # ... and the compactor dies once inside a partition of "partkill".
             "RSIEVE_TEST_CRASH_PARTITION_OF": "partkill",
             "RSIEVE_TEST_CRASH_MARKS": str(root),
+            "RSIEVE_TEST_RAISE_FILE": str(raising),
+            # A shard that raises: tried twice more, 0.5 s apart, then its items isolated.
+            "RSIEVE_STAGE_ERROR_RETRIES": "1",
+            "RSIEVE_STAGE_ERROR_BACKOFF_S": "0.5",
             "PYTHONPATH": str(FAULT_INJECTION),
         },
     )
@@ -292,6 +304,57 @@ def test_s3_stopped_mid_run_and_started_again(fault_stack: tuple[Stack, dict[str
     time.sleep(20)  # every stage's storage calls fail; tasks retry with backoff
     stack.up()
     _accepted_all(_finish(stack, run, started))
+
+
+def test_an_item_the_verifier_raises_on_is_quarantined_and_the_run_completes(
+    fault_stack: tuple[Stack, dict[str, Path]],
+) -> None:
+    stack, pools = fault_stack
+    started = time.monotonic()
+    run = _submit(stack, pools["raise"])
+    report = _finish(stack, run, started)
+    words = report["families"]["SynthWords"]
+    assert words["quarantined_by_reason"] == {"stage_error": 1}
+    _accepted_all(report, ITEMS - 1)
+    ctx = bootstrap(stack_settings(stack))
+    _, outputs = ctx.load_run(run)
+    (q,) = [q for out in outputs["verify"].values() for q in out.quarantined]
+    assert q.id == "raise-001" and q.stage == "verify"
+    assert q.detail.startswith("verify: ValueError: injected failure on raise-001 (rsieve ")
+    # The fault landed: the shard's tries raised and were counted before it was isolated.
+    log = (stack.logs / "verifier.log").read_text(errors="replace")
+    assert "raised ValueError (try 1)" in log and "quarantining an item that raises" in log
+
+
+def test_every_item_failing_stops_the_run_until_reconcile_resumes_it(
+    fault_stack: tuple[Stack, dict[str, Path]],
+) -> None:
+    """Every item of the pool raising at the verifier (what a broken setting does): the run
+    stops with its reason, status says it cannot finish, nothing is quarantined item by
+    item; once the cause is gone, `rsieve reconcile` resumes it and it completes."""
+    stack, pools = fault_stack
+    settings = stack_settings(stack)
+    ctx = bootstrap(settings)
+    started = time.monotonic()
+    run = _submit(stack, pools["halt"])
+    deadline = time.monotonic() + 120
+    while not ctx.store.exists(keys.run_failed(run)):
+        assert time.monotonic() < deadline, "the run never stopped"
+        time.sleep(0.2)
+    failure = RunFailure.model_validate_json(ctx.store.get(keys.run_failed(run)))
+    assert failure.task == "rsieve.verify" and failure.error == "ValueError"
+    status = api_request(settings, "GET", f"/runs/{run}").json()
+    assert status["cannot_finish"], status
+    assert any("ValueError" in f["reason"] for f in status["failed"]), status["failed"]
+    assert not ctx.stored_shards(run, "verify"), "no verify output while it is stopped"
+    # The cause fixed (the file no longer names the pool), then resumed by hand.
+    (pools["halt"].parent / "raising.json").write_text(json.dumps(["raise-001"]))
+    plan = ctx.reconcile(run)
+    assert any(task == "rsieve.verify" for task, _ in plan)
+    report = _finish(stack, run, started)
+    assert report["families"]["SynthWords"]["quarantined"] == 0
+    _accepted_all(report)
+    assert not ctx.store.exists(keys.run_failed(run))
 
 
 def test_stage_output_corrupted_in_s3_is_redone(fault_stack: tuple[Stack, dict[str, Path]]) -> None:

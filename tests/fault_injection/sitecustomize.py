@@ -6,6 +6,11 @@ decoder. The production code has no hook for it: ItemGuard's two entry points ar
 here, the crash coming after the in-flight mark an isolating delivery sets, exactly where
 a real poison item would kill the worker.
 
+RSIEVE_TEST_RAISE_FILE (a JSON file holding a list of item ids or id prefixes ending in
+"-") makes the verifier raise ValueError on those items, every time, read afresh for each
+item so a test can break a run and then fix it: a bug that hits one item, or a cause
+that hits every item of a pool (what a broken setting does), without restarting workers.
+
 RSIEVE_TEST_CRASH_PARTITION_OF (a dataset name) kills the compactor the first time it has
 uploaded a partition's Parquet shards for that dataset, before the partition's summary
 and the commit (once: a file in RSIEVE_TEST_CRASH_MARKS says it happened)."""
@@ -58,6 +63,34 @@ def _install() -> None:
     ItemGuard.batch = crashing_batch  # type: ignore[method-assign]
 
 
+def _raises_on(path: str, item: Any) -> bool:
+    try:
+        patterns = json.loads(open(path).read() or "[]")
+    except (OSError, ValueError):
+        return False
+    item_id = _item_id(item) or ""
+    return any(item_id == p or (p.endswith("-") and item_id.startswith(p)) for p in patterns)
+
+
+def _install_raise(path: str) -> None:
+    from services.stage import ItemGuard
+
+    run = ItemGuard.run
+
+    def raising_run(self: Any, items: Any, fn: Any, **kw: Any) -> Any:
+        if self.task != "verify":
+            return run(self, items, fn, **kw)
+
+        def raising_fn(item: Any) -> Any:
+            if _raises_on(path, item):
+                raise ValueError(f"injected failure on {_item_id(item)}")
+            return fn(item)
+
+        return run(self, items, raising_fn, **kw)
+
+    ItemGuard.run = raising_run  # type: ignore[method-assign]
+
+
 def _install_partition_crash(dataset: str, marks: str) -> None:
     from rsieve.adapters import parquet
 
@@ -78,6 +111,8 @@ def _install_partition_crash(dataset: str, marks: str) -> None:
 
 if CRASH_IDS:
     _install()
+if os.environ.get("RSIEVE_TEST_RAISE_FILE"):
+    _install_raise(os.environ["RSIEVE_TEST_RAISE_FILE"])
 if os.environ.get("RSIEVE_TEST_CRASH_PARTITION_OF"):
     _install_partition_crash(
         os.environ["RSIEVE_TEST_CRASH_PARTITION_OF"], os.environ["RSIEVE_TEST_CRASH_MARKS"]

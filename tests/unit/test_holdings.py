@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import fakeredis
+import redis
 from celery import Celery
 
 from rsieve.adapters.holdings import HOLDINGS, Holdings, failed_key, heartbeat_key
@@ -37,7 +38,7 @@ def _holding(
     )
 
 
-def _unacked(r: fakeredis.FakeRedis, h: Holding, delivered_at: float) -> bytes:
+def _unacked(r: redis.Redis, h: Holding, delivered_at: float) -> bytes:
     """The message as kombu's Redis transport keeps it while a worker holds it."""
     payload = {
         "body": "e30=",
