@@ -31,7 +31,7 @@ from rsieve.adapters.storage import parse_s3_uri
 from rsieve.errors import ConflictError, NotFoundError, PermanentError
 from rsieve.run.holdings import run_liveness, stage_eta
 from rsieve.run.packs import INDEX as PACK_INDEX
-from rsieve.run.packs import INDEX_BUCKETS, PackIndex, index_bucket_key
+from rsieve.run.packs import INDEX_BUCKETS, index_bucket_key, read_index
 from rsieve.run.submission import ITEMS, REFUSED, digest_of
 from rsieve.run.watch import COMPLETE
 from rsieve.schemas import DATASET_PATTERN, STAGES, ImageRef, Outcome, RunSpec, ShardOutput
@@ -82,7 +82,7 @@ def stored_pool_digest(ctx: Context, prefix: str) -> str:
         with tempfile.TemporaryDirectory(prefix="rsieve-digest-") as tmp:
             return digest_of(items_sha, _bucket_entries(ctx, prefix, Path(tmp)), refused)
     try:
-        index = PackIndex.model_validate_json(store.get(prefix + PACK_INDEX))
+        index = read_index(store.get(prefix + PACK_INDEX), prefix + PACK_INDEX)
         files = {path: ref.sha256 for path, ref in index.images.items()}
     except NotFoundError:
         skip = {ITEMS, REFUSED, COMPLETE}
@@ -118,7 +118,8 @@ def _bucket_entries(ctx: Context, prefix: str, tmp: Path) -> Iterator[tuple[str,
     MERGE_FAN_IN at a time, so a digest holds few files open whatever the index."""
     runs = []
     for bucket in range(INDEX_BUCKETS):
-        index = PackIndex.model_validate_json(ctx.store.get(prefix + index_bucket_key(bucket)))
+        key = prefix + index_bucket_key(bucket)
+        index = read_index(ctx.store.get(key), key)
         path = tmp / f"0-{bucket:03d}.jsonl"
         with path.open("w", encoding="utf-8") as out:
             for name in sorted(index.images):

@@ -16,7 +16,7 @@ from urllib.parse import unquote, urlparse
 from rsieve.adapters.storage import ObjectStore, S3Store, parse_s3_uri, write_packs
 from rsieve.clean.provenance import Resolution, SourceRef
 from rsieve.errors import NotFoundError, PermanentError
-from rsieve.run.packs import INDEX, PackIndex
+from rsieve.run.packs import INDEX, PackIndex, read_index
 from rsieve.settings import Settings
 from services.common import Context
 
@@ -108,9 +108,11 @@ def pack_index(ctx: Context, prefix: str, paths: list[str]) -> PackIndex:
     upload_pool) is packed here first, reading each of its images (`paths`, in line order)
     once."""
     try:
-        return PackIndex.model_validate_json(ctx.store.get(prefix + INDEX))
+        raw = ctx.store.get(prefix + INDEX)
     except NotFoundError:
-        pass
+        raw = None
+    if raw is not None:
+        return read_index(raw, prefix + INDEX)  # pool data: corrupt refuses the run
 
     def fetch(path: str) -> tuple[str, bytes | None]:
         try:

@@ -153,3 +153,36 @@ def test_outputs_written_before_seals_are_read_and_counted(tmp_path: Path) -> No
     raw = stack.ctx.redis.hgetall(f"{metrics.PREFIX}:c:rsieve_unsealed_outputs")
     assert {tuple(json.loads(k)): float(v) for k, v in raw.items()} == {("judge",): 1.0}
     assert not _corrupt_records(stack, run)
+
+
+def test_a_corrupt_pack_index_refuses_the_run_with_its_reason(tmp_path: Path) -> None:
+    """Pool data is not a stage's to redo: a garbled pack index is refused at submission
+    (the API answers 422), and one garbled after it stops the run at ingest (services/
+    stage.py), the reason naming the object and the fix."""
+    from rsieve.adapters.pools import upload_pool
+    from rsieve.errors import PermanentError
+    from rsieve.run.failures import RunFailure
+    from rsieve.run.packs import INDEX
+
+    stack, _, _, pool = _stack(tmp_path, stage_error_retries=0)
+    uri = upload_pool(stack.store, pool)
+    (index,) = [k for k in stack.store.list("pools/") if k.endswith(INDEX)]
+    written = stack.store.get(index)
+    stack.store.put(index, written[:-10])
+    with pytest.raises(PermanentError, match=f"pack index {index} is corrupt"):
+        stack.submit(uri, DATASET)
+    assert not any(stack.store.list("runs/"))
+    stack.store.put(index, written)
+    run = stack.submit(uri, DATASET)
+    stack.store.put(index, written[:-10])
+    for _ in range(6):
+        try:
+            stack.drain()
+            break
+        except Exception:  # noqa: BLE001 - the failure being retried (Celery's retry)
+            stack.done -= 1  # delivered again
+    failure = RunFailure.model_validate_json(stack.store.get(keys.run_failed(run)))
+    assert failure.error == "PermanentError", failure
+    assert f"pack index {index} is corrupt" in failure.message, failure.message
+    assert "upload the pool again" in failure.message
+    assert not stack.store.exists(keys.shards(run))

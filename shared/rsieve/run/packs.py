@@ -20,6 +20,7 @@ from hashlib import sha256
 
 from pydantic import BaseModel, ConfigDict
 
+from rsieve.errors import PermanentError
 from rsieve.hashindex import hash_hex, informative, perceptual_hash
 from rsieve.images import MAX_PIXELS
 from rsieve.run.partitions import key_partition
@@ -36,6 +37,7 @@ __all__ = [
     "index_bucket_key",
     "index_buckets",
     "plan_reads",
+    "read_index",
     "slice_read",
 ]
 
@@ -69,6 +71,20 @@ class PackIndex(BaseModel):
 
     version: int = 1
     images: dict[str, ImageRef] = {}
+
+
+def read_index(raw: bytes, key: str) -> PackIndex:
+    """A stored pack index (or a bucket of one) at `key`. Pool data that does not parse is
+    not a stage's to redo: it refuses the run (PermanentError naming the object and the
+    fix), at submission and at ingest."""
+    try:
+        return PackIndex.model_validate_json(raw)
+    except ValueError as exc:
+        first = " ".join(str(exc).split())[:120]
+        raise PermanentError(
+            f"the pool's pack index {key} is corrupt; upload the pool again and submit it"
+            f" ({len(raw)} bytes: {first})"
+        ) from exc
 
 
 # Larger images get no hash: the cleaner quarantines them (image_too_large) unread.
