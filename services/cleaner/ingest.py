@@ -47,7 +47,7 @@ from rsieve.clean.ingestion import (
 )
 from rsieve.clean.provenance import verify_source
 from rsieve.errors import NotFoundError
-from rsieve.run.packs import INDEX, INDEX_BUCKETS, index_bucket_key
+from rsieve.run.packs import INDEX, INDEX_BUCKETS, index_bucket_key, read_index
 from rsieve.run.submission import ITEMS, REFUSED
 from rsieve.schemas import ImageRef
 from services.cleaner.screen import load_screen
@@ -185,16 +185,18 @@ def _pack_refs(
     wrote them (the partition's paths are in buckets part, part + partitions, ...), else
     the whole index (a small pool, or one packed before buckets)."""
     prefix = pool_key(ctx, run)
+    wanted = [prefix + index_bucket_key(b) for b in range(part, INDEX_BUCKETS, partitions)]
     try:
-        buckets = [
-            ctx.store.get(prefix + index_bucket_key(b))
-            for b in range(part, INDEX_BUCKETS, partitions)
-        ]
+        buckets = [(key, ctx.store.get(key)) for key in wanted]
     except NotFoundError:
-        buckets = [ctx.store.get(prefix + INDEX)]
+        buckets = [(prefix + INDEX, ctx.store.get(prefix + INDEX))]
     out: dict[str, ImageRef] = {}
-    for data in buckets:
-        images = json.loads(data).get("images", {})
+    for key, data in buckets:
+        try:
+            images = json.loads(data).get("images", {})
+        except ValueError:
+            read_index(data, key)  # pool data: raises, naming the object and the fix
+            raise
         out |= {p: ImageRef.model_validate(raw) for p, raw in images.items() if p in paths}
     return out
 

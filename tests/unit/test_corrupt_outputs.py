@@ -186,3 +186,32 @@ def test_a_corrupt_pack_index_refuses_the_run_with_its_reason(tmp_path: Path) ->
     assert f"pack index {index} is corrupt" in failure.message, failure.message
     assert "upload the pool again" in failure.message
     assert not stack.store.exists(keys.shards(run))
+
+
+def test_a_corrupt_bucket_of_the_pack_index_stops_ingest_rounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for a pool ingested in rounds from a bucketed index (ingest's join reads
+    its buckets): the run stops, the reason naming the bucket."""
+    from rsieve.adapters import storage
+    from rsieve.adapters.pools import upload_pool
+    from rsieve.run.failures import RunFailure
+
+    monkeypatch.setattr(storage, "INDEX_BUCKETED_FROM", 1)  # the upload writes buckets
+    stack, _, _, pool = _stack(tmp_path, stage_error_retries=0, ingest_range_items=4)
+    uri = upload_pool(stack.store, pool)
+    run = stack.submit(uri, DATASET)
+    buckets = [k for k in stack.store.list("pools/") if "/_packs/index/" in k]
+    assert buckets
+    for key in buckets:
+        stack.store.put(key, b'{"version":1,"images":{"x"')
+    for _ in range(12):
+        try:
+            stack.drain()
+            break
+        except Exception:  # noqa: BLE001 - the failure being retried (Celery's retry)
+            stack.done -= 1  # delivered again
+    failure = RunFailure.model_validate_json(stack.store.get(keys.run_failed(run)))
+    assert failure.task.startswith("rsieve.ingest"), failure
+    assert "pack index pools/" in failure.message and "is corrupt" in failure.message
+    assert not stack.store.exists(keys.shards(run))
