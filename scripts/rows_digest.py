@@ -34,7 +34,7 @@ from rsieve.generate.generation import (
 from rsieve.images import prepare_image
 from rsieve.schemas import ShardOutput
 from rsieve.settings import Settings
-from services.api.runs import submit
+from services.api.submission import submit
 from services.cleaner.tasks import register as c
 from services.common import bootstrap
 from services.compactor.tasks import register as k

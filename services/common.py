@@ -219,7 +219,7 @@ class Context:
 
     def spec(self, run: str) -> RunSpec:
         """The run's spec. run.json is written once, at submission, before any task of the
-        run is sent (services/api/runs.py, services/cleaner/watch.py): read once per
+        run is sent (services/api/submission.py, services/cleaner/watch.py): read once per
         process, not once per task (a task of a 200,000-item run's ingest read it up to
         three times)."""
         spec = self._specs.get(run)

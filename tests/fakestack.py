@@ -28,7 +28,7 @@ from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest
 from rsieve.schemas import ShardOutput
 from rsieve.settings import Settings
 from rsieve_cli.local.replay import replay_key
-from services.api.runs import submit
+from services.api.submission import submit
 from services.cleaner.tasks import register as clean_tasks
 from services.common import Context, bootstrap
 from services.compactor.tasks import register as compact_tasks

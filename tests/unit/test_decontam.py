@@ -149,7 +149,7 @@ def test_ingest_screens_against_evaluation_sets_and_the_dataset(tmp_path: Path) 
     quarantines the overlap `duplicate_item` at ingest, before any model call."""
     from rsieve.adapters.pools import upload_pool
     from rsieve.clean.decontam import dataset_keys, evalset_key, near_keys_key
-    from services.api.runs import submit
+    from services.api.submission import submit
     from services.cleaner.tasks import register as clean_tasks
 
     store, sent = MemoryStore(), Sent()

@@ -30,8 +30,8 @@ from rsieve.clean.ingestion import plan_ingest, range_lines
 from rsieve.run.shards import split_pool
 from rsieve.run.submission import digest_of, pool_digest
 from rsieve.settings import Settings
-from services.api import runs as api_runs
-from services.api.runs import submit
+from services.api import submission as api_submission
+from services.api.submission import submit
 from services.cleaner import ingest as ingest_steps
 from services.cleaner.tasks import register as clean_tasks
 from services.common import bootstrap
@@ -364,7 +364,7 @@ def test_the_api_digests_a_large_pool_without_holding_it(
     index bucket by bucket (never index.json), and the digest is the uploader's, the same
     as from the whole index."""
     monkeypatch.setattr(storage, "INDEX_BUCKETED_FROM", 16)
-    monkeypatch.setattr(api_runs, "DIGEST_CHUNK", 64)
+    monkeypatch.setattr(api_submission, "DIGEST_CHUNK", 64)
     pool = messy_pool(tmp_path / "pool")
     ingest = Ingest()
     uri = upload_pool(ingest.store, pool)
@@ -375,15 +375,15 @@ def test_the_api_digests_a_large_pool_without_holding_it(
     ingest.store.keys.clear()
 
     opened: list[int] = []
-    real_merged = api_runs._merged
+    real_merged = api_submission._merged
 
     def merged(paths: list[Path]) -> Any:
         opened.append(len(paths))
         return real_merged(paths)
 
-    monkeypatch.setattr(api_runs, "_merged", merged)
-    assert api_runs.stored_pool_digest(ingest.ctx, prefix) == marker
-    assert max(opened) <= api_runs.MERGE_FAN_IN and len(opened) == 16 + 1  # 256 -> 16 -> 1
+    monkeypatch.setattr(api_submission, "_merged", merged)
+    assert api_submission.stored_pool_digest(ingest.ctx, prefix) == marker
+    assert max(opened) <= api_submission.MERGE_FAN_IN and len(opened) == 16 + 1  # 256 -> 16 -> 1
     assert ingest.store.reads and all(end - start <= 64 for start, end in ingest.store.reads)
     assert not any(k.endswith("_packs/index.json") for k in ingest.store.keys)
     assert sum(k.startswith(prefix + "_packs/index/") for k in ingest.store.keys) == 256
@@ -391,7 +391,7 @@ def test_the_api_digests_a_large_pool_without_holding_it(
     # The same pool with its index whole (a small pool, or one packed before buckets).
     for key in [k for k in ingest.store.objects if k.startswith(prefix + "_packs/index/")]:
         ingest.store.delete(key)
-    assert api_runs.stored_pool_digest(ingest.ctx, prefix) == marker
+    assert api_submission.stored_pool_digest(ingest.ctx, prefix) == marker
 
 
 def test_a_streamed_digest_is_the_pool_digest_and_wants_name_order() -> None:

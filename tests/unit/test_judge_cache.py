@@ -27,7 +27,7 @@ from rsieve.judge.judgecache import (
 from rsieve.judge.verdicts import TEMPLATE_SHA256
 from rsieve.schemas import ShardOutput
 from rsieve.settings import Settings
-from services.api.runs import submit
+from services.api.submission import submit
 from services.cleaner.tasks import register as clean_tasks
 from services.common import Context, bootstrap
 from services.compactor.tasks import register as compact_tasks

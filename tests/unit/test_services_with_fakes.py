@@ -29,7 +29,7 @@ from rsieve.generate.generation import (
 from rsieve.images import prepare_image
 from rsieve.schemas import ShardOutput
 from rsieve.settings import Settings
-from services.api.runs import submit
+from services.api.submission import submit
 from services.cleaner.tasks import register as clean_tasks
 from services.common import Context, bootstrap
 from services.compactor.tasks import register as compact_tasks
@@ -220,7 +220,7 @@ def test_a_rejection_the_judge_calls_correct_is_promoted_and_wrong_stays_rejecte
 def test_the_run_id_comes_from_the_pools_content_never_from_its_marker(
     ctx: tuple[Context, MemoryStore, Sent, TableJudge],
 ) -> None:
-    from services.api.runs import stored_pool_digest
+    from services.api.submission import stored_pool_digest
 
     context, store, _sent, _table = ctx
     uri = upload_pool(store, ROOT / "examples" / "pool")
@@ -243,7 +243,7 @@ def test_the_run_id_comes_from_the_pools_content_never_from_its_marker(
 def test_a_pool_written_without_packs_is_digested_from_its_objects(
     ctx: tuple[Context, MemoryStore, Sent, TableJudge],
 ) -> None:
-    from services.api.runs import stored_pool_digest
+    from services.api.submission import stored_pool_digest
 
     context, store, _sent, _table = ctx
     uri = upload_pool(store, ROOT / "examples" / "pool")

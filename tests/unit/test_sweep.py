@@ -12,7 +12,7 @@ import fakeredis
 from rsieve.adapters.pools import upload_pool
 from rsieve.dataset.audit import stalled
 from rsieve.settings import Settings
-from services.api.runs import submit
+from services.api.submission import submit
 from services.cleaner.sweep import DONE, sweep
 from services.cleaner.tasks import register as clean_tasks
 from services.common import bootstrap

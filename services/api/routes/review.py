@@ -14,7 +14,7 @@ from fastapi.responses import HTMLResponse
 
 from rsieve import keys
 from rsieve.errors import NotFoundError
-from services.api import runs
+from services.api import reviews, runs
 from services.api.deps import Authorised
 from services.api.models import ReviewCreate, ReviewItem, ReviewItemsPublic, ReviewPublic
 
@@ -51,7 +51,7 @@ def items(
     """Rejected items and judge CORRECTs in pool order; families and reasons are counted
     before the family/reason filters, for the page's menus."""
     runs.spec(ctx, run)
-    found = runs.review_items(ctx, run)
+    found = reviews.review_items(ctx, run)
     if kind != "all":
         found = [i for i in found if i["kind"] == kind]
     families, reasons = runs.tally(found, "family"), runs.tally(found, "reason")
@@ -62,7 +62,7 @@ def items(
     ]
     page_items = found[offset : offset + limit]
     if page_items:
-        done = runs.reviews(ctx, run)
+        done = reviews.reviews(ctx, run)
         page_items = [i | {"review": done.get(i["id"])} for i in page_items]
     return ReviewItemsPublic(
         data=[ReviewItem(**i) for i in page_items],
@@ -77,7 +77,11 @@ def review(run: str, item_id: str, body: ReviewCreate, ctx: Authorised) -> Revie
     """A person confirms a judge promotion or marks it wrong (the last call stands)."""
     runs.spec(ctx, run)
     item = next(
-        (i for i in runs.review_items(ctx, run) if i["id"] == item_id and i["kind"] == "promoted"),
+        (
+            i
+            for i in reviews.review_items(ctx, run)
+            if i["id"] == item_id and i["kind"] == "promoted"
+        ),
         None,
     )
     if item is None:
@@ -95,7 +99,7 @@ def list_reviews(run: str, ctx: Authorised) -> list[ReviewPublic]:
     runs.spec(ctx, run)
     return [
         ReviewPublic(**{k: v for k, v in r.items() if k != "family"})
-        for r in runs.reviews(ctx, run).values()
+        for r in reviews.reviews(ctx, run).values()
     ]
 
 
@@ -121,7 +125,7 @@ def run_image(
     """The image of one of a run's judged items, as uploaded (from the pool's packs)."""
     runs.spec(ctx, run)
     try:
-        return _image_response(runs.image(ctx, run, sha256))
+        return _image_response(reviews.image(ctx, run, sha256))
     except NotFoundError:
         raise HTTPException(404, "no such image in this run") from None
 

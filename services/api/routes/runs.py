@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from rsieve import keys
 from rsieve.judge.calibration import summarise
 from rsieve.schemas import DATASET_PATTERN
-from services.api import runs
+from services.api import reviews, runs, submission
 from services.api.archive import ArchiveError, extract_pool
 from services.api.deps import Authorised
 from services.api.models import (
@@ -45,10 +45,10 @@ def submit(req: RunCreate, ctx: Authorised) -> RunCreated:
     if req.pool_uri is not None:
         if not req.pool_uri.startswith("s3://"):
             raise HTTPException(422, "pool_uri must be an s3:// URI")
-        run = runs.submit(ctx, req.pool_uri, req.dataset, sampling)
+        run = submission.submit(ctx, req.pool_uri, req.dataset, sampling)
     else:
-        folder = runs.pool_under_roots(ctx, str(req.pool_path))
-        run = runs.submit_folder(ctx, folder, req.dataset, sampling)
+        folder = submission.pool_under_roots(ctx, str(req.pool_path))
+        run = submission.submit_folder(ctx, folder, req.dataset, sampling)
     return RunCreated(run=run, status_url=f"/runs/{run}")
 
 
@@ -80,7 +80,7 @@ def submit_upload(
             )
         except ArchiveError as exc:
             raise HTTPException(422, str(exc)) from None
-        run = runs.submit_folder(ctx, folder, dataset, chosen)
+        run = submission.submit_folder(ctx, folder, dataset, chosen)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return RunCreated(run=run, status_url=f"/runs/{run}")
@@ -185,7 +185,7 @@ def calibration(run: str, ctx: Authorised) -> dict[str, Any]:
         records, size=s.judge_calibration_size, bound=s.judge_false_promotion_bound
     )
     human: dict[str, dict[str, int]] = {}
-    for r in runs.reviews(ctx, run).values():
+    for r in reviews.reviews(ctx, run).values():
         fam = human.setdefault(r.get("family") or "(unknown)", {"confirmed": 0, "wrong": 0})
         fam[r["verdict"]] += 1
     return {"run": run, "records": len(records), "families": families, "human_review": human}

@@ -36,7 +36,7 @@ def digest_of(
     items_sha256: bytes, files: Iterable[tuple[str, bytes]], refused_sha256: bytes | None
 ) -> str:
     """`pool_digest` from the sha256s alone, `files` streamed in name order (the API
-    digests a pool of millions of images without holding its index: services/api/runs.py)."""
+    digests a pool of millions of images without holding its index: services/api/submission.py)."""
     digest = hashlib.sha256()
     digest.update(ITEMS.encode() + b"\0" + items_sha256)
     previous: str | None = None
