@@ -17,6 +17,7 @@ __all__ = [
     "MODEL_KINDS",
     "QUARANTINE_REASONS",
     "REJECT_REASONS",
+    "TASK_QUEUES",
     "THINKING_MODES",
     "Decision",
     "Generation",
@@ -124,6 +125,19 @@ REJECT_REASONS: dict[str, str] = {
 Stage = Literal["ingest", "clean", "generate", "verify", "judge", "compact"]
 # The stages that store one output per shard, in pipeline order.
 STAGES: tuple[str, ...] = ("clean", "generate", "verify", "judge")
+# Every queued task and the queue it runs on, which is also the stage whose progress it is
+# part of (rsieve.adapters.queues routes by it; status counts by it).
+TASK_QUEUES: dict[str, str] = {
+    "rsieve.ingest": "clean",
+    "rsieve.ingest_part": "clean",
+    "rsieve.clean": "clean",
+    "rsieve.generate": "generate",
+    "rsieve.verify": "verify",
+    "rsieve.judge": "judge",
+    "rsieve.compact": "compact",
+    "rsieve.compact_route": "compact",
+    "rsieve.compact_partition": "compact",
+}
 # A dataset's name: a path segment of datasets/<name>/ and of every run id.
 DATASET_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"
 

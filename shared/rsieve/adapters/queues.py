@@ -25,6 +25,7 @@ import redis
 from celery import Celery
 from kombu.transport import redis as kombu_redis
 
+from rsieve.schemas import TASK_QUEUES
 from rsieve.settings import Settings
 
 __all__ = ["QUEUES", "TASKS", "RedisTransport", "enqueue", "make_celery"]
@@ -38,17 +39,7 @@ TASKS: dict[str, str] = {
     "judge": "rsieve.judge",
     "compact": "rsieve.compact",
 }
-QUEUES: dict[str, str] = {
-    "rsieve.ingest": "clean",
-    "rsieve.ingest_part": "clean",
-    "rsieve.clean": "clean",
-    "rsieve.generate": "generate",
-    "rsieve.verify": "verify",
-    "rsieve.judge": "judge",
-    "rsieve.compact": "compact",
-    "rsieve.compact_route": "compact",
-    "rsieve.compact_partition": "compact",
-}
+QUEUES: dict[str, str] = TASK_QUEUES  # task -> queue (rsieve.schemas)
 
 
 log = logging.getLogger(__name__)

@@ -16,6 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from rsieve.schemas import TASK_QUEUES
+
 __all__ = [
     "Holding",
     "holder_id",
@@ -25,22 +27,9 @@ __all__ = [
     "stage_of",
 ]
 
-# Task name -> the stage whose progress it is part of.
-_STAGE_OF = {
-    "rsieve.ingest": "clean",
-    "rsieve.ingest_part": "clean",
-    "rsieve.clean": "clean",
-    "rsieve.generate": "generate",
-    "rsieve.verify": "verify",
-    "rsieve.judge": "judge",
-    "rsieve.compact": "compact",
-    "rsieve.compact_route": "compact",
-    "rsieve.compact_partition": "compact",
-}
-
 
 def stage_of(task: str) -> str:
-    return _STAGE_OF.get(task, task.removeprefix("rsieve."))
+    return TASK_QUEUES.get(task, task.removeprefix("rsieve."))
 
 
 def holder_id(hostname: str, pid: int) -> str:
