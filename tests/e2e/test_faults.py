@@ -19,10 +19,22 @@ from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import S3Store
 from rsieve.dataset.audit import audit_run
 from rsieve.run.failures import RunFailure
+from rsieve.run.holdings import Holding
 from rsieve_cli.client import api_request, submit, wait_for_run
 from rsieve_cli.local.stack import SERVICES, Stack
 from services.common import bootstrap
 from tests.conftest import stack_settings
+from tests.e2e.faults import (
+    REDIS_GONE,
+    SERVICE_OF,
+    TASK_OF,
+    LogMark,
+    counter,
+    held,
+    starts,
+    still_held,
+    wait_until,
+)
 from tests.e2e.pools import word_pool
 
 ITEMS = 24  # 6 shards of 4
@@ -140,14 +152,15 @@ def _accepted_all(report: dict[str, Any], expected: int = ITEMS) -> None:
 def _pools_started(stack: Stack, names: tuple[str, ...], timeout: float = 60) -> None:
     """Every named worker has said it is ready (its pool of children is up): a child killed
     while Celery still starts its pool makes the worker exit ("Could not start worker
-    processes"), which is a start-up failure, not the fault this test is about."""
-    deadline = time.monotonic() + timeout
-    for name in names:
+    processes"), which is a start-up failure, not the fault this test is about. Celery
+    checks its pool once, in the same call that logs "ready." (celery.worker.loops), and
+    the kill waits for a child holding a shard of a run submitted after this."""
+
+    def ready(name: str) -> bool:
         log = stack.logs / f"{name}.log"
-        while not (log.is_file() and " ready." in log.read_text(errors="replace")):
-            assert time.monotonic() < deadline, f"{name} never became ready"
-            time.sleep(0.2)
-    time.sleep(1.0)  # Celery checks its pool started once, just after it says ready
+        return log.is_file() and " ready." in log.read_text(errors="replace")
+
+    wait_until("a worker never became ready", lambda: all(map(ready, names)), timeout, 0.2)
 
 
 def test_worker_child_killed_mid_shard(fault_stack: tuple[Stack, dict[str, Path]]) -> None:
@@ -156,37 +169,62 @@ def test_worker_child_killed_mid_shard(fault_stack: tuple[Stack, dict[str, Path]
     _pools_started(stack, services)
     started = time.monotonic()
     run = _submit(stack, pools["childkill"])
-    _wait_stage(stack, run, "clean")
-    time.sleep(0.3)  # shards are now between stages
+
     # The prefork services' children (the generator runs threads: killing it is
-    # test_whole_worker_killed_and_replaced).
-    children = [c for name in services for c in _children(stack.pid(name) or 0)]
-    assert children
+    # test_whole_worker_killed_and_replaced), once one of them holds a shard of the run.
+    def busy() -> tuple[list[int], list[Holding]] | None:
+        children = [c for name in services for c in _children(stack.pid(name) or 0)]
+        holding = [h for h in held(stack, run, children) if "shard" in h.kwargs]
+        return (children, holding) if holding else None
+
+    children, holding = wait_until("no child held a shard of the run", busy, 120)
     for child in children:
         os.kill(child, signal.SIGKILL)
+    caught = still_held(stack, holding)  # a killed child never deletes its holding
+    assert caught, f"every shard held ({[h.shard for h in holding]}) finished before the kill"
     _accepted_all(_finish(stack, run, started))
+    # Noticed: each shard a killed child held was delivered again and done.
+    for h in caught:
+        service = SERVICE_OF[h.task]
+        assert starts(stack, service, run)[str(h.shard)] >= 2, (service, h.shard)
 
 
 def test_whole_worker_killed_and_replaced(fault_stack: tuple[Stack, dict[str, Path]]) -> None:
     stack, pools = fault_stack
     started = time.monotonic()
     run = _submit(stack, pools["workerkill"])
-    _wait_stage(stack, run, "clean")
-    time.sleep(0.3)
+    pid = stack.pid("generator") or 0
+    holding = wait_until(
+        "the generator never held a shard of the run", lambda: held(stack, run, [pid]), 120
+    )
     stack.stop("generator", signal.SIGKILL)
+    caught = still_held(stack, holding)
+    assert caught, f"every shard held ({[h.shard for h in holding]}) finished before the kill"
     stack.up()  # a new worker; the dead one's unacked shard returns after the timeout
     _accepted_all(_finish(stack, run, started))
+    # Noticed: each shard the dead worker held was delivered again and done.
+    again = starts(stack, "generator", run)
+    assert all(again[str(h.shard)] >= 2 for h in caught), (again, [h.shard for h in caught])
 
 
 def test_worker_stopped_for_scale_in(fault_stack: tuple[Stack, dict[str, Path]]) -> None:
     stack, pools = fault_stack
     started = time.monotonic()
     run = _submit(stack, pools["sigterm"])
-    _wait_stage(stack, run, "clean")
-    time.sleep(0.3)
+    pid = stack.pid("generator") or 0
+    holding = wait_until(
+        "the generator never held a shard of the run", lambda: held(stack, run, [pid]), 120
+    )
+    mark = LogMark(stack, ["generator"])
     stack.stop("generator", signal.SIGTERM, timeout=60)
+    done_by_it = bootstrap(stack_settings(stack)).stored_shards(run, "generate")
+    assert "warm shutdown" in mark.since("generator").lower(), mark.since("generator")[-2000:]
     stack.up()
     _accepted_all(_finish(stack, run, started))
+    # What it held when told to stop was finished before it exited, or delivered again.
+    again = starts(stack, "generator", run)
+    for h in holding:
+        assert h.shard in done_by_it or again[str(h.shard)] >= 2, (h.shard, again)
 
 
 def test_redis_restarted_mid_run(fault_stack: tuple[Stack, dict[str, Path]]) -> None:
@@ -194,9 +232,13 @@ def test_redis_restarted_mid_run(fault_stack: tuple[Stack, dict[str, Path]]) -> 
     started = time.monotonic()
     run = _submit(stack, pools["redis"])
     _wait_stage(stack, run, "clean")
+    wait_until("no shard of the run was held", lambda: held(stack, run), 60)
     workers = {name: stack.pid(name) for name in SERVICES}
+    mark = LogMark(stack)
     stack.stop("redis")
-    time.sleep(1)
+    # The outage lasts until a worker has met it (its log says the broker is gone).
+    met = wait_until("no worker met the Redis outage", lambda: mark.find(REDIS_GONE), 60)
+    print(f"{run}: Redis stopped; {met[0]} met it: {met[1][:200]}")
     stack.up()  # starts Redis again; it would also restart a worker that died
     _accepted_all(_finish(stack, run, started))
     # Every worker lived through the outage (a worker holding an unacked shard while it
@@ -208,9 +250,17 @@ def test_triton_restarted_mid_run(fault_stack: tuple[Stack, dict[str, Path]]) ->
     stack, pools = fault_stack
     started = time.monotonic()
     run = _submit(stack, pools["triton"])
-    _wait_stage(stack, run, "clean")
+    pid = stack.pid("generator") or 0
+    wait_until("the generator never held a shard of the run", lambda: held(stack, run, [pid]), 120)
+    models = ("rsieve.generate", "rsieve.judge")
+    retries = counter(stack, "rsieve_task_retries", models)
     stack.stop("triton", signal.SIGKILL)
-    time.sleep(3)
+    # Down until a model stage has met it: its call failed and the task was retried.
+    wait_until(
+        "no model call met the stopped Triton",
+        lambda: counter(stack, "rsieve_task_retries", models) > retries,
+        120,
+    )
     stack.up()
     _accepted_all(_finish(stack, run, started))
 
@@ -228,11 +278,26 @@ def test_messages_delivered_twice_change_nothing(
     ctx = bootstrap(settings)
     index = ctx.shard_index(run)
     assert index is not None
+    stages = ("cleaner", "generator", "verifier", "judge")
+    seen = {name: starts(stack, name, run) for name in stages}
+    compacted = starts(stack, "compactor", run)["None"]
     for shard, lines in index["shards"].items():
-        for task in ("rsieve.clean", "rsieve.generate", "rsieve.verify", "rsieve.judge"):
-            ctx.next(task, run=run, shard=shard, lines=lines)
+        for name in stages:
+            ctx.next(TASK_OF[name], run=run, shard=shard, lines=lines)
     ctx.next("rsieve.compact", run=run)
-    time.sleep(5)
+
+    # Every message sent twice was delivered again, and the run is idle once more.
+    def delivered_again() -> bool:
+        now = {name: starts(stack, name, run) for name in stages}
+        return (
+            all(
+                now[name][shard] > seen[name][shard] for name in stages for shard in index["shards"]
+            )
+            and starts(stack, "compactor", run)["None"] > compacted
+        )
+
+    wait_until("the messages sent twice were not all delivered", delivered_again, 180)
+    wait_until("the run's shards are still held", lambda: not held(stack, run), 180)
     _accepted_all(_finish(stack, run, started))
     after = export_dataset(store, "twice", tmp_path / "after")
     for path in sorted(before.rglob("*.parquet")):
@@ -300,8 +365,15 @@ def test_s3_stopped_mid_run_and_started_again(fault_stack: tuple[Stack, dict[str
     started = time.monotonic()
     run = _submit(stack, pools["s3down"])
     _wait_stage(stack, run, "clean")
+    wait_until("no shard of the run was held", lambda: held(stack, run), 60)
+    retries = counter(stack, "rsieve_task_retries")
     stack.stop("s3")
-    time.sleep(20)  # every stage's storage calls fail; tasks retry with backoff
+    # Down until the workers have met it: a storage call failed and its task was retried.
+    wait_until(
+        "no task met the stopped S3",
+        lambda: counter(stack, "rsieve_task_retries") > retries,
+        120,
+    )
     stack.up()
     _accepted_all(_finish(stack, run, started))
 
