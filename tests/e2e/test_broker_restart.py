@@ -32,6 +32,21 @@ def _wait(what: str, check: Callable[[], object], timeout: float) -> None:
         time.sleep(0.05)
 
 
+def _brpop_waiting(port: int) -> bool:
+    """Some client of this Redis is blocked in BRPOP (a worker waiting for a message)."""
+    client = redis.Redis(port=port, socket_timeout=5)
+    return any(
+        c.get("cmd") == "brpop" and "b" in str(c.get("flags", "")) for c in client.client_list()
+    )
+
+
+def _lost(log: Path, offset: int) -> bool:
+    """The log says, after `offset`, that the broker's connection was lost."""
+    with log.open("rb") as fh:
+        fh.seek(offset)
+        return "connection to broker lost" in fh.read().decode(errors="replace").lower()
+
+
 def test_worker_survives_redis_restart_holding_a_shard(tmp_path: Path) -> None:
     port, state, redis_log = proc.free_port(), tmp_path / "redis", tmp_path / "redis.log"
     redis = proc.start_redis(state_dir=state, port=port, log=redis_log)
@@ -77,10 +92,14 @@ def test_worker_survives_redis_restart_holding_a_shard(tmp_path: Path) -> None:
         app = make_celery(Settings.from_env_map({"RSIEVE_REDIS_URL": env["RSIEVE_REDIS_URL"]}))
         enqueue(app, "rsieve.generate", run="r", shard="00000", lines=1)
         _wait("the shard never started", lambda: list(marks.glob("start-00000-*")), 60)
-        time.sleep(0.3)  # one child holds the shard, the other waits for the next
+        # One child holds the shard; the worker waits on BRPOP for the next message.
+        _wait("the worker never waited for the next shard", lambda: _brpop_waiting(port), 30)
 
+        logged = worker_log.stat().st_size
         proc.stop(redis)
-        time.sleep(1)
+        assert not list(marks.glob("done-00000-*")), "the shard was done before Redis stopped"
+        # Down until the worker has met it (Celery's consumer logs the lost broker).
+        _wait("the worker never met the Redis outage", lambda: _lost(worker_log, logged), 60)
         redis = proc.start_redis(state_dir=state, port=port, log=redis_log)
         proc.wait_redis(port, 30, proc=redis)
 
