@@ -24,6 +24,7 @@ from rsieve.schemas import ShardOutput
 from rsieve_cli.client import submit, wait_for_run
 from rsieve_cli.local.stack import Stack
 from tests.conftest import stack_settings
+from tests.e2e.faults import counter, held, wait_until
 from tests.e2e.pools import picture
 
 QUESTION = "What word is shown in the image? Answer with the text only."
@@ -91,8 +92,18 @@ def run(
         assert time.monotonic() < deadline, "no shard was generated"
         time.sleep(0.1)
     before = stack.pid("triton")
-    stack.stop("triton")  # mid-run: the other shards are queued or in flight
-    time.sleep(2)
+    # Mid-run: the generator holds a shard (the others are queued or in flight).
+    generator = stack.pid("generator") or 0
+    wait_until("the generator held no shard", lambda: held(stack, run, [generator]), 120)
+    models = ("rsieve.generate", "rsieve.judge")
+    retries = counter(stack, "rsieve_task_retries", models)
+    stack.stop("triton")
+    # Down until a model call has met it: the call failed and its task was retried.
+    wait_until(
+        "no model call met the stopped Triton",
+        lambda: counter(stack, "rsieve_task_retries", models) > retries,
+        120,
+    )
     stack.up()
     restarted = stack.pid("triton")
     assert before and restarted and restarted != before
