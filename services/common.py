@@ -38,6 +38,7 @@ from rsieve.schemas import STAGES, Item, Quarantined, RunSpec, ShardOutput, Shar
 from rsieve.settings import SAMPLING, TRAINING, Settings, get_settings
 from rsieve.verify import protocol_versions
 from services.liveness import start_watcher
+from services.progress import time_limit
 from services.stage import ItemGuard, StageTask, clear_stop, observe_shard
 
 log = logging.getLogger("rsieve")
@@ -439,15 +440,21 @@ def bootstrap(
     Redis client such as fakeredis's, `send` for the next task, `Model` for the judge)."""
     settings = settings or get_settings()
     app = app or make_celery(settings)
-    return Context(
+
+    def enqueued(task: str, kwargs: dict[str, Any]) -> None:
+        # A generate or judge shard's limit follows its model's pace (services/progress.py).
+        enqueue(app, task, time_limit=time_limit(ctx, task, kwargs), **kwargs)
+
+    ctx = Context(
         settings=settings,
         app=app,
-        send=send or (lambda task, kwargs: enqueue(app, task, **kwargs)),
+        send=send or enqueued,
         given_store=store,
         given_redis=redis_client,
         judge_model_of=judge_model,
         generator_model_of=generator_model,
     )
+    return ctx
 
 
 def run_worker(

@@ -17,16 +17,25 @@ the shard goes back to the queue (StageTask, services/common.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Sequence
 
 from rsieve import keys
 from rsieve.adapters.model import ModelInfo, ModelRequest, engine_url
 from rsieve.adapters.tokenizer import preload_chat_template
-from rsieve.generate.generation import poisoned_item, ready_items, record_generations, sampled
+from rsieve.generate.generation import (
+    ModelReply,
+    poisoned_item,
+    ready_items,
+    record_generations,
+    sampled,
+)
+from rsieve.generate.progress import batches, to_ask
 from rsieve.images import ImageError, PreparedImage, prepare_image
-from rsieve.schemas import ShardOutput
+from rsieve.schemas import Quarantined, ShardOutput
 from services.common import Context
 from services.generator.feeder import Feeder, Intake
+from services.progress import Progress
 
 
 def register(ctx: Context) -> None:
@@ -53,13 +62,14 @@ def register(ctx: Context) -> None:
     def generate(run: str, shard: str, lines: int) -> None:
         if not ctx.done(run, "generate", shard):
             with feeder.intake(lines) as arrived:
-                out = generate_shard(run, shard, lines, arrived)
+                out, progress = generate_shard(run, shard, lines, arrived)
             ctx.save(out)
+            progress.clear()
         ctx.next("rsieve.verify", run=run, shard=shard, lines=lines)
 
     def generate_shard(
         run: str, shard: str, lines: int, arrived: Callable[[], None]
-    ) -> ShardOutput:
+    ) -> tuple[ShardOutput, Progress]:
         s = ctx.run_settings(run)  # the run's own sampling (best-of-n)
         items = ctx.load(run, "clean", shard).items
         # A few ranged reads of the pool's packs: the model waits on this between shards.
@@ -74,18 +84,52 @@ def register(ctx: Context) -> None:
 
         model = ctx.generator_model(feeder.gate, on_ready, s)
         asked, draws = sampled(ready, s.samples, s.seed, s.circular)  # best-of-n
-        replies = ctx.guard("generate", run, shard).batch(
-            list(zip(asked, draws, strict=True)),
-            lambda batch: feeder.run(
-                model.generate_many_async(
-                    [ModelRequest(i.question, im.data, d and d.seed) for (i, im), d in batch]
-                )
-            ),
-            poisoned=lambda entry: poisoned_item(entry[0][0]),
-            key=lambda entry: entry[0][0].line,
+        entries = list(zip(asked, draws, strict=True))
+        # What a redelivery of this shard may reuse: the replies an earlier delivery stored
+        # as its batches returned (services/progress.py); only the rest is asked.
+        progress = Progress(
+            ctx,
+            run,
+            "generate",
+            shard,
+            [f"{i.line}:{i.id}:{im.sha256}:{d.seed if d else ''}" for (i, im), d in entries],
         )
-        generations, failed = record_generations(asked, replies, model.info, draws)
-        return ShardOutput(
+
+        async def ask(positions: list[int]) -> list[ModelReply | Exception]:
+            answers = await model.generate_many_async(
+                [
+                    ModelRequest(i.question, im.data, d.seed if d else None)
+                    for (i, im), d in (entries[k] for k in positions)
+                ]
+            )
+            await asyncio.to_thread(progress.record, positions, answers, model.info)
+            return answers
+
+        async def ask_all(positions: Sequence[int]) -> list[ModelReply | Exception]:
+            # Every batch in flight at once (created in order: FIFO at the gate), each
+            # stored as it returns.
+            parts = batches(positions, s.progress_batch_items)
+            got = await asyncio.gather(*(ask(part) for part in parts))
+            return [answer for part in got for answer in part]
+
+        def answer(positions: list[int]) -> dict[int, ModelReply | Quarantined | Exception]:
+            found = ctx.guard("generate", run, shard).batch(
+                positions,
+                lambda part: feeder.run(ask_all(part)),
+                poisoned=lambda k: poisoned_item(entries[k][0][0]),
+                key=lambda k: entries[k][0][0].line,
+            )
+            return dict(zip(positions, found, strict=True))
+
+        fresh = answer(to_ask(len(entries), progress.replies))
+        if progress.reused and model.info is not None and model.info != progress.info:
+            # Another model (version) answered the stored replies: asked again, so that one
+            # model answered the whole shard.
+            fresh |= answer(sorted(progress.reused))
+        replies = [fresh.get(k) or progress.replies[k] for k in range(len(entries))]
+        info = model.info or progress.info  # nothing left to ask: what answered before
+        generations, failed = record_generations(asked, replies, info, draws)
+        out = ShardOutput(
             run=run,
             shard=shard,
             stage="generate",
@@ -93,3 +137,4 @@ def register(ctx: Context) -> None:
             generations=generations,
             quarantined=quarantined + failed,
         )
+        return out, progress

@@ -19,7 +19,8 @@ from rsieve.judge.judgecache import judge_identity
 from rsieve.judge.probes import calibration_probes, calibration_rates, probe_prompt
 from rsieve.schemas import ShardOutput
 from services.common import Context
-from services.judge.ask import ask_once, judge_specials
+from services.judge.ask import Pacing, ask_once, judge_specials
+from services.progress import observe_pace
 
 
 def register(ctx: Context) -> None:
@@ -52,10 +53,20 @@ def register(ctx: Context) -> None:
             # as its client does), known before the call: the verdict cache's key.
             specials = judge_specials(ctx.settings.judge_tokenizer)
             who, client = judge_identity(ctx.settings), ctx.judge_model(model)
+            # Each batch's verdicts stored as it returns (a redelivery asks only the rest),
+            # the judge's pace observed for the shards' time limits (services/progress.py).
+            pacing = Pacing(
+                batch=ctx.settings.progress_batch_items,
+                paced=lambda seconds, items: observe_pace(ctx, "judge", seconds, items),
+            )
             # Calibration first: a family whose complete calibration already shows false
             # promotions beyond the bound is not judged (judge_skipped), never paid for.
             probe_replies = ask_once(
-                ctx.store, client, who, [neutralise(probe_prompt(p), specials) for p in probes]
+                ctx.store,
+                client,
+                who,
+                [neutralise(probe_prompt(p), specials) for p in probes],
+                **pacing,
             )
             records = [
                 calibration_record(probe, model=model, **probe_replies[k])
@@ -77,6 +88,7 @@ def register(ctx: Context) -> None:
                 client,
                 who,
                 [neutralise(judge_prompt(verified[i]), specials) for i in asked],
+                **pacing,
             )
             ctx.put_sealed(
                 keys.calibration(run, shard),

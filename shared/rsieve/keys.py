@@ -199,6 +199,12 @@ def stage_output(run: str, stage: str, shard: str) -> str:
     return f"{stage_prefix(run, stage)}{shard}.json"
 
 
+def progress(run: str, stage: str, shard: str) -> str:
+    """A shard's replies so far, stored as they come and read by its redelivery
+    (rsieve.generate.progress.ShardProgress); deleted once its stage output is stored."""
+    return f"{run_prefix(run)}progress/{stage}/{shard}.json"
+
+
 def calibration_prefix(run: str) -> str:
     return f"{run_prefix(run)}calibration/"
 

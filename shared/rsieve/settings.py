@@ -84,7 +84,19 @@ class Settings(BaseSettings):
     stage_error_retries: Annotated[int, OPERATES] = Field(3, ge=0)
     stage_error_backoff_s: Annotated[float, OPERATES] = Field(2.0, ge=0)
     # Hard limit on one shard task: a hung task is killed and redelivered (then isolated).
+    # The generate and judge shards get their own when sent (rsieve.run.limits): their
+    # model's observed seconds per item (an EWMA in Redis, recorded per batch, weight
+    # shard_latency_alpha) x the shard's items x shard_time_limit_factor, never under this
+    # and never over shard_time_limit_max_s nor the visibility timeout less one restore
+    # sweep (a message held longer is restored while its task still runs).
     task_time_limit_s: Annotated[int, OPERATES] = 600
+    shard_time_limit_factor: Annotated[float, OPERATES] = Field(3.0, gt=0)
+    shard_time_limit_max_s: Annotated[int, OPERATES] = Field(890, ge=1)
+    shard_latency_alpha: Annotated[float, OPERATES] = Field(0.3, gt=0, le=1)
+    # A generate or judge shard stores its replies every this many items answered (one
+    # batch), so that a redelivery (a worker killed, a time limit) asks only the rest
+    # (rsieve.generate.progress; the judge through its verdict cache). 0: one batch.
+    progress_batch_items: Annotated[int, OPERATES] = Field(32, ge=0)
     # On SIGTERM (warm shutdown) a worker stops taking work and finishes its running shard;
     # on a second signal or SIGQUIT, Celery's soft shutdown gives it this long before the
     # shard is handed back to the queue.

@@ -44,6 +44,7 @@ PINNED = [
     (keys.shard_input(RUN, "00003"), f"runs/{RUN}/input/00003.json"),
     (keys.stage_prefix(RUN, "verify"), f"runs/{RUN}/verify/"),
     (keys.stage_output(RUN, "judge", "00003"), f"runs/{RUN}/judge/00003.json"),
+    (keys.progress(RUN, "generate", "00003"), f"runs/{RUN}/progress/generate/00003.json"),
     (keys.calibration_prefix(RUN), f"runs/{RUN}/calibration/"),
     (keys.calibration(RUN, "00003"), f"runs/{RUN}/calibration/00003.json"),
     (keys.corrupt_prefix(RUN), f"runs/{RUN}/corrupt/"),

@@ -150,5 +150,8 @@ def make_celery(settings: Settings, name: str = "rsieve") -> Celery:
     return app
 
 
-def enqueue(app: Celery, task: str, **kwargs: Any) -> None:
-    app.send_task(task, kwargs=kwargs, queue=QUEUES[task])
+def enqueue(app: Celery, task: str, *, time_limit: int | None = None, **kwargs: Any) -> None:
+    """Send `task` with `kwargs` to its queue; `time_limit`: its own hard limit, in place of
+    task_time_limit_s (a generate or judge shard's, services/progress.py)."""
+    options: dict[str, Any] = {} if time_limit is None else {"time_limit": time_limit}
+    app.send_task(task, kwargs=kwargs, queue=QUEUES[task], **options)
