@@ -108,8 +108,19 @@ def register(ctx: Context) -> None:
         async def ask_all(positions: Sequence[int]) -> list[ModelReply | Exception]:
             # Every batch in flight at once (created in order: FIFO at the gate), each
             # stored as it returns.
-            parts = batches(positions, s.progress_batch_items)
-            got = await asyncio.gather(*(ask(part) for part in parts))
+            tasks = [
+                asyncio.ensure_future(ask(part))
+                for part in batches(positions, s.progress_batch_items)
+            ]
+            try:
+                got = await asyncio.gather(*tasks)
+            except BaseException:
+                # One batch failed (the shard is retried): the others stop, as one call's
+                # requests do, and free their slots at the gate.
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
             return [answer for part in got for answer in part]
 
         def answer(positions: list[int]) -> dict[int, ModelReply | Quarantined | Exception]:
