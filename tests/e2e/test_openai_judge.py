@@ -21,6 +21,7 @@ from rsieve_cli.local.checkpoints import smollm2_checkpoint
 from rsieve_cli.local.stack import REPO_ROOT, SMOLLM2_MAX_NEW_TOKENS, Stack
 from tests.conftest import stack_settings
 from tests.e2e.cli import run_cli
+from tests.e2e.faults import LogMark, wait_until
 from tests.e2e.openai_server import Server
 
 POOL = REPO_ROOT / "examples" / "pool"
@@ -119,8 +120,11 @@ def test_the_server_killed_mid_run_loses_nothing(stack: Stack, server: Server) -
     while server.completions() < start + 2:  # the judge is at work
         assert time.monotonic() < deadline, "the judge never reached the server"
         time.sleep(0.05)
+    mark = LogMark(stack, ["judge"])
     server.kill()
-    time.sleep(4)  # calls fail meanwhile: retried, then the shard goes back to the queue
+    # Down until the judge has met it: its calls failed, retried, the shard sent back.
+    gone = f"RetryableError('endpoint {server.url} model {SERVED}: ConnectError"
+    wait_until("the judge never met the killed server", lambda: mark.find([gone]), 120)
     server.start()
     wait_for_run(settings, run, timeout=600)
     result = run_cli(stack, "audit", run)
