@@ -108,14 +108,33 @@ def test_the_example_pool_is_judged_over_the_openai_interface(
         assert KEY not in log.read_text(errors="replace"), log.name
 
 
-def test_the_server_killed_mid_run_loses_nothing(stack: Stack, server: Server) -> None:
+def choice_pool(folder: Path) -> Path:
+    """The example pool's SynthChoice items alone: RapidOCR answers none of them, so all 6
+    go to the judge, and no accepted item means no calibration probe: 6 calls, enough to
+    kill the server between them (the whole pool is about 50 on this model)."""
+    folder.mkdir()
+    lines = [
+        line
+        for line in (POOL / "items.jsonl").read_text().splitlines()
+        if json.loads(line)["family"] == "SynthChoice"
+    ]
+    for line in lines:
+        name = json.loads(line)["image"]
+        (folder / name).write_bytes((POOL / name).read_bytes())
+    (folder / "items.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_the_server_killed_mid_run_loses_nothing(
+    stack: Stack, server: Server, tmp_path: Path
+) -> None:
     settings = stack_settings(stack)
     # The pool was judged before: without the verdict cache this run calls the server again.
     store = S3Store(settings)
     for key in list(store.list(CACHE_PREFIX)):
         store.delete(key)
     start = server.completions()
-    run = upload(settings, POOL, "ex-killed")
+    run = upload(settings, choice_pool(tmp_path / "choice"), "ex-killed")
     deadline = time.monotonic() + 300
     while server.completions() < start + 2:  # the judge is at work
         assert time.monotonic() < deadline, "the judge never reached the server"
@@ -136,7 +155,7 @@ def test_the_server_killed_mid_run_loses_nothing(stack: Stack, server: Server) -
     assert KEY not in log
     outcomes = [o for out in _judge_outputs(stack, run) for o in out.outcomes]
     verdicts = [o.verdict for o in outcomes if o.verdict is not None]
-    assert verdicts, "nothing was judged"
+    assert len(verdicts) == 6, "every SynthChoice item judged"
     # No verdict is the outage's: every judged item got an answer from the server.
     assert not any((v.cause or "").startswith("call_failed") for v in verdicts), [
         v.cause for v in verdicts
