@@ -159,25 +159,42 @@ def make_stack(reader: Reader) -> FakeStack:
     )
 
 
-def test_a_verifier_raising_on_one_item_quarantines_exactly_it_and_the_run_completes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def verifier_raising(
+    monkeypatch: pytest.MonkeyPatch, error_for: Callable[[Any], Exception | None]
 ) -> None:
+    """The verifier's rule raises `error_for(generation)` where it is not None."""
     import services.verifier.tasks as verifier
 
     real = verifier.verify_generation
 
     def verify_generation(gen: Any, policy: Any) -> Any:
-        if gen.item.id == POISON:
-            raise KeyError("a protocol bug on this answer")
+        error = error_for(gen)
+        if error is not None:
+            raise error
         return real(gen, policy)
 
     monkeypatch.setattr(verifier, "verify_generation", verify_generation)
-    stack = make_stack(Reader())
-    run = stack.submit(pool(tmp_path), "failures")
+
+
+def generated(stack: FakeStack, tmp_path: Path, dataset: str) -> tuple[str, dict[str, Any]]:
+    """The pool submitted, ingested, cleaned and generated: the run and its one shard."""
+    run = stack.submit(pool(tmp_path), dataset)
     stack.drain("rsieve.ingest")
     (args,) = shard_args(stack, run)
     for stage in ("clean", "generate"):
         stack.task(f"rsieve.{stage}", **args)
+    return run, args
+
+
+def test_a_verifier_raising_on_one_item_quarantines_exactly_it_and_the_run_completes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    verifier_raising(
+        monkeypatch,
+        lambda gen: KeyError("a protocol bug on this answer") if gen.item.id == POISON else None,
+    )
+    stack = make_stack(Reader())
+    run, args = generated(stack, tmp_path, "failures")
     # stage_error_retries 2: tries 1-3 raise (retried), the 4th isolates the items.
     assert redeliver(stack, "rsieve.verify", 6, **args) == 4
     verified = stack.outputs(run, "verify")[args["shard"]]
@@ -224,23 +241,15 @@ def test_a_generator_batch_that_raises_is_bisected_to_the_one_bad_item(tmp_path:
 def test_a_failure_of_every_item_stops_the_run_until_it_is_reconciled(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import services.verifier.tasks as verifier
-
-    real = verifier.verify_generation
     broken = {"on": True}
-
-    def verify_generation(gen: Any, policy: Any) -> Any:
-        if broken["on"]:
-            raise FileNotFoundError("/etc/rsieve/missing-tokenizer.json")
-        return real(gen, policy)
-
-    monkeypatch.setattr(verifier, "verify_generation", verify_generation)
+    verifier_raising(
+        monkeypatch,
+        lambda gen: (
+            FileNotFoundError("/etc/rsieve/missing-tokenizer.json") if broken["on"] else None
+        ),
+    )
     stack = make_stack(Reader())
-    run = stack.submit(pool(tmp_path), "stopped")
-    stack.drain("rsieve.ingest")
-    (args,) = shard_args(stack, run)
-    for stage in ("clean", "generate"):
-        stack.task(f"rsieve.{stage}", **args)
+    run, args = generated(stack, tmp_path, "stopped")
     assert redeliver(stack, "rsieve.verify", 6, **args) == 4  # the 4th returns: stopped
     assert stopped(stack.ctx, run)
     failure = RunFailure.model_validate_json(stack.store.get(keys.run_failed(run)))
