@@ -3,6 +3,7 @@ API) on free ports in a temporary folder, and stop it after."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from typing import Literal
@@ -11,6 +12,7 @@ import pytest
 
 from rsieve.settings import Settings
 from rsieve_cli.local.checkpoints import smollm2_checkpoint
+from rsieve_cli.local.processes import PORT_RANGE_ENV
 from rsieve_cli.local.stack import (
     JUDGE_CHECKPOINT_ENV,
     LLAMA_JUDGES,
@@ -64,12 +66,56 @@ _TIER_MODULES = {
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Each pytest-xdist worker (and a run without workers, as gw0) takes its stacks' ports
+    # from 1,000 of its own, below the kernel's ephemeral range (32768 and up here): two
+    # workers never pick one port, nor does an outgoing connection meanwhile. SeaweedFS's
+    # gRPC port is its port + 10000, still below the ephemeral range for ten workers.
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    low = 12000 + 1000 * (worker % 10)
+    os.environ.setdefault(PORT_RANGE_ENV, f"{low}-{low + 999}")
     for name, meaning in TIERS.items():
         config.addinivalue_line("markers", f"{name}: {meaning}")
 
 
+# `make test` runs the suite on pytest-xdist workers (`--dist loadgroup`), a group to a
+# worker, the groups handed out in the suite's order (docs/testing.md). A group is a
+# module, so its module-scoped stack starts once, except:
+# - the modules that run a real model on the CPU: one group, one after another on one
+#   worker, since side by side they only share the two cores and each takes longer;
+# - the modules that share a stack (`SHARED_STACK`): one group per stack.
+_CPU_MODELS = "cpu-models"
+_CPU_MODEL_MODULES = (
+    "test_openai_judge",
+    "test_cli_qwen_judge",
+    "test_judge_smollm2",
+    "test_cli_smollm2_judge",
+    "test_judge_qwen_stack",
+    "test_judge_real_smollm2",
+    "test_generator_models",
+)
+# The longest groups first, so that none starts last and runs alone at the end (measured,
+# docs/testing.md). Only the order depends on this list.
+_LONGEST_FIRST = (_CPU_MODELS, "test_faults", "test_orphans", "test_generator_engine")
+
+
+def _group(item: pytest.Item) -> str:
+    stem = item.path.stem
+    if stem in _CPU_MODEL_MODULES:
+        return _CPU_MODELS
+    shared = getattr(getattr(item, "module", None), "SHARED_STACK", None)
+    return f"stack-{shared}" if shared else item.nodeid.split("::")[0]
+
+
+def _start_rank(item: pytest.Item) -> int:
+    group = _group(item)
+    return _LONGEST_FIRST.index(group) if group in _LONGEST_FIRST else len(_LONGEST_FIRST)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_start_rank)  # stable: within a group, and among the rest, as collected
     for item in items:
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
         path = item.path
         tiers = set(_TIER_MODULES.get(path.stem, ()))
         if "e2e" in path.parts or "start_stack" in getattr(item, "fixturenames", ()):

@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from tests.e2e.openai_server import free_port
+from rsieve_cli.local.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from PIL import Image, ImageDraw
 
 from rsieve_cli.local.replay import replay_key
+from rsieve_cli.local.stack import REPO_ROOT
 
 QUESTION = "What word is shown? Answer with the text only."
 
@@ -75,5 +76,25 @@ def word_pool(
             "text": f"<think>{n}</think>{word}",
             "finish_reason": "stop",
         }
+    (folder / "items.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def example_subset(folder: Path, counts: dict[str, int]) -> Path:
+    """The example pool's first ``counts[family]`` items of each family named, with their
+    images: the real example items, fewer of them, for tests whose every judge call runs a
+    real model on the CPU."""
+    pool = REPO_ROOT / "examples" / "pool"
+    folder.mkdir()
+    taken: dict[str, int] = {}
+    lines = []
+    for line in (pool / "items.jsonl").read_text().splitlines():
+        family = json.loads(line)["family"]
+        if taken.get(family, 0) < counts.get(family, 0):
+            taken[family] = taken.get(family, 0) + 1
+            lines.append(line)
+            name = json.loads(line)["image"]
+            (folder / name).write_bytes((pool / name).read_bytes())
+    assert taken == counts, f"the example pool has fewer items than {counts}: {taken}"
     (folder / "items.jsonl").write_text("\n".join(lines) + "\n")
     return folder

@@ -1,4 +1,4 @@
-"""`rsieve run` on the example pool over the stack `make run` starts: RapidOCR generates and
+"""`rsieve run` on example pool items over a stack serving SmolLM2: RapidOCR generates and
 SmolLM2-135M-Instruct, a real language model, judges through Triton. Its real outputs
 are parsed, its verdicts counted, its calibration measured and its promotions held back,
 and the card says all of it."""
@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from rsieve_cli.local.stack import REPO_ROOT, SMOLLM2_CALIBRATION_SIZE, Stack
-
-POOL = REPO_ROOT / "examples" / "pool"
+from tests.e2e.pools import example_subset
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +24,9 @@ def stack(start_stack: Callable[..., Stack]) -> Stack:
 
 
 def test_the_example_pool_is_judged_by_smollm2(stack: Stack, tmp_path: Path) -> None:
+    # Items of every family, some accepted (calibration) and some rejected (verdicts); the
+    # whole pool says no more at several times the CPU time.
+    pool = example_subset(tmp_path / "pool", {"SynthWords": 6, "SynthAmounts": 3, "SynthChoice": 3})
     env = {**os.environ, "RSIEVE_STACK_DIR": str(stack.dir), "COLUMNS": "120"}
     result = subprocess.run(
         [
@@ -32,7 +34,7 @@ def test_the_example_pool_is_judged_by_smollm2(stack: Stack, tmp_path: Path) -> 
             "-m",
             "rsieve_cli.app",
             "run",
-            str(POOL),
+            str(pool),
             "--out",
             str(tmp_path),
             "--dataset",

@@ -705,6 +705,7 @@ def healthcheck(pid: int, **env: str) -> subprocess.CompletedProcess[str]:
 def test_worker_healthcheck_follows_the_process(service_process: subprocess.Popen[bytes]) -> None:
     assert healthcheck(service_process.pid).returncode == 0
     service_process.send_signal(signal.SIGSTOP)
+    os.waitpid(service_process.pid, os.WUNTRACED)  # the signal is delivered: the child stopped
     try:
         out = healthcheck(service_process.pid)
         assert out.returncode == 1 and "state" in out.stderr
