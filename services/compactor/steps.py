@@ -25,6 +25,14 @@ from rsieve.adapters.storage import PackReader
 from rsieve.compact.compaction import next_manifest
 from rsieve.compact.keyindex import IndexStats
 from rsieve.compact.rows import assemble_rows
+from rsieve.compact.traces import (
+    LengthBand,
+    TraceLimits,
+    gate_summary,
+    length_bands,
+    merge_lengths,
+    trace_lengths,
+)
 from rsieve.dataset.commit import (
     commit_files,
     compose_report,
@@ -115,8 +123,10 @@ def route(ctx: Context, run: str, group: int) -> None:
     count = the_plan["partitions"]
     pieces: list[dict[str, list[Any]]] = [{"outcomes": [], "quarantined": []} for _ in range(count)]
     records: list[CalibrationRecord] = []
+    lengths: list[dict[str, list[int]]] = []
     for shard in the_plan["groups"][group]:
         judged = ctx.load_raw(run, "judge", shard)
+        lengths.append(trace_lengths(judged["outcomes"]))
         for o in judged["outcomes"]:
             p = outcome_partition(o["generation"]["item"]["image_sha256"], count)
             pieces[p]["outcomes"].append(o)
@@ -129,8 +139,10 @@ def route(ctx: Context, run: str, group: int) -> None:
             records += cal.records
     for p, piece in enumerate(pieces):
         ctx.store.put(_piece(run, p, group), json.dumps(piece).encode())
-    # The run's summary needs each group's bottom-k alone; the tokens of every call.
+    # The run's summary needs each group's bottom-k alone; the tokens of every call; its
+    # trace gate, every accepted trace's length (a family's median is not mergeable).
     marked = {
+        "trace_lengths": merge_lengths(lengths),
         "records": [
             r.model_dump(mode="json")
             for r in bottom_k(records, ctx.settings.judge_calibration_size)
@@ -146,16 +158,19 @@ class _Piece(BaseModel):
 
 
 def calibration(ctx: Context, run: str, groups: int | None) -> dict[str, Any]:
-    """The run's calibration summary and the token usage of its calibration calls (from
-    its shards' records, or from its routing groups' bottom-k and usage), stored once:
-    `{"summary", "tokens"}`."""
+    """The run's calibration summary, the token usage of its calibration calls and its
+    families' trace length bands (rsieve.compact.traces), from its shards, or from its
+    routing groups' bottom-k, usage and trace lengths; stored once: `{"summary", "tokens",
+    "trace_bands"}`."""
     key = keys.compact_calibration(run)
     stored = ctx.load_json(key)
     if stored is None:
         records: list[CalibrationRecord] = []
         tokens: list[dict[str, Any]] = []
+        lengths: list[dict[str, list[int]]] = []
         if groups is None:
             for shard in (ctx.shard_index(run) or {})["shards"]:
+                lengths.append(trace_lengths(ctx.load_raw(run, "judge", shard)["outcomes"]))
                 if cal := ctx.calibration_shard(run, shard):
                     records += cal.records
             tokens.append(token_usage((), records))
@@ -164,13 +179,23 @@ def calibration(ctx: Context, run: str, groups: int | None) -> dict[str, Any]:
                 marked = json.loads(ctx.store.get(keys.compact_routed(run, g)))
                 records += [CalibrationRecord.model_validate(r) for r in marked["records"]]
                 tokens.append(marked["tokens"])
+                lengths.append(marked.get("trace_lengths", {}))  # routed before the gate
         s = ctx.settings
         summary = summarise(
             records, size=s.judge_calibration_size, bound=s.judge_false_promotion_bound
         )
-        stored = {"summary": summary, "tokens": tokens_summed(tokens)}
+        bands = length_bands(merge_lengths(lengths), TraceLimits.of(ctx.run_settings(run)))
+        stored = {
+            "summary": summary,
+            "tokens": tokens_summed(tokens),
+            "trace_bands": {family: band.as_dict() for family, band in bands.items()},
+        }
         ctx.store.put(key, json.dumps(stored).encode())
     return stored
+
+
+def trace_bands(calibrated: dict[str, Any]) -> dict[str, LengthBand]:
+    return {f: LengthBand(**b) for f, b in calibrated.get("trace_bands", {}).items()}
 
 
 def _partition_input(
@@ -207,13 +232,18 @@ def compact_partition(ctx: Context, run: str, partition: int, gen: int) -> bool:
         return True
     label = partition_label(partition) if the_plan["partitions"] > 1 else None
     outcomes, quarantined = _partition_input(ctx, run, partition, the_plan)
-    summary = calibration(ctx, run, len(the_plan["groups"]) if label else None)["summary"]
+    calibrated = calibration(ctx, run, len(the_plan["groups"]) if label else None)
     stats = IndexStats()
     existing = held_keys(
         ctx.store, prefix, previous, qa_entries(outcomes), stats, chunk_keys=s.key_index_chunk_keys
     )
     settled = settle(
-        outcomes, calibration=summary, bound=s.judge_false_promotion_bound, existing_keys=existing
+        outcomes,
+        calibration=calibrated["summary"],
+        bound=s.judge_false_promotion_bound,
+        existing_keys=existing,
+        traces=TraceLimits.of(ctx.run_settings(run)),
+        bands=trace_bands(calibrated),
     )
     reader = PackReader(
         ctx.store, [r for o in settled.outcomes if (r := o.generation.item.image_at)]
@@ -292,6 +322,7 @@ def commit(ctx: Context, run: str, gen: int, partitions: int) -> bool:
             calibration=summary,
             bound=bound,
             cleaning=cleaning,
+            trace_gate=gate_summary(TraceLimits.of(ctx.run_settings(run)), trace_bands(calibrated)),
         )
         quarantine = "".join(
             sorted_lines(

@@ -7,7 +7,7 @@ assemble rows, and every decision can be recomputed from what is stored.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -19,6 +19,7 @@ __all__ = [
     "REJECT_REASONS",
     "TASK_QUEUES",
     "THINKING_MODES",
+    "TRACE_CHECKS",
     "Decision",
     "Generation",
     "ImageRef",
@@ -32,6 +33,8 @@ __all__ = [
     "ShardOutput",
     "ShardQuarantine",
     "ShardTask",
+    "TraceCheck",
+    "TraceReport",
     "TrainingDecision",
     "Verdict",
 ]
@@ -303,6 +306,25 @@ class Verdict(_Model):
     guard: str | None = None
 
 
+# The trace gate's checks (rsieve.compact.traces), in the order they run and are reported.
+TraceCheck = Literal["repetition", "language_mixing", "inconsistent", "guessing", "length"]
+TRACE_CHECKS: tuple[TraceCheck, ...] = get_args(TraceCheck)
+
+
+class TraceReport(_Model):
+    """The trace gate's checks on an accepted answer's reasoning (rsieve.compact.traces):
+    {check: passed} for every check run, and why each failed one failed. An answer whose
+    trace fails any check is kept out of `_RS_think` (it stays in `_RS_nothink`)."""
+
+    checks: dict[str, bool]
+    reasons: list[str]
+    version: str
+
+    @property
+    def passed(self) -> bool:
+        return all(self.checks.values())
+
+
 class Outcome(_Model):
     """Where an item that got an answer ends: accepted (think + nothink) or rejected.
     With best-of-n, one sample's outcome, or (settled, rsieve.compact.settle.settle) the item's:
@@ -315,6 +337,9 @@ class Outcome(_Model):
     reason: str | None
     promoted_by: Literal["verifier", "judge"] | None
     samples: Samples | None = None
+    # Set at compaction (rsieve.compact.traces) on an accepted answer with reasoning;
+    # None before, and for rejected answers and answers without reasoning.
+    trace: TraceReport | None = None
 
 
 class Samples(_Model):

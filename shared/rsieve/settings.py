@@ -16,7 +16,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rsieve.images import MAX_PIXELS
-from rsieve.schemas import DATASET_PATTERN, ModelKind
+from rsieve.schemas import DATASET_PATTERN, TRACE_CHECKS, ModelKind, TraceCheck
 from rsieve.verify import DEFAULT_TRAINING_RULES, TrainingPolicy, check_training_rules
 
 __all__ = [
@@ -142,19 +142,19 @@ class Settings(BaseSettings):
     judge_max_new_tokens: Annotated[int, DECIDES] = Field(1024, ge=1)
     temperature: Annotated[float, DECIDES] = 0.0
     # Nucleus sampling (1.0: off); sent to the vLLM and OpenAI-compatible interfaces.
-    top_p: Annotated[float, SINCE_FIRST_ID] = Field(1.0, gt=0, le=1)
+    top_p: Annotated[float, DECIDES] = Field(1.0, gt=0, le=1)
     # Best-of-n (docs/sampling.md): answers asked per question. 1, at temperature 0, is the
     # card's process; more need a temperature above 0. Sample k of an item is asked with
     # seed sample_seed(seed, item id, k), so a rerun asks exactly the same.
-    samples: Annotated[int, SINCE_FIRST_ID] = Field(1, ge=1, le=64)
-    seed: Annotated[int, SINCE_FIRST_ID] = Field(0, ge=0, lt=2**31)
+    samples: Annotated[int, DECIDES] = Field(1, ge=1, le=64)
+    seed: Annotated[int, DECIDES] = Field(0, ge=0, lt=2**31)
     # Accepted answers kept per item: `first` keeps the first; `distinct` every one whose
     # answer the protocol does not match to a kept one's and whose reasoning differs.
     keep: Annotated[Literal["first", "distinct"], SINCE_FIRST_ID] = "first"
-    max_kept: Annotated[int, SINCE_FIRST_ID] = Field(1, ge=1)
+    max_kept: Annotated[int, DECIDES] = Field(1, ge=1)
     # When no sample of an item passed the verifier: judge calls for it, at most (its
     # first rejected samples).
-    judge_samples: Annotated[int, SINCE_FIRST_ID] = Field(1, ge=1)
+    judge_samples: Annotated[int, DECIDES] = Field(1, ge=1)
     # Keep only accepted items whose pass rate lies in [low, high] (e.g. [0.2, 0.8], as
     # InternVL3.5 does); the others are quarantined `pass_rate_window`. Empty: off.
     pass_rate_window: Annotated[list[float], SINCE_FIRST_ID] = []
@@ -293,6 +293,23 @@ class Settings(BaseSettings):
         default_factory=lambda: dict(DEFAULT_TRAINING_RULES)
     )
     family_training_rules: Annotated[dict[str, str], DECIDES] = {}
+    # The trace gate (rsieve.compact.traces, docs/traces.md): the checks run on every
+    # accepted answer's reasoning before it may enter `_RS_think` (an empty list turns the
+    # gate off), and their constants.
+    trace_checks: Annotated[list[TraceCheck], DECIDES] = Field(
+        default_factory=lambda: list(TRACE_CHECKS)
+    )
+    # `repetition`: spans of this many tokens; failed when the most repeated one covers
+    # this share of the trace.
+    trace_repetition_span: Annotated[int, DECIDES] = Field(8, ge=2, le=32)
+    trace_repetition_max_share: Annotated[float, DECIDES] = Field(0.3, gt=0, le=1)
+    # `language_mixing`: a run of this many characters of another script fails the trace.
+    trace_mixing_min_chars: Annotated[int, DECIDES] = Field(2, ge=1)
+    # `length`: outside the family's median +- this many scaled MADs, the half-width never
+    # under the floor; only in a family with at least trace_length_min_traces traces.
+    trace_length_mads: Annotated[float, DECIDES] = Field(6.0, gt=0)
+    trace_length_floor_chars: Annotated[int, DECIDES] = Field(400, ge=0)
+    trace_length_min_traces: Annotated[int, DECIDES] = Field(20, ge=2)
 
     # API.
     api_url: Annotated[str, OPERATES] = "http://127.0.0.1:18080"
@@ -461,7 +478,17 @@ SAMPLING = (
 # How a run decides what becomes a training target. Like SAMPLING, every stage reads
 # these from the run's spec, not from its own environment (Context.run_settings), so a
 # worker started with other settings still decides the run as its id says.
-TRAINING = ("training_rules", "family_training_rules")
+TRAINING = (
+    "training_rules",
+    "family_training_rules",
+    "trace_checks",
+    "trace_repetition_span",
+    "trace_repetition_max_share",
+    "trace_mixing_min_chars",
+    "trace_length_mads",
+    "trace_length_floor_chars",
+    "trace_length_min_traces",
+)
 
 # DECIDING fields added after run ids were first given out. Each enters a run's id only
 # when set to something other than its default, so a pool submitted with the defaults keeps

@@ -31,7 +31,7 @@ def _another_value(name: str) -> Any:
     elif isinstance(default, float):
         candidates = [default / 2 if default else 0.5, default + 0.01, 1.0]
     elif isinstance(default, list):
-        candidates = [["/elsewhere"], ["other-bucket"]]
+        candidates = [["/elsewhere"], ["other-bucket"], default[:1]]
     elif isinstance(default, dict):
         candidates = [{"Fam": ["other"]}, {"anls": "benchmark"}, {"Fam": "benchmark"}]
     elif isinstance(default, str):

@@ -15,7 +15,7 @@ from typing import Any
 
 import datasets
 
-from rsieve.schemas import Decision, Outcome
+from rsieve.schemas import TRACE_CHECKS, Decision, Outcome
 from rsieve.verify import variants
 
 __all__ = [
@@ -82,6 +82,13 @@ FEATURES = datasets.Features(
                 "model": datasets.Value("string"),
                 "verification": _DECISION,
                 "judge": _JUDGE,
+                # The trace gate (rsieve.compact.traces) on an accepted answer's reasoning:
+                # each check true when the trace passed it, null when it was not run (no
+                # reasoning, a check turned off, `length` in a family too small to have a
+                # band); the reasons of the failed ones. An entry whose trace failed one
+                # is in `_RS_nothink` only.
+                "trace_checks": {name: datasets.Value("bool") for name in TRACE_CHECKS},
+                "trace_reasons": datasets.List(datasets.Value("string")),
             }
         ),
         "clean_meta": {
@@ -142,10 +149,14 @@ def split_kinds(outcome: Outcome) -> tuple[str, ...]:
     """The splits an outcome's qa entry goes to. An accepted answer with no reasoning (the
     model wrote no think block: a checkpoint without a thinking mode, or one that skipped
     it) goes to `_RS_nothink` only: a `_RS_think` entry with empty reasoning would teach a
-    model to answer in thinking mode without thinking (docs/models.md)."""
+    model to answer in thinking mode without thinking (docs/models.md). So does one whose
+    reasoning failed the trace gate (rsieve.compact.traces): the answer passed, the
+    reasoning is unfit to train on."""
     if outcome.place != "accepted":
         return ("rejected",)
     if not (outcome.generation.reasoning or "").strip():
+        return ("RS_nothink",)
+    if outcome.trace is not None and not outcome.trace.passed:
         return ("RS_nothink",)
     return ("RS_think", "RS_nothink")
 
@@ -212,7 +223,12 @@ def _qa(outcome: Outcome, kind: str) -> dict[str, Any]:
         "model": gen.model,
         "verification": decision,
         "judge": judge,
+        "trace_checks": None,
+        "trace_reasons": None,
     }
+    if outcome.trace is not None and kind != "rejected":
+        entry["trace_checks"] = {name: outcome.trace.checks.get(name) for name in TRACE_CHECKS}
+        entry["trace_reasons"] = list(outcome.trace.reasons)
     reference = canonical_reference(item.references)
     if kind == "rejected":
         entry.update(

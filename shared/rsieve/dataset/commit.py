@@ -10,7 +10,7 @@ index and the example images, and stores what `commit_files` returns, the manife
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ from rsieve.clean.cleaning import render_cleaning
 from rsieve.clean.decontam import answer_key, dataset_keys, question_key
 from rsieve.compact.compaction import dedupe, qa_key
 from rsieve.compact.rows import split_name
+from rsieve.compact.traces import LengthBand, TraceLimits, gate_outcome
 from rsieve.dataset.card import render_card
 from rsieve.dataset.report import finish_report, report_part
 from rsieve.judge.calibration import hold_back, promotions_listing, render_calibration_markdown
@@ -58,8 +59,14 @@ def settle(
     calibration: dict[str, Any],
     bound: float,
     existing_keys: set[str],
+    traces: TraceLimits | None = None,
+    bands: Mapping[str, LengthBand] | None = None,
 ) -> Settled:
+    """`traces`: the run's trace gate (rsieve.compact.traces), applied to what the
+    hold-back leaves accepted, with each family's length band (`bands`); None: no gate."""
     outcomes = hold_back(outcomes, calibration, bound)
+    if traces is not None:
+        outcomes = [gate_outcome(o, traces, bands or {}) for o in outcomes]
     added, skipped = dedupe(outcomes, existing_keys)
     line_of = {o.generation.item.id: o.generation.item.line for o in outcomes}
     return Settled(outcomes, added, [(line_of[i], i) for i in skipped])
@@ -122,8 +129,10 @@ def compose_report(
     calibration: dict[str, Any],
     bound: float,
     cleaning: dict[str, Any] | None,
+    trace_gate: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The run report from the partitions' merged summaries (rsieve.run.partitions)."""
+    """The run report from the partitions' merged summaries (rsieve.run.partitions);
+    `trace_gate`: rsieve.compact.traces.gate_summary of the run's gate."""
     report = finish_report(
         merged["report_parts"],
         run=run,
@@ -138,6 +147,8 @@ def compose_report(
     if cleaning is not None:
         report["cleaning"] = cleaning
     report["dataset_keys"] = merged["dataset_keys"]
+    if trace_gate is not None:
+        report["trace_gate"] = trace_gate
     return report
 
 

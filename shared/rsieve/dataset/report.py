@@ -64,6 +64,14 @@ def _family() -> dict[str, Any]:
         "judge_reused": 0,
         "reasoning": dict.fromkeys(REASONING_FORMS, 0),
         "accepted_without_reasoning": 0,
+        # The trace gate (rsieve.compact.traces): accepted items whose reasoning it checked,
+        # those it kept out of `_RS_think` (in `_RS_nothink` only), how many failed each
+        # check (an item may fail several), one example per check for the card, and the
+        # family's length band when `length` had one.
+        "trace_checked": 0,
+        "trace_gated": 0,
+        "trace_failures": Counter(),
+        "trace_examples": [],
         # Answers the benchmark passes and training acceptance refuses (rsieve.verify), how
         # many of them the judge promoted, and a few for the card.
         "near_misses": 0,
@@ -74,6 +82,8 @@ def _family() -> dict[str, Any]:
 
 # Near misses a report part keeps as examples per family (the card shows them).
 NEAR_MISS_EXAMPLES = 3
+# The start of a gated trace an example shows (the card quotes it).
+TRACE_EXCERPT_CHARS = 300
 
 
 def _models(seen: Counter[tuple[str, str | None]], count: str) -> list[dict[str, Any]]:
@@ -165,6 +175,28 @@ def token_usage(
     }
 
 
+def _count_trace(fam: dict[str, Any], outcome: Outcome) -> None:
+    trace = outcome.trace
+    assert trace is not None
+    fam["trace_checked"] += 1
+    fam["trace_gated"] += "RS_think" not in split_kinds(outcome)
+    shown = {e["check"] for e in fam["trace_examples"]}
+    for check, passed in trace.checks.items():
+        if passed:
+            continue
+        fam["trace_failures"][check] += 1
+        if check not in shown:
+            reason = next((r for r in trace.reasons if r.startswith(f"{check}:")), "")
+            fam["trace_examples"].append(
+                {
+                    "check": check,
+                    "id": outcome.generation.item.id,
+                    "reason": reason[:200],
+                    "reasoning": (outcome.generation.reasoning or "")[:TRACE_EXCERPT_CHARS],
+                }
+            )
+
+
 def _near_miss_example(outcome: Outcome) -> dict[str, Any]:
     gen, decision = outcome.generation, outcome.decision
     assert decision is not None and decision.training is not None
@@ -204,8 +236,10 @@ def report_part(outcomes: Sequence[Outcome], quarantined: Iterable[Quarantined])
             fam["accepted"] += 1
             key = "promoted_by_judge" if outcome.promoted_by == "judge" else "accepted_by_verifier"
             fam[key] += 1
-            if "RS_think" not in split_kinds(outcome):  # in _RS_nothink only
+            if not (gen.reasoning or "").strip():  # in _RS_nothink only
                 fam["accepted_without_reasoning"] += 1
+            if outcome.trace is not None:
+                _count_trace(fam, outcome)
         else:
             fam["rejected"] += 1
             fam["rejected_by_reason"][outcome.reason or "unknown"] += 1
@@ -307,10 +341,20 @@ def finish_report(
             sampling[fam] = _summed(sampling[fam], figures) if fam in sampling else figures
     tokens.append(calibration_tokens or token_usage((), calibration))
     for fam in families.values():
-        for key in ("rejected_by_reason", "quarantined_by_reason", "judge_failure_causes"):
+        for key in (
+            "rejected_by_reason",
+            "quarantined_by_reason",
+            "judge_failure_causes",
+            "trace_failures",
+        ):
             fam[key] = dict(sorted(fam[key].items()))
         fam["adds_up"] = fam["in"] == fam["accepted"] + fam["rejected"] + fam["quarantined"]
         fam["near_miss_examples"] = (fam.get("near_miss_examples") or [])[:NEAR_MISS_EXAMPLES]
+        # One example per check, the first line's partition's: a merge concatenates them.
+        firsts: dict[str, Any] = {}
+        for e in fam.get("trace_examples") or []:
+            firsts.setdefault(e["check"], e)
+        fam["trace_examples"] = list(firsts.values())
     for figures in sampling.values():
         figures["pass_histogram"] = dict(
             sorted(
