@@ -764,10 +764,16 @@ def _recheck_folder(folder: Path) -> dict[str, Any]:
         bound = report.get("judge_false_promotion_bound")
         if bound is None and spec.get("run") == run:
             bound = spec.get("judge_false_promotion_bound")
-        part = recheck_entries(entries, calibration=report.get("calibration"), bound=bound)
+        part = recheck_entries(
+            entries,
+            calibration=report.get("calibration"),
+            bound=bound,
+            trace_gate=report.get("trace_gate"),
+        )
         total.decisions += part.decisions
         total.agreed += part.agreed
         total.hold_back_checked += part.hold_back_checked
+        total.traces_checked += part.traces_checked
         total.differences += [d | {"run": run} for d in part.differences]
     return total.summary()
 

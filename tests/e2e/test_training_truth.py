@@ -3,7 +3,12 @@ generator and the judge are a crafted OpenAI-compatible server (tests/e2e/crafte
 that answers what each item needs. DocVQA (ANLS) and ChartQA (relaxed accuracy) answers
 that the benchmark passes but are wrong ("Jane Smith" for "John Smith", a swapped date,
 "105" for "100", "2015" for "2020") reach the judge as `near_miss` and never a training
-split: the judge says WRONG to three, CORRECT to one, which calibration holds back."""
+split: the judge says WRONG to three, CORRECT to one, which calibration holds back.
+
+The same server and stack then run the trace gate (rsieve.compact.traces) on a second pool:
+answers the protocol accepts, with a sound trace, a looping one, one that switches to
+Chinese, one that concludes another answer and one that says it guesses. Only the sound
+one reaches `_RS_think`; every one keeps its answer in `_RS_nothink`."""
 
 from __future__ import annotations
 
@@ -41,13 +46,54 @@ NEAR_MISSES = {"d-name", "d-date", "c-105", "c-year"}
 # The judge calls one near miss CORRECT; everything else (the probes too) WRONG.
 JUDGED_CORRECT = "c-105"
 
+# id, question, reference (= the answer), the trace, the check it fails (None: sound)
+TRACES = [
+    (
+        "t-sound",
+        "What is the title of the form?",
+        "INVOICE",
+        "The header at the top of the form reads INVOICE in bold capitals. "
+        "So the answer is INVOICE.",
+        None,
+    ),
+    (
+        "t-loop",
+        "What is printed in the header?",
+        "RECEIPT",
+        "The header holds one word. " + "Wait, let me check again. " * 40 + "It is RECEIPT.",
+        "repetition",
+    ),
+    (
+        "t-mixed",
+        "What does the stamp say?",
+        "PAID",
+        "The stamp in the corner is red. 印章上写着已付款。 So the answer is PAID.",
+        "language_mixing",
+    ),
+    (
+        "t-contra",
+        "What is the word on the shop sign?",
+        "STOP",
+        "The sign looks like it says SHOP. So the answer is SHOP.",
+        "inconsistent",
+    ),
+    (
+        "t-guess",
+        "What is the name on the badge?",
+        "ALICE",
+        "I cannot see the image clearly, so this is my best guess: ALICE.",
+        "guessing",
+    ),
+]
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CraftedServer]:
     question = {i: q for i, _, q, _, _ in ITEMS}
     rules = {
         GENERATOR: {
-            "rules": [[q, f"<think>I read the image.</think>{a}"] for _, _, q, _, a in ITEMS],
+            "rules": [[q, f"<think>I read the image.</think>{a}"] for _, _, q, _, a in ITEMS]
+            + [[q, f"<think>{trace}</think>{a}"] for _, q, a, trace, _ in TRACES],
             "default": "<think>?</think>unreadable",
         },
         JUDGE: {
@@ -98,6 +144,31 @@ def run(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Pa
     run = submit(settings, upload_pool(store, folder), "truth")
     wait_for_run(settings, run, timeout=300)
     return run, export_dataset(store, "truth", tmp_path_factory.mktemp("out"))
+
+
+@pytest.fixture(scope="module")
+def trace_run(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("pool") / "traces"
+    folder.mkdir()
+    s = Scenario(folder)
+    for item_id, question, reference, _, _ in TRACES:
+        data = s.image(f"{item_id}.png", item_id.upper())
+        s.item(
+            item_id,
+            "DocVQA",
+            f"{item_id}.png",
+            data,
+            answer=reference,
+            output=None,
+            expect=("-", "-"),
+            question=question,
+        )
+    s.write()
+    settings = stack_settings(stack)
+    store = S3Store(settings)
+    run = submit(settings, upload_pool(store, folder), "traces")
+    wait_for_run(settings, run, timeout=300)
+    return export_dataset(store, "traces", tmp_path_factory.mktemp("out"))
 
 
 def _outputs(stack: Stack, run: str, stage: str) -> list[ShardOutput]:
@@ -201,3 +272,45 @@ def test_calibration_probes_the_protocols_near_misses(stack: Stack, run: tuple[s
     assert kinds.get(("ChartQA", "number_off")) == "10.8"
     near = [r for r in records if r.probe.kind in NEAR_MISS_KINDS]
     assert near and all(r.probe.expected == "WRONG" and r.verdict == "WRONG" for r in near)
+
+
+def test_the_trace_gate_keeps_unfit_reasoning_out_of_think(stack: Stack, trace_run: Path) -> None:
+    ds = datasets.load_dataset(str(trace_run))
+    assert set(ds) == {"DocVQA_RS_think", "DocVQA_RS_nothink"}
+    think = {qa["id"]: qa for row in ds["DocVQA_RS_think"] for qa in row["qa"]}
+    nothink = {qa["id"]: qa for row in ds["DocVQA_RS_nothink"] for qa in row["qa"]}
+    assert set(think) == {"t-sound"}
+    assert set(nothink) == {t[0] for t in TRACES}  # every answer kept for training
+    assert think["t-sound"]["reasoning"] == TRACES[0][3]
+    for item_id, _, reference, _, check in TRACES:
+        qa = nothink[item_id]
+        assert qa["answer"] == reference and qa["promoted_by"] == "verifier"
+        assert qa["trace_checks"]["length"] is None  # five traces: no family band
+        failed = {c for c, passed in qa["trace_checks"].items() if passed is False}
+        assert failed == ({check} if check else set()), (item_id, qa["trace_reasons"])
+        assert [r.split(":")[0] for r in qa["trace_reasons"]] == ([check] if check else [])
+    report = json.loads((trace_run / "run_report.json").read_text())
+    assert report["adds_up"]
+    docvqa = report["families"]["DocVQA"]
+    assert (docvqa["accepted"], docvqa["trace_checked"], docvqa["trace_gated"]) == (5, 5, 4)
+    assert docvqa["trace_failures"] == {
+        "guessing": 1,
+        "inconsistent": 1,
+        "language_mixing": 1,
+        "repetition": 1,
+    }
+    assert {e["check"]: e["id"] for e in docvqa["trace_examples"]} == {
+        check: item_id for item_id, _, _, _, check in TRACES if check
+    }
+    gate = report["trace_gate"]
+    assert gate["constants"]["repetition_span"] == 8 and gate["length_bands"] == {}
+    card = (trace_run / "README.md").read_text()
+    assert "## Trace gate" in card
+    assert "| DocVQA | 5 | 4 | 1 | 1 | 1 | 1 | 0 |" in card
+    assert "Wait, let me check again." in card  # the repetition example's excerpt
+    # `rsieve recheck` checks the think split's reasoning again from the published files.
+    rechecked = run_cli(stack, "recheck", str(trace_run), "--json")
+    assert rechecked.returncode == 0, rechecked.stdout[-3000:] + rechecked.stderr[-2000:]
+    summary = json.loads(rechecked.stdout)
+    assert summary["agreement"] == 1.0 and summary["traces_checked"] == 1, summary
+    assert summary["differences"] == []

@@ -162,6 +162,10 @@ def test_a_reference_or_option_in_another_script_may_be_quoted() -> None:
         ("exact", "blue", "The sky region is blue. The answer is: Blue", "blue", True),
         ("exact", "blue", "Hmm, the answer is red.", "blue", False),
         ("anls", "Acme Corp.", "The header text reads 'ACME Corp'.", "Acme Corp.", True),
+        # ANLS passes SHOP for STOP (0.75); a trace that concludes SHOP contradicts STOP.
+        ("anls", "STOP", "It looks like SHOP. So the text is SHOP.", "STOP", False),
+        ("relaxed", "100", "The bar reaches 105, so the value is 105.", "100", False),
+        ("relaxed", "100", "The bar reaches 100.0, so the value is 100.", "100", True),
         ("math", "1/2", "Simplifying, we get \\boxed{\\frac12}", "0.5", True),
         ("math", "1/2", "Simplifying, we get \\boxed{3/4}", "1/2", False),
         ("alnum", "COFFEE", "No conclusion is stated in so many words here.", "COFFEE", True),

@@ -30,14 +30,16 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from rsieve.schemas import TRACE_CHECKS, Item, Outcome, TraceReport
+from rsieve.schemas import TRACE_CHECKS, Outcome, TraceReport
 from rsieve.settings import Settings
 from rsieve.verify import PROTOCOLS, canonical
 
 __all__ = [
     "TRACE_CHECKS_VERSION",
+    "Asked",
+    "AskedEntry",
     "LengthBand",
     "TraceLimits",
     "check_trace",
@@ -55,6 +57,28 @@ __all__ = [
 
 # Bumped whenever a check's patterns change (a row records the version it was gated by).
 TRACE_CHECKS_VERSION = "1"
+
+
+class Asked(Protocol):
+    """What the checks read of an item: an Item, or a published qa entry's fields
+    (`AskedEntry`, rsieve.dataset.recheck)."""
+
+    @property
+    def question(self) -> str: ...
+    @property
+    def references(self) -> Sequence[str]: ...
+    @property
+    def options(self) -> dict[str, str] | None: ...
+    @property
+    def protocol(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class AskedEntry:
+    question: str
+    references: Sequence[str]
+    options: dict[str, str] | None
+    protocol: str
 
 
 @dataclass(frozen=True)
@@ -82,6 +106,11 @@ class TraceLimits:
             length_floor_chars=s.trace_length_floor_chars,
             length_min_traces=s.trace_length_min_traces,
         )
+
+    @classmethod
+    def of_gate(cls, gate: Mapping[str, Any]) -> TraceLimits:
+        """The limits a run report's `trace_gate` (`gate_summary`) records."""
+        return cls(checks=tuple(gate["checks"]), **gate["constants"])
 
 
 @dataclass(frozen=True)
@@ -171,21 +200,17 @@ def repeated_share(trace: str, span: int, at_least: float = 0.0) -> float:
     1: a trace that says a thing once repeats nothing), or the characters in loops of one
     short unit ("hahaha...", "!!!!..."; `_CHAR_LOOP`), whichever is larger.
 
-    Shares under `at_least` may be returned as 0.0: a span occurs no more often than its
-    first token, so when the most frequent token cannot reach `at_least` the spans are not
-    counted (the check's cost on an ordinary trace is one count of its tokens)."""
+    A share under `at_least` may come back as 0.0 (the spans were not counted)."""
     tokens = _tokens(trace)
     share = 0.0
     if len(tokens) >= 2 * span:
-        # A span reaching `at_least` starts with a token at least this frequent.
+        # Each token of a span occurs at least as often as the span: when no token reaches
+        # the count a share of `at_least` needs, no span does, and the spans are not
+        # counted (both counts run in C; the tokens' is about a fifth of the spans').
         needed = at_least * len(tokens) / span + 1
-        frequent = {t for t, n in Counter(tokens).items() if n >= needed}
-        if frequent:
-            last = len(tokens) - span + 1
-            grams = Counter(
-                tuple(tokens[i : i + span]) for i in range(last) if tokens[i] in frequent
-            )
-            share = min(1.0, (max(grams.values(), default=1) - 1) * span / len(tokens))
+        if max(Counter(tokens).values()) >= needed:
+            grams = Counter(zip(*(tokens[k:] for k in range(span)), strict=False))
+            share = min(1.0, (max(grams.values()) - 1) * span / len(tokens))
     # A loop of one unit without spaces is one long token (or, in scripts written without
     # spaces, a run of repeated tokens the spans above count).
     if share < 1.0 and tokens and len(max(tokens, key=len)) >= _CHAR_LOOP_MIN:
@@ -259,25 +284,29 @@ def conclusion(trace: str) -> str | None:
     return None
 
 
-def _agrees(stated: str, answer: str, item: Item) -> bool:
-    """Whether `stated` is the final `answer` as the item's protocol reads answers: the
-    same normal form (rsieve.verify.canonical), or, for a protocol without one, a passing
-    score either way; failing both, the answer's words appear in order in the statement
-    ("the answer is 42 because ..." states 42)."""
+def _agrees(stated: str, answer: str, item: Asked) -> bool:
+    """Whether `stated` is the final `answer` as the item's protocol reads answers: the same
+    letter (multiple choice), the same normal form (rsieve.verify.canonical), or, for a
+    protocol without one, a full score either way; failing those, the answer's words in
+    order inside the statement ("the answer is 42 because ..." states 42). Not the
+    protocol's pass mark: ANLS passes "SHOP" for "STOP", which a trace that concludes SHOP
+    and answers STOP contradicts."""
     options = item.options
     if item.protocol == "mc":
         mine, theirs = canonical("mc", stated, options), canonical("mc", answer, options)
         return mine is None or theirs is None or mine == theirs
-    mine, theirs = (
-        canonical(item.protocol, stated, options),
-        canonical(item.protocol, answer, options),
-    )
+    mine = canonical(item.protocol, stated, options)
+    theirs = canonical(item.protocol, answer, options)
     if mine is not None and mine == theirs:
         return True
     proto = PROTOCOLS.get(item.protocol)
-    if proto is not None and (
-        proto(stated, [answer], **(options or {})) >= proto.threshold
-        or proto(answer, [stated], **(options or {})) >= proto.threshold
+    if (
+        mine is None
+        and proto is not None
+        and (
+            proto(stated, [answer], **(options or {})) >= 1.0
+            or proto(answer, [stated], **(options or {})) >= 1.0
+        )
     ):
         return True
     said = _WORDS.findall(stated.lower())
@@ -290,7 +319,7 @@ def _agrees(stated: str, answer: str, item: Item) -> bool:
 def check_trace(
     trace: str,
     answer: str,
-    item: Item,
+    item: Asked,
     limits: TraceLimits,
     band: LengthBand | None = None,
 ) -> TraceReport:

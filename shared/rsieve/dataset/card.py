@@ -423,6 +423,65 @@ def _training_md(settings: dict[str, Any], report: dict[str, Any], used: list[st
     return out
 
 
+def _trace_gate_md(report: dict[str, Any]) -> list[str]:
+    """The trace gate's checks and constants, and per family how many accepted traces each
+    check kept out of `_RS_think`, with one example each (rsieve.compact.traces)."""
+    gate = report.get("trace_gate")
+    out = ["", "## Trace gate", ""]
+    if gate is None:
+        return [*out, "The latest run was compacted before the trace gate existed."]
+    if not gate["checks"]:
+        return [*out, "Turned off for the latest run (`trace_checks` is empty)."]
+    out += [
+        "Every accepted answer with reasoning had its trace checked before it could enter "
+        "`_RS_think`: "
+        + ", ".join(f"`{c}`" for c in gate["checks"])
+        + f" (checks version {gate['version']}). A trace that fails any keeps its answer "
+        "in `_RS_nothink` only; the qa entry records `trace_checks` (true: passed, null: not "
+        "run) and `trace_reasons`. Constants: "
+        + ", ".join(f"`{k}` = {v}" for k, v in gate["constants"].items())
+        + ".",
+        "",
+    ]
+    families = {f: r for f, r in report.get("families", {}).items() if r.get("trace_checked")}
+    if not families:
+        return [*out, "No accepted trace in the latest run."]
+    checks = list(gate["checks"])
+    out += [
+        "| family | traces checked | kept out of think | " + " | ".join(checks) + " |",
+        "|---|---|---|" + "---|" * len(checks),
+    ]
+    for f, r in families.items():
+        failures = r.get("trace_failures") or {}
+        out.append(
+            f"| {_cell(f)} | {r['trace_checked']} | {r['trace_gated']} | "
+            + " | ".join(str(failures.get(c, 0)) for c in checks)
+            + " |"
+        )
+    bands = gate.get("length_bands") or {}
+    if bands:
+        out += [
+            "",
+            "Length bands (characters): "
+            + "; ".join(
+                f"{_cell(f)} {b['low']:.0f}-{b['high']:.0f} (median {b['median']:.0f} of "
+                f"{b['traces']})"
+                for f, b in bands.items()
+            )
+            + ".",
+        ]
+    examples = [(f, e) for f, r in families.items() for e in r.get("trace_examples") or []]
+    if examples:
+        out += ["", "One example per check:", "", "| family | check | id | why | trace begins |"]
+        out += ["|---|---|---|---|---|"]
+        out += [
+            f"| {_cell(f)} | `{e['check']}` | {_cell(e['id'])} | {_cell(e['reason'])} | "
+            f"{_cell(e['reasoning'])} |"
+            for f, e in examples
+        ]
+    return out
+
+
 def render_card(
     *,
     dataset: str,
@@ -520,6 +579,7 @@ def render_card(
             f"{_cell(json.dumps(p.constants, ensure_ascii=False))} |"
         )
     out += _training_md(settings, report, used)
+    out += _trace_gate_md(report)
     if calibration_md.strip().startswith("## "):
         out += ["", calibration_md.strip()]
     else:

@@ -16,7 +16,11 @@ variant that passed. `recheck_entries` recomputes, for each entry:
   probes the judge called CORRECT) and the bound in run_spec.json, which families may
   promote by the judge (`rsieve.judge.calibration`'s rule, Wilson 95% upper bound recomputed),
   and that every judge promotion lies in one of them and every `judge_untrusted` entry in
-  none.
+  none;
+- the trace gate (rsieve.compact.traces): every `_RS_think` entry's reasoning checked
+  again with the constants and length bands the run report's `trace_gate` records (each
+  stored `trace_checks` value must come out the same), and no entry that failed a check
+  in `_RS_think`.
 
 Pure: the caller reads the Parquet rows and the JSON files (rsieve_cli.app's `recheck`)."""
 
@@ -28,6 +32,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rsieve.compact.rows import canonical_reference, passed_text
+from rsieve.compact.traces import (
+    TRACE_CHECKS_VERSION,
+    AskedEntry,
+    LengthBand,
+    TraceLimits,
+    check_trace,
+)
 from rsieve.judge.calibration import wilson
 from rsieve.judge.verdicts import guard
 from rsieve.verify import PROTOCOLS, TRAINING_RULES, verify
@@ -40,6 +51,7 @@ class RecheckResult:
     decisions: int = 0  # verifier decisions recomputed
     agreed: int = 0
     hold_back_checked: int = 0  # judge promotions and judge_untrusted entries checked
+    traces_checked: int = 0  # `_RS_think` reasoning checked again by the trace gate
     differences: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -52,6 +64,7 @@ class RecheckResult:
             "agreed": self.agreed,
             "agreement": round(self.agreement, 6),
             "hold_back_checked": self.hold_back_checked,
+            "traces_checked": self.traces_checked,
             "differences": self.differences,
         }
 
@@ -76,18 +89,60 @@ def _differs(what: str, entry: Mapping[str, Any], split: str, **detail: Any) -> 
     return {"check": what, "split": split, "id": entry.get("id"), **detail}
 
 
+def _recheck_trace(
+    result: RecheckResult,
+    kind: str,
+    family: str,
+    qa: Mapping[str, Any],
+    gate: Mapping[str, Any] | None,
+) -> None:
+    stored = {c: v for c, v in (qa.get("trace_checks") or {}).items() if v is not None}
+    if kind == "RS_think" and not all(stored.values()):
+        result.differences.append(_differs("trace_gate", qa, kind, failed=sorted(stored)))
+    reasoning = qa.get("reasoning") or ""
+    if kind != "RS_think" or gate is None or not stored or not reasoning.strip():
+        return
+    if gate.get("version") != TRACE_CHECKS_VERSION:
+        result.differences.append(
+            _differs("trace_checks_version", qa, kind, stored=gate.get("version"))
+        )
+        return
+    result.traces_checked += 1
+    asked = AskedEntry(
+        question=qa.get("question") or "",
+        references=list(qa.get("references") or []),
+        options={o["label"]: o["text"] for o in qa.get("options") or []} or None,
+        protocol=(qa.get("verification") or {}).get("protocol") or qa.get("protocol") or "",
+    )
+    band = (gate.get("length_bands") or {}).get(family)
+    now = check_trace(
+        reasoning,
+        qa.get("full_answer") or "",
+        asked,
+        TraceLimits.of_gate(gate),
+        LengthBand(**band) if band else None,
+    )
+    if {c: now.checks.get(c) for c in stored} != stored:
+        result.differences.append(
+            _differs("trace_checks", qa, kind, stored=stored, recomputed=now.checks)
+        )
+
+
 def recheck_entries(
     entries: Iterable[tuple[str, str, Mapping[str, Any]]],
     *,
     calibration: Mapping[str, Mapping[str, Any]] | None,
     bound: float | None,
+    trace_gate: Mapping[str, Any] | None = None,
 ) -> RecheckResult:
     """`entries`: (split kind, family, qa entry) for every qa entry of the export (kind:
     RS_think, RS_nothink or rejected). `calibration` and `bound`: the run report's
-    calibration summary and run_spec.json's bound (None: the hold-back is not checked)."""
+    calibration summary and run_spec.json's bound (None: the hold-back is not checked).
+    `trace_gate`: the run report's (None: the run had none; only its split is checked)."""
     result = RecheckResult()
     held = held_back_families(calibration or {}, bound) if bound is not None else None
     for kind, family, qa in entries:
+        _recheck_trace(result, kind, family, qa, trace_gate)
         references = list(qa.get("references") or [])
         if references:
             shown = qa.get("answer") if kind == "rejected" else qa.get("org_answer")
