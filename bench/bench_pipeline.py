@@ -485,6 +485,12 @@ def protocol_figures() -> dict[str, Any]:
     return {name: bp.rate(PROTOCOLS[name], data[name], 0.2) for name in sorted(PROTOCOLS)}
 
 
+def trace_figures() -> dict[str, Any]:
+    from bench import bench_traces
+
+    return bench_traces.measure(quick=True)
+
+
 def compaction_figures(images: int = 10_000, per_image: int = 10) -> dict[str, Any]:
     from bench import bench_compaction as bc
 
@@ -557,6 +563,7 @@ def main() -> None:
     print("protocols and compaction ...", flush=True)
     results["protocols_decisions_per_s"] = protocol_figures()
     results["compaction"] = compaction_figures()
+    results["trace_gate"] = trace_figures()
     if not args.no_ttfr:
         print("time to first result: rsieve run examples/pool ...", flush=True)
         results["time_to_first_result"] = time_to_first_result(root)
@@ -644,6 +651,15 @@ def print_table(r: dict[str, Any]) -> None:
             f"{comp['qa_entries']:,} qa over {comp['images']:,} images, streaming writer",
         )
     )
+    for t in r.get("trace_gate", {}).values():
+        rows.append(
+            (
+                f"trace gate, {t['chars_mean']} chars",
+                f"{t['us_per_item']:.0f} us",
+                f"CPU per accepted item, every check (target 100 us); "
+                f"{t['ratio_to_split']}x str.split of the trace",
+            )
+        )
     if "time_to_first_result" in r:
         t = r["time_to_first_result"]
         rows.append(

@@ -70,13 +70,21 @@ def test_a_loop_in_a_script_written_without_spaces_fails_repetition() -> None:
     assert failed(trace, item=item) == ["repetition"]
 
 
+def test_a_loop_of_characters_in_a_trace_with_typographic_punctuation_fails() -> None:
+    # Not ASCII (the dash and quotes), no ideograph: split on spaces, loops looked for in
+    # its long words.
+    trace = f"The cup says \u201cCOFFEE\u201d \u2014 {'ha' * 200} \u2014 so the word is COFFEE."
+    assert failed(trace) == ["repetition"]
+    assert repeated_share(trace, 8) > 0.8
+
+
 def test_repetition_measures_the_repeats_beyond_the_first() -> None:
     # Said once, a span repeats nothing; said four times in 16 tokens, three quarters.
     assert repeated_share("one two three four five six seven eight", 4) == 0.0
     assert repeated_share("a b c d " * 4, 4) == pytest.approx(0.75)
     assert repeated_share("a b c d " * 4, 8) == 1.0  # overlapping occurrences, capped
-    # Below the share asked for, the answer may be 0.0 (the spans were not counted).
-    assert repeated_share(SOUND, 4, at_least=0.3) < 0.3
+    # A sound trace repeats little even in short spans.
+    assert repeated_share(SOUND, 4) < 0.3
 
 
 def test_a_long_trace_that_repeats_a_phrase_now_and_then_passes() -> None:
@@ -134,6 +142,13 @@ def test_reasoning_in_another_language_than_the_question_fails() -> None:
     assert "the question is in latin, the trace in cyrillic" in " ".join(
         check_trace(trace, "COFFEE", WORD, LIMITS).reasons
     )
+
+
+def test_a_run_that_joins_two_scripts_is_told_apart() -> None:
+    # "кофе咖啡" is one run of non-Latin letters: its Cyrillic and CJK halves are two runs.
+    assert mixed_run("Reading the cup: кофе咖啡, so COFFEE.", "кофе", 2) == "咖啡"
+    assert script_of("кофе咖啡") == "cyrillic"
+    assert script_of("咖啡店里。кофе") == "cjk"  # 4 + 1: CJK punctuation counts with CJK
 
 
 def test_a_reference_or_option_in_another_script_may_be_quoted() -> None:
@@ -199,6 +214,11 @@ def test_multiple_choice_compares_letters(trace: str, answer: str, agrees: bool)
 def test_the_last_conclusion_counts() -> None:
     trace = "The word is TOFFEE? No: the first letter is a C. So the word is COFFEE."
     assert conclusion(trace) == "COFFEE"
+    # The tail is read first; a trace that concludes early and then only checks is read
+    # whole, and a conclusion in the tail beats an earlier one however long the trace.
+    checking = " Then I check each letter once more against the print." * 40
+    assert conclusion("So the word is TOFFEE." + checking) == "TOFFEE"
+    assert conclusion("So the word is TOFFEE." + checking + " The word is COFFEE.") == "COFFEE"
     assert conclusion("Nothing concluded.") is None
     assert conclusion("It is \\boxed{42}.") == "42"
 

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
+
+import numpy as np
 
 from rsieve.schemas import TRACE_CHECKS, Outcome, TraceReport
 from rsieve.settings import Settings
@@ -132,28 +133,54 @@ _SCRIPTS = {
     "latin": "A-Za-z\u00c0-\u024f",
     "cyrillic": "\u0400-\u04ff",
     "greek": "\u0370-\u03ff",
-    "cjk": "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff",
+    # With its punctuation and full-width forms (。，：), which only CJK text uses.
+    "cjk": "\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef",
     "hangul": "\u1100-\u11ff\uac00-\ud7af",
     "arabic": "\u0600-\u06ff",
     "hebrew": "\u0590-\u05ff",
     "devanagari": "\u0900-\u097f",
     "thai": "\u0e00-\u0e7f",
 }
-_RUNS = {name: re.compile(f"[{chars}]+") for name, chars in _SCRIPTS.items()}
-# Letters outside ASCII that belong to no script above (symbols, punctuation) are ignored.
-_NON_LATIN_RUN = re.compile("|".join(f"[{c}]+" for n, c in _SCRIPTS.items() if n != "latin"))
+_LATIN_RUN = re.compile(f"[{_SCRIPTS['latin']}]+")
+# Runs of letters of the other scripts: one scan finds them all (a class, not an
+# alternation of classes, which sre tries one by one at every position), and each run is
+# then told its script; a run that joins two scripts is split by `_OTHER_RUN_NAMED`.
+_OTHER_RUN = re.compile(
+    "[" + "".join(chars for name, chars in _SCRIPTS.items() if name != "latin") + "]+"
+)
+_OTHER_SCRIPT = {
+    name: re.compile(f"[{chars}]+") for name, chars in _SCRIPTS.items() if name != "latin"
+}
+# Each code point of the Basic Multilingual Plane's script, by index into _SCRIPT_NAMES.
+_SCRIPT_NAMES = ("", *_SCRIPTS)
+_SCRIPT_OF_CHAR = bytearray(0x10000)
+for _index, _chars in enumerate(_SCRIPTS.values(), start=1):
+    for _range in re.findall(r"(.)-(.)", _chars):
+        _SCRIPT_OF_CHAR[ord(_range[0]) : ord(_range[1]) + 1] = bytes([_index]) * (
+            ord(_range[1]) - ord(_range[0]) + 1
+        )
+_OTHER_RUN_NAMED = re.compile(
+    "|".join(f"(?P<{name}>[{chars}]+)" for name, chars in _SCRIPTS.items() if name != "latin")
+)
 _IDEOGRAPHIC = f"{_SCRIPTS['cjk']}{_SCRIPTS['hangul']}"
-# Tokens: a word, or one ideograph (scripts written without spaces repeat per character).
-_TOKEN = re.compile(f"[{_IDEOGRAPHIC}]|[^\\s{_IDEOGRAPHIC}]+")
-# A unit of at most 8 characters repeated 16 times or more in a row ("hahaha…", "!!!!…").
+_HAS_IDEOGRAPH = re.compile(f"[{_IDEOGRAPHIC}]")
+# A unit of at most 8 characters repeated 16 times or more in a row ("hahaha…", "!!!!…"),
+# looked for only inside runs of 16 or more characters without a space or an ideograph
+# (a loop of ideographs is a loop of tokens, which the spans count).
 _CHAR_LOOP = re.compile(r"(.{1,8}?)\1{15,}", re.DOTALL)
 _CHAR_LOOP_MIN = 16
+_UNSPACED = re.compile(f"[^\\s{_IDEOGRAPHIC}]{{{_CHAR_LOOP_MIN},}}")
+# Polynomial hashing of spans (uint64, wrapping): two different spans share a hash with a
+# chance of about one in 2**64 per pair.
+_HASH_BASE = np.uint64(1_000_003)
 
-# The two phrase checks run their full patterns only around anchors (a word every phrase
-# contains) found by one plain scan of the lowercased trace: an alternation tried at every
-# position of a long trace would cost more than all the other checks together.
-_GUESS_ANCHOR = re.compile("guess|image|picture|photo|figure|chart|diagram")
-_GUESS_BEFORE, _GUESS_AFTER = 48, 24  # the window around an anchor the phrase may span
+# The two phrase checks run their full patterns only around anchors found by plain
+# substring search of the lowercased trace (an alternation tried at every position of a
+# long trace would cost more than all the other checks together).
+# Every guessing phrase contains one of these, at most `_GUESS_BEFORE` characters into it
+# ("I will have to guess"), and is shorter than `_GUESS_WINDOW`.
+_GUESS_ANCHORS = ("n't", "not", "unable", "without", "no ", "guess")
+_GUESS_BEFORE, _GUESS_WINDOW = 16, 96
 _GUESSING = re.compile(
     r"(?:can ?not|can't|unable to|not able to|don't|do not|couldn't|could not)"
     r" (?:see|view|read|access|make out|open|load|perceive) (?:the |this |any |an )?"
@@ -168,6 +195,8 @@ _GUESSING = re.compile(
 _CONCLUSION_ANCHOR = re.compile(
     "boxed|answer|word|text|number|option|choice|result|value|total|label"
 )
+# The last conclusion is nearly always in the trace's last lines: they are searched first.
+_CONCLUSION_TAIL = 512
 _END = r"(?=\.\s|\.$|[\n;!?]|,\s|$)"
 # Matched at an anchor of the trace (not searched): the anchor is the pattern's start.
 _CONCLUSION = re.compile(
@@ -181,46 +210,73 @@ _QUOTES = " \t\"'`*_“”‘’«»「」()[]"
 _WORDS = re.compile(r"\w+")
 
 
+def _letters(text: str) -> tuple[str | None, list[tuple[str, str]]]:
+    """The script most of `text`'s letters are written in (None: no letters), and its runs
+    of letters in scripts other than Latin, each with its script's name."""
+    counts = dict.fromkeys(_SCRIPTS, 0)
+    runs: list[tuple[str, str]] = []
+    for run in _OTHER_RUN.findall(text):
+        name = _SCRIPT_NAMES[_SCRIPT_OF_CHAR[ord(run[0])]]
+        if _OTHER_SCRIPT[name].fullmatch(run):
+            runs.append((name, run))
+        else:
+            runs.extend((m.lastgroup or "", m.group()) for m in _OTHER_RUN_NAMED.finditer(run))
+    for name, run in runs:
+        counts[name] += len(run)
+    # Latin letters are counted only when they could outnumber the script leading so far.
+    best = max(counts.values())
+    if best <= len(text) - sum(counts.values()):
+        counts["latin"] = sum(map(len, _LATIN_RUN.findall(text)))
+    name, count = max(counts.items(), key=lambda kv: kv[1])
+    return (name if count else None), runs
+
+
 def script_of(text: str) -> str | None:
     """The script most of `text`'s letters are written in (None: no letters)."""
     if text.isascii():
         return "latin" if any(c.isalpha() for c in text) else None
-    counts = {name: sum(map(len, run.findall(text))) for name, run in _RUNS.items()}
-    name, count = max(counts.items(), key=lambda kv: kv[1])
-    return name if count else None
+    return _letters(text)[0]
 
 
-def _tokens(trace: str) -> list[str]:
-    return trace.split() if trace.isascii() else _TOKEN.findall(trace)
+def _tokens(trace: str) -> tuple[np.ndarray, list[str]]:
+    """The trace's tokens as hashes, and its runs of `_CHAR_LOOP_MIN` characters or more
+    without a space or an ideograph (where a loop of characters may be). Tokens are its
+    words (split on spaces) or, in a trace with an ideograph (scripts written without
+    spaces repeat per character), every character that is not a space."""
+    if trace.isascii() or not _HAS_IDEOGRAPH.search(trace):
+        words = trace.split()
+        hashes = np.fromiter(map(hash, words), dtype=np.int64, count=len(words))
+        longest = max(map(len, words), default=0)
+        long = [w for w in words if len(w) >= _CHAR_LOOP_MIN] if longest >= _CHAR_LOOP_MIN else []
+        return hashes.view(np.uint64), long
+    points = np.frombuffer(trace.encode("utf-32-le"), dtype=np.uint32)
+    kept = (points > ord(" ")) & (points != 0x3000) & (points != 0xA0) & (points != 0x85)
+    return points[kept].astype(np.uint64), _UNSPACED.findall(trace)
 
 
-def repeated_share(trace: str, span: int, at_least: float = 0.0) -> float:
+def repeated_share(trace: str, span: int) -> float:
     """The share of `trace` covered by repeats of its most repeated span: the most frequent
     run of `span` tokens (its occurrences after the first x `span` over the tokens, up to
     1: a trace that says a thing once repeats nothing), or the characters in loops of one
-    short unit ("hahaha...", "!!!!..."; `_CHAR_LOOP`), whichever is larger.
-
-    A share under `at_least` may come back as 0.0 (the spans were not counted)."""
-    tokens = _tokens(trace)
+    short unit ("hahaha...", "!!!!..."; `_CHAR_LOOP`), whichever is larger. Spans are
+    counted by hash in numpy: the one pass over the trace's tokens in Python is `hash`."""
+    tokens, unspaced = _tokens(trace)
     share = 0.0
+    n = len(tokens) - span + 1
     if len(tokens) >= 2 * span:
-        # Each token of a span occurs at least as often as the span: when no token reaches
-        # the count a share of `at_least` needs, no span does, and the spans are not
-        # counted (both counts run in C; the tokens' is about a fifth of the spans').
-        needed = at_least * len(tokens) / span + 1
-        if max(Counter(tokens).values()) >= needed:
-            grams = Counter(zip(*(tokens[k:] for k in range(span)), strict=False))
-            share = min(1.0, (max(grams.values()) - 1) * span / len(tokens))
-    # A loop of one unit without spaces is one long token (or, in scripts written without
-    # spaces, a run of repeated tokens the spans above count).
-    if share < 1.0 and tokens and len(max(tokens, key=len)) >= _CHAR_LOOP_MIN:
-        looped = sum(
-            m.end() - m.start()
-            for token in tokens
-            if len(token) >= _CHAR_LOOP_MIN
-            for m in _CHAR_LOOP.finditer(token)
-        )
-        share = max(share, looped / len(trace))
+        spans = tokens[:n].copy()
+        with np.errstate(over="ignore"):
+            for k in range(1, span):
+                spans *= _HASH_BASE
+                spans += tokens[k : k + n]
+        spans.sort()
+        # The longest run of one value in the sorted hashes: its occurrences.
+        edges = np.flatnonzero(np.diff(spans)) if n > 1 else np.empty(0, dtype=np.intp)
+        most = int(np.diff(edges, prepend=-1, append=n - 1).max())
+        share = min(1.0, (most - 1) * span / len(tokens))
+    if share < 1.0:
+        looped = sum(m.end() - m.start() for run in unspaced for m in _CHAR_LOOP.finditer(run))
+        share = max(share, looped / len(trace)) if looped else share
     return share
 
 
@@ -230,12 +286,15 @@ def mixed_run(trace: str, allowed: str, min_chars: int) -> str | None:
     options) does not contain; None when there is none."""
     if trace.isascii():
         return None
-    own = script_of(trace)
-    for match in _NON_LATIN_RUN.finditer(trace):
-        run = match.group()
-        if len(run) < min_chars or run in allowed:
-            continue
-        if script_of(run) != own:
+    own, runs = _letters(trace)
+    return _foreign_run(own, runs, allowed, min_chars)
+
+
+def _foreign_run(
+    own: str | None, runs: Sequence[tuple[str, str]], allowed: str, min_chars: int
+) -> str | None:
+    for name, run in runs:
+        if name != own and len(run) >= min_chars and run not in allowed:
             return run
     return None
 
@@ -256,14 +315,16 @@ def _word_start(text: str, at: int) -> bool:
 def guessing_phrase(trace: str) -> str | None:
     """The phrase by which the trace says it cannot see the image or guesses, if any."""
     low = _lowered(trace)
-    searched = 0  # windows overlap: each position is tried once
-    for anchor in _GUESS_ANCHOR.finditer(low):
-        start = max(searched, anchor.start() - _GUESS_BEFORE)
-        end = anchor.end() + _GUESS_AFTER
-        for match in _GUESSING.finditer(low, start, end):
-            if _word_start(low, match.start()) and match.start() <= anchor.start():
-                return trace[match.start() : match.end()]
-        searched = max(searched, anchor.start())
+    for anchor in _GUESS_ANCHORS:
+        at = low.find(anchor)
+        while at >= 0:
+            start = max(0, at - _GUESS_BEFORE)
+            for match in _GUESSING.finditer(low, start, at + _GUESS_WINDOW):
+                if match.start() > at:
+                    break
+                if match.end() > at and _word_start(low, match.start()):
+                    return trace[match.start() : match.end()]
+            at = low.find(anchor, at + 1)
     return None
 
 
@@ -271,7 +332,14 @@ def conclusion(trace: str) -> str | None:
     """The trace's last stated conclusion: a `\\boxed{}` or the X of "answer is X", "the
     word is X" and the like, without quotes or emphasis; None when it states none."""
     low = _lowered(trace)
-    for anchor in reversed(list(_CONCLUSION_ANCHOR.finditer(low))):
+    cut = max(0, len(low) - _CONCLUSION_TAIL)
+    return _last_stated(trace, low, cut, len(low)) or _last_stated(trace, low, 0, cut)
+
+
+def _last_stated(trace: str, low: str, start: int, end: int) -> str | None:
+    """The last conclusion stated at an anchor that starts in [start, end)."""
+    anchors = _CONCLUSION_ANCHOR.finditer(low, start, min(len(low), end + 8))
+    for anchor in reversed([a for a in anchors if a.start() < end]):
         at = anchor.start()
         boxed = low[at - 1 : at] == "\\"
         if not (boxed or _word_start(low, at)):
@@ -316,6 +384,22 @@ def _agrees(stated: str, answer: str, item: Asked) -> bool:
     return any(said[k : k + len(words)] == words for k in range(len(said) - len(words) + 1))
 
 
+def _mixing(trace: str, item: Asked, min_chars: int) -> str | None:
+    """Why the trace fails `language_mixing`, if it does."""
+    if trace.isascii():
+        runs: list[tuple[str, str]] = []
+        wrote = script_of(trace)
+    else:
+        wrote, runs = _letters(trace)
+    asked = script_of(item.question)
+    if asked is not None and wrote is not None and asked != wrote:
+        return f"language_mixing: the question is in {asked}, the trace in {wrote}"
+    allowed = "\n".join([item.question, *item.references, *(item.options or {}).values()])
+    if run := _foreign_run(wrote, runs, allowed, min_chars):
+        return f"language_mixing: {script_of(run)} run {run[:40]!r} in a {wrote} trace"
+    return None
+
+
 def check_trace(
     trace: str,
     answer: str,
@@ -330,18 +414,11 @@ def check_trace(
     for name in limits.checks:
         reason: str | None = None
         if name == "repetition":
-            share = repeated_share(
-                trace, limits.repetition_span, at_least=limits.repetition_max_share
-            )
+            share = repeated_share(trace, limits.repetition_span)
             if share >= limits.repetition_max_share:
                 reason = f"repetition: {share:.2f} of the trace is one repeated span"
         elif name == "language_mixing":
-            allowed = "\n".join([item.question, *item.references, *(item.options or {}).values()])
-            asked, wrote = script_of(item.question), script_of(trace)
-            if asked is not None and wrote is not None and asked != wrote:
-                reason = f"language_mixing: the question is in {asked}, the trace in {wrote}"
-            elif run := mixed_run(trace, allowed, limits.mixing_min_chars):
-                reason = f"language_mixing: {script_of(run)} run {run[:40]!r} in a {wrote} trace"
+            reason = _mixing(trace, item, limits.mixing_min_chars)
         elif name == "inconsistent":
             stated = conclusion(trace)
             if stated is not None and not _agrees(stated, answer, item):
