@@ -25,6 +25,9 @@ class Sampling(BaseModel):
     judge_samples: int | None = Field(None, ge=1)
     pass_rate_window: list[float] | None = Field(None, min_length=2, max_length=2)
     circular: bool | None = None
+    # The blind pass (docs/traces.md): accepted items asked again without their image.
+    blind_pass: bool | None = None
+    blind_policy: Literal["keep", "nothink", "drop"] | None = None
 
     def chosen(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)

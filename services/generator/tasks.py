@@ -2,6 +2,8 @@
 item's question, at temperature 0 with reasoning on, keeping the engine full; stores the
 raw output, its parse and what answered (model version, sampling, tokens, latency, the
 exact image bytes sent). The records are rsieve.generation's (`ready_items`, `record_generations`).
+With the blind pass (settings.blind_pass), the items the verifier accepts are asked again
+without their image before the shard is stored (rsieve.judge.blind).
 
 The worker runs Celery's thread pool, `generator_concurrency` shards open at once, and
 every shard's requests go through one feeder (feeder.py): one loop, one FIFO gate sized
@@ -24,6 +26,7 @@ from rsieve import keys
 from rsieve.adapters.model import ModelInfo, ModelRequest, engine_url
 from rsieve.adapters.tokenizer import preload_chat_template
 from rsieve.generate.generation import (
+    AsyncModel,
     ModelReply,
     poisoned_item,
     ready_items,
@@ -32,7 +35,9 @@ from rsieve.generate.generation import (
 )
 from rsieve.generate.progress import batches, to_ask
 from rsieve.images import ImageError, PreparedImage, prepare_image
-from rsieve.schemas import Quarantined, ShardOutput
+from rsieve.judge.blind import blind_asks, blind_passes, with_blind
+from rsieve.schemas import Generation, Quarantined, ShardOutput
+from rsieve.settings import Settings
 from services.common import Context
 from services.generator.feeder import Feeder, Intake
 from services.progress import Progress
@@ -57,6 +62,20 @@ def register(ctx: Context) -> None:
         if image.reencoded and not ctx.store.exists(keys.image(image.sha256)):
             ctx.store.put(keys.image(image.sha256), image.data, content_type="image/png")
         return image
+
+    def ask_blind(
+        s: Settings, model: AsyncModel, generations: list[Generation]
+    ) -> list[Generation]:
+        """The blind pass (rsieve.judge.blind): the accepted items asked again without
+        their image, through the same gate. Not stored as progress: a redelivery asks
+        them again."""
+        asks = blind_asks(generations, s.training_policy(), s.circular)
+        if not asks:
+            return generations
+        requests = [ModelRequest(a.generation.item.question, None, a.generation.seed) for a in asks]
+        replies = feeder.run(model.generate_many_async(requests))
+        passes = blind_passes(asks, replies, s.training_policy(), s.blind_policy)
+        return with_blind(generations, passes)
 
     @ctx.task("rsieve.generate")
     def generate(run: str, shard: str, lines: int) -> None:
@@ -140,6 +159,8 @@ def register(ctx: Context) -> None:
         replies = [fresh.get(k) or progress.replies[k] for k in range(len(entries))]
         info = model.info or progress.info  # nothing left to ask: what answered before
         generations, failed = record_generations(asked, replies, info, draws)
+        if s.blind_pass:
+            generations = ask_blind(s, model, generations)
         out = ShardOutput(
             run=run,
             shard=shard,

@@ -20,6 +20,8 @@ __all__ = [
     "TASK_QUEUES",
     "THINKING_MODES",
     "TRACE_CHECKS",
+    "BlindPass",
+    "BlindPolicy",
     "Decision",
     "Generation",
     "ImageRef",
@@ -117,6 +119,9 @@ REJECT_REASONS: dict[str, str] = {
     "verdict word, grading, the reference, an order, a role tag or a control token) or "
     "holds none of the references' word, number or option where those can be looked for, "
     "which a judge is never trusted on",
+    "answerable_without_image": "the blind pass (blind_policy drop): asked again without "
+    "its image, the model still gave an answer the item's protocol accepts, so the "
+    "question does not need the image",
     "judge_skipped": "the verifier rejected the answer and the judge was not asked: its "
     "calibration on this family already showed it cannot clear the false-promotion bound",
     "near_miss": "the benchmark's scorer passes the answer but training acceptance refuses "
@@ -207,6 +212,23 @@ class Quarantined(_Model):
     detail: str = ""
 
 
+BlindPolicy = Literal["keep", "nothink", "drop"]
+
+
+class BlindPass(_Model):
+    """An accepted item asked again without its image (rsieve.judge.blind): its question
+    byte for byte, the same model and sampling; under circular sampling once per rotation
+    the run asked. `answerable`: every blind answer passed the item's protocol and
+    training rule (None: a blind request failed, `error` says how); `policy`: what the run
+    does with an answerable item (settings.blind_policy)."""
+
+    answerable: bool | None
+    answers: list[str | None]
+    raw_outputs: list[str]
+    policy: BlindPolicy
+    error: str | None = None
+
+
 class Generation(_Model):
     item: Item
     model: str
@@ -241,6 +263,9 @@ class Generation(_Model):
     # asked with; None with one sample per item.
     sample: int | None = None
     seed: int | None = None
+    # The blind pass (settings.blind_pass), on every sample of an item one of whose samples
+    # the verifier accepted; None when it did not run.
+    blind: BlindPass | None = None
 
 
 class TrainingDecision(_Model):

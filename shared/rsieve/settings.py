@@ -16,7 +16,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rsieve.images import MAX_PIXELS
-from rsieve.schemas import DATASET_PATTERN, TRACE_CHECKS, ModelKind, TraceCheck
+from rsieve.schemas import DATASET_PATTERN, TRACE_CHECKS, BlindPolicy, ModelKind, TraceCheck
 from rsieve.verify import DEFAULT_TRAINING_RULES, TrainingPolicy, check_training_rules
 
 __all__ = [
@@ -161,6 +161,12 @@ class Settings(BaseSettings):
     # Multiple choice (items with options): sample k sees the options rotated by k
     # (VLMEvalKit's CircularEval); the item is accepted only when every sample is.
     circular: Annotated[bool, SINCE_FIRST_ID] = False
+    # The blind pass (docs/traces.md): every item the verifier accepted is asked again
+    # without its image; one the model still answers right is `answerable_without_image`.
+    # blind_policy: what such an item does: `keep` (flagged only), `nothink` (kept out of
+    # `_RS_think`) or `drop` (rejected, reason answerable_without_image).
+    blind_pass: Annotated[bool, SINCE_FIRST_ID] = False
+    blind_policy: Annotated[BlindPolicy, SINCE_FIRST_ID] = "keep"
     # "rsieve" (prompt/image -> text/finish_reason), "vllm" (Triton's vLLM backend, chat
     # template rendered client side), "auto" (read from the model's metadata), or "openai":
     # an OpenAI-compatible server's /chat/completions (vLLM's `vllm serve`, SGLang, TGI,
@@ -384,6 +390,15 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _blind_policy_needs_the_blind_pass(self) -> Settings:
+        if self.blind_policy != "keep" and not self.blind_pass:
+            raise ValueError(
+                f"blind_policy={self.blind_policy} does nothing without the blind pass: "
+                "set RSIEVE_BLIND_PASS=true (rsieve run|submit --blind-pass)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _openai_needs_an_endpoint(self) -> Settings:
         for role in ("generator", "judge"):
             if self.interface_of(role) == "openai" and not self.openai_url_of(role):
@@ -473,6 +488,8 @@ SAMPLING = (
     "judge_samples",
     "pass_rate_window",
     "circular",
+    "blind_pass",
+    "blind_policy",
 )
 
 # How a run decides what becomes a training target. Like SAMPLING, every stage reads

@@ -328,6 +328,20 @@ Circular = Annotated[
         help="multiple choice: sample k sees the options rotated by k; accepted only if all are",
     ),
 ]
+BlindPass = Annotated[
+    bool | None,
+    typer.Option(
+        "--blind-pass/--no-blind-pass",
+        help="ask every accepted item again without its image; flag those still answered right",
+    ),
+]
+BlindPolicy = Annotated[
+    str | None,
+    typer.Option(
+        help="what an item answered right without its image does: keep (flagged) | nothink "
+        "(kept out of _RS_think) | drop (rejected)"
+    ),
+]
 Window = Annotated[
     str | None,
     typer.Option(help="LOW,HIGH: keep accepted items whose pass rate lies within (e.g. 0.2,0.8)"),
@@ -342,6 +356,8 @@ def _sampling(
     max_kept: int | None,
     window: str | None = None,
     circular: bool | None = None,
+    blind_pass: bool | None = None,
+    blind_policy: str | None = None,
 ) -> dict[str, Any] | None:
     """The run's own sampling, as the API takes it (only what was given)."""
     try:
@@ -356,6 +372,8 @@ def _sampling(
         "max_kept": max_kept,
         "pass_rate_window": bounds,
         "circular": circular,
+        "blind_pass": blind_pass,
+        "blind_policy": blind_policy,
     }
     return {k: v for k, v in chosen.items() if v is not None} or None
 
@@ -374,6 +392,8 @@ def run(
     max_kept: MaxKept = None,
     pass_rate_window: Window = None,
     circular: Circular = None,
+    blind_pass: BlindPass = None,
+    blind_policy: BlindPolicy = None,
 ) -> None:
     """Process a pool end to end on the local stack and export its dataset."""
     from rsieve.adapters.exports import export_dataset
@@ -393,7 +413,15 @@ def run(
                 pool,
                 name,
                 sampling=_sampling(
-                    samples, temperature, seed, keep, max_kept, pass_rate_window, circular
+                    samples,
+                    temperature,
+                    seed,
+                    keep,
+                    max_kept,
+                    pass_rate_window,
+                    circular,
+                    blind_pass,
+                    blind_policy,
                 ),
             )
         console.print(f"run [bold]{run_id}[/] for pool {pool} -> dataset {name}")
@@ -444,6 +472,8 @@ def submit_pool(
     max_kept: MaxKept = None,
     pass_rate_window: Window = None,
     circular: Circular = None,
+    blind_pass: BlindPass = None,
+    blind_policy: BlindPolicy = None,
 ) -> None:
     """Upload POOL through the API and submit it; prints the run id (no waiting). Needs
     only the API's address and token (RSIEVE_API_URL, RSIEVE_API_TOKEN)."""
@@ -465,7 +495,15 @@ def submit_pool(
             pool,
             name,
             sampling=_sampling(
-                samples, temperature, seed, keep, max_kept, pass_rate_window, circular
+                samples,
+                temperature,
+                seed,
+                keep,
+                max_kept,
+                pass_rate_window,
+                circular,
+                blind_pass,
+                blind_policy,
             ),
         )
     except PermanentError as exc:
@@ -769,6 +807,7 @@ def _recheck_folder(folder: Path) -> dict[str, Any]:
             calibration=report.get("calibration"),
             bound=bound,
             trace_gate=report.get("trace_gate"),
+            blind_policy=_blind_policy(spec) if spec.get("run") == run else None,
         )
         total.decisions += part.decisions
         total.agreed += part.agreed
@@ -776,6 +815,12 @@ def _recheck_folder(folder: Path) -> dict[str, Any]:
         total.traces_checked += part.traces_checked
         total.differences += [d | {"run": run} for d in part.differences]
     return total.summary()
+
+
+def _blind_policy(spec: dict[str, Any]) -> str | None:
+    """The run's blind_policy when it ran the blind pass (run_spec.json's settings)."""
+    settings = spec.get("settings") or {}
+    return settings.get("blind_policy") if settings.get("blind_pass") else None
 
 
 def _recheck_run(run_id: str, as_json: bool) -> None:

@@ -4,9 +4,11 @@ say, chosen by the test, without a model. It serves `GET /v1/models` and
 calls any server (rsieve.adapters.openai_compat).
 
 Rules, per served model id: the first `[needle, reply]` whose needle is in the request's
-user text gives the reply; else the model's `default`. Every request is logged (model,
-user text, reply) to a JSON-lines file, so a test can say exactly what each model was
-asked. Run as `python -m tests.e2e.crafted_server RULES.json PORT LOG.jsonl`."""
+user text gives the reply; else the model's `default`. A request without an image is
+answered by the model's `blind_rules` first, when it has them (what a VLM says when it
+cannot see). Every request is logged (model, user text, whether it held an image, reply)
+to a JSON-lines file, so a test can say exactly what each model was asked. Run as
+`python -m tests.e2e.crafted_server RULES.json PORT LOG.jsonl`."""
 
 from __future__ import annotations
 
@@ -41,6 +43,15 @@ def _user_text(body: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+def _has_image(body: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "image_url"
+        for message in body.get("messages") or []
+        if isinstance(message.get("content"), list)
+        for c in message["content"]
+    )
+
+
 def serve(rules: dict[str, Any], port: int, log: Path) -> None:
     lock = threading.Lock()
 
@@ -69,11 +80,15 @@ def serve(rules: dict[str, Any], port: int, log: Path) -> None:
             if model not in rules:
                 self._send(404, {"error": f"no model {model!r}"})
                 return
-            text = _user_text(body)
+            text, image = _user_text(body), _has_image(body)
             spec = rules[model]
-            reply = next((r for n, r in spec.get("rules", []) if n in text), spec["default"])
+            blind = [] if image else spec.get("blind_rules", [])
+            reply = next(
+                (r for n, r in [*blind, *spec.get("rules", [])] if n in text), spec["default"]
+            )
             with lock, log.open("a") as f:
-                f.write(json.dumps({"model": model, "user": text, "reply": reply}) + "\n")
+                record = {"model": model, "user": text, "image": image, "reply": reply}
+                f.write(json.dumps(record) + "\n")
             self._send(
                 200,
                 {

@@ -8,7 +8,12 @@ split: the judge says WRONG to three, CORRECT to one, which calibration holds ba
 The same server and stack then run the trace gate (rsieve.compact.traces) on a second pool:
 answers the protocol accepts, with a sound trace, a looping one, one that switches to
 Chinese, one that concludes another answer and one that says it guesses. Only the sound
-one reaches `_RS_think`; every one keeps its answer in `_RS_nothink`."""
+one reaches `_RS_think`; every one keeps its answer in `_RS_nothink`.
+
+A third pool runs with the blind pass (`blind_pass`, policy `nothink`): the server answers
+one question right without its image, another not, and a third wrong with it. Only the
+two accepted items are asked again, each once and without an image; the one answered
+right blind is flagged `answerable_without_image` and kept out of `_RS_think`."""
 
 from __future__ import annotations
 
@@ -86,6 +91,14 @@ TRACES = [
     ),
 ]
 
+# id, question, reference, the answer with the image, the answer without it (None: never
+# asked blind), whether it is answerable without the image
+BLIND = [
+    ("b-shortcut", "What colour is the stop sign?", "red", "red", "red", True),
+    ("b-needs", "What is the serial number on the plate?", "X7-42", "X7-42", "unknown", False),
+    ("b-wrong", "What is the code on the ticket?", "A1", "B2", None, None),
+]
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CraftedServer]:
@@ -93,7 +106,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CraftedServer]:
     rules = {
         GENERATOR: {
             "rules": [[q, f"<think>I read the image.</think>{a}"] for _, _, q, _, a in ITEMS]
-            + [[q, f"<think>{trace}</think>{a}"] for _, q, a, trace, _ in TRACES],
+            + [[q, f"<think>{trace}</think>{a}"] for _, q, a, trace, _ in TRACES]
+            + [[q, f"<think>I read the image.</think>{a}"] for _, q, _, a, _, _ in BLIND],
+            "blind_rules": [
+                [q, f"<think>There is no image; I answer from the question.</think>{b}"]
+                for _, q, _, _, b, _ in BLIND
+                if b is not None
+            ],
             "default": "<think>?</think>unreadable",
         },
         JUDGE: {
@@ -169,6 +188,32 @@ def trace_run(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = submit(settings, upload_pool(store, folder), "traces")
     wait_for_run(settings, run, timeout=300)
     return export_dataset(store, "traces", tmp_path_factory.mktemp("out"))
+
+
+@pytest.fixture(scope="module")
+def blind_run(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("pool") / "blind"
+    folder.mkdir()
+    s = Scenario(folder)
+    for item_id, question, reference, *_ in BLIND:
+        data = s.image(f"{item_id}.png", item_id.upper())
+        s.item(
+            item_id,
+            "DocVQA",
+            f"{item_id}.png",
+            data,
+            answer=reference,
+            output=None,
+            expect=("-", "-"),
+            question=question,
+        )
+    s.write()
+    settings = stack_settings(stack)
+    store = S3Store(settings)
+    sampling = {"blind_pass": True, "blind_policy": "nothink"}
+    run = submit(settings, upload_pool(store, folder), "blind", sampling=sampling)
+    wait_for_run(settings, run, timeout=300)
+    return export_dataset(store, "blind", tmp_path_factory.mktemp("out"))
 
 
 def _outputs(stack: Stack, run: str, stage: str) -> list[ShardOutput]:
@@ -314,3 +359,44 @@ def test_the_trace_gate_keeps_unfit_reasoning_out_of_think(stack: Stack, trace_r
     summary = json.loads(rechecked.stdout)
     assert summary["agreement"] == 1.0 and summary["traces_checked"] == 1, summary
     assert summary["differences"] == []
+
+
+def test_the_blind_pass_asks_accepted_items_without_their_image(
+    stack: Stack, server: CraftedServer, blind_run: Path
+) -> None:
+    # The server saw one request without an image for each accepted item, and none for
+    # the rejected one, each with the user text the item was asked with, byte for byte.
+    questions = {q: i for i, q, *_ in BLIND}
+    asked = [r for r in server.requests(GENERATOR) if r["user"].split("\n")[0] in questions]
+    seeing = {questions[r["user"].split("\n")[0]]: r["user"] for r in asked if r["image"]}
+    blind = [(questions[r["user"].split("\n")[0]], r["user"]) for r in asked if not r["image"]]
+    assert sorted(seeing) == sorted(questions.values())
+    assert sorted(blind) == sorted((i, seeing[i]) for i in ("b-needs", "b-shortcut"))
+    ds = datasets.load_dataset(str(blind_run))
+    entries = {
+        split: {qa["id"]: qa for row in rows for qa in row["qa"]} for split, rows in ds.items()
+    }
+    # Policy nothink: the item answerable without its image is in _RS_nothink only.
+    assert set(entries["DocVQA_RS_think"]) == {"b-needs"}
+    assert set(entries["DocVQA_RS_nothink"]) == {"b-shortcut", "b-needs"}
+    assert set(entries["DocVQA_rejected"]) == {"b-wrong"}
+    for item_id, *_, answerable in BLIND:
+        for split in entries.values():
+            if item_id in split:
+                assert split[item_id]["answerable_without_image"] is answerable, item_id
+    report = json.loads((blind_run / "run_report.json").read_text())
+    assert report["adds_up"]
+    docvqa = report["families"]["DocVQA"]
+    assert (docvqa["accepted"], docvqa["rejected"]) == (2, 1)
+    assert (docvqa["blind_asked"], docvqa["blind_answerable"], docvqa["blind_failed"]) == (2, 1, 0)
+    assert [e["id"] for e in docvqa["blind_examples"]] == ["b-shortcut"]
+    card = (blind_run / "README.md").read_text()
+    assert "## Blind pass" in card and "Policy `nothink`" in card
+    # 1 of 2, with its 95% Wilson interval.
+    assert "| DocVQA | 2 | 1 | 50.0% (9.5%-90.5%) | 0 |" in card
+    # `rsieve recheck`: the decisions agree, and no entry answerable without its image is
+    # in _RS_think (the run's policy, from run_spec.json).
+    rechecked = run_cli(stack, "recheck", str(blind_run), "--json")
+    assert rechecked.returncode == 0, rechecked.stdout[-3000:] + rechecked.stderr[-2000:]
+    summary = json.loads(rechecked.stdout)
+    assert summary["agreement"] == 1.0 and summary["differences"] == [], summary

@@ -93,6 +93,11 @@ def test_every_deciding_field_changes_the_run_id(name: str) -> None:
         )
         assert _rid(Settings(samples=4, circular=True)) != _rid(Settings())
         return
+    if name == "blind_policy":  # a policy needs the blind pass
+        blind = Settings(blind_pass=True)
+        for policy in ("nothink", "drop"):
+            assert _rid(Settings(blind_pass=True, blind_policy=policy)) != _rid(blind)
+        return
     if name == "pass_rate_window":  # a window needs several samples
         sampled: dict[str, Any] = {"samples": 4, "temperature": 0.5}
         windowed = Settings(pass_rate_window=[0.2, 0.8], **sampled)

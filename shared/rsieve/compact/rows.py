@@ -89,6 +89,11 @@ FEATURES = datasets.Features(
                 # is in `_RS_nothink` only.
                 "trace_checks": {name: datasets.Value("bool") for name in TRACE_CHECKS},
                 "trace_reasons": datasets.List(datasets.Value("string")),
+                # The blind pass (rsieve.judge.blind): true when the model, asked again
+                # without the image, still answered right; false when it did not; null
+                # when no blind pass ran (not asked for, not accepted, or its request
+                # failed).
+                "answerable_without_image": datasets.Value("bool"),
             }
         ),
         "clean_meta": {
@@ -151,12 +156,16 @@ def split_kinds(outcome: Outcome) -> tuple[str, ...]:
     it) goes to `_RS_nothink` only: a `_RS_think` entry with empty reasoning would teach a
     model to answer in thinking mode without thinking (docs/models.md). So does one whose
     reasoning failed the trace gate (rsieve.compact.traces): the answer passed, the
-    reasoning is unfit to train on."""
+    reasoning is unfit to train on; and, under blind_policy `nothink`, one the blind pass
+    found answerable without its image (rsieve.judge.blind)."""
     if outcome.place != "accepted":
         return ("rejected",)
     if not (outcome.generation.reasoning or "").strip():
         return ("RS_nothink",)
     if outcome.trace is not None and not outcome.trace.passed:
+        return ("RS_nothink",)
+    blind = outcome.generation.blind
+    if blind is not None and blind.answerable and blind.policy == "nothink":
         return ("RS_nothink",)
     return ("RS_think", "RS_nothink")
 
@@ -225,6 +234,7 @@ def _qa(outcome: Outcome, kind: str) -> dict[str, Any]:
         "judge": judge,
         "trace_checks": None,
         "trace_reasons": None,
+        "answerable_without_image": gen.blind.answerable if gen.blind else None,
     }
     if outcome.trace is not None and kind != "rejected":
         entry["trace_checks"] = {name: outcome.trace.checks.get(name) for name in TRACE_CHECKS}

@@ -12,6 +12,7 @@ import yaml
 
 from rsieve.compact.rows import features
 from rsieve.dataset.report import REASONING_FORMS, UNRECORDED
+from rsieve.judge.calibration import wilson
 from rsieve.judge.verdicts import TEMPLATE_SHA256, VERDICTS
 from rsieve.schemas import QUARANTINE_REASONS, REJECT_REASONS
 from rsieve.verify import PROTOCOLS, training_rules_view
@@ -482,6 +483,68 @@ def _trace_gate_md(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def _blind_md(settings: dict[str, Any], report: dict[str, Any]) -> list[str]:
+    """The blind pass: per family, accepted items asked again without their image, those
+    still answered right, and the language-shortcut rate with its Wilson interval."""
+    out = ["", "## Blind pass", ""]
+    if not settings.get("blind_pass"):
+        return [
+            *out,
+            "Not run for the latest run (`blind_pass` off): no item was asked without its "
+            "image, and `answerable_without_image` is null throughout.",
+        ]
+    policy = settings.get("blind_policy", "keep")
+    out += [
+        "Every item the verifier accepted was asked again without its image (the same "
+        "model and sampling, the question byte for byte; under circular sampling once per "
+        "rotation, all of which must pass). `answerable_without_image` is true when the "
+        "blind answer also passed the item's protocol. Policy `"
+        + policy
+        + "`: "
+        + {
+            "keep": "such items are only flagged.",
+            "nothink": "such items are kept out of `_RS_think` (in `_RS_nothink` only).",
+            "drop": "such items are rejected with reason `answerable_without_image`.",
+        }[policy],
+        "",
+    ]
+    families = {
+        f: r
+        for f, r in report.get("families", {}).items()
+        if r.get("blind_asked") or r.get("blind_failed")
+    }
+    if not families:
+        return [*out, "No accepted item in the latest run."]
+    out += [
+        "| family | asked blind | answerable without image | language-shortcut rate "
+        "(95% Wilson) | blind request failed |",
+        "|---|---|---|---|---|",
+    ]
+    for f, r in families.items():
+        k, n = r["blind_answerable"], r["blind_asked"]
+        if n:
+            low, high = wilson(k, n)
+            rate = f"{k / n:.1%} ({low:.1%}-{high:.1%})"
+        else:
+            rate = "-"
+        out.append(f"| {_cell(f)} | {n} | {k} | {rate} | {r.get('blind_failed', 0)} |")
+    examples = [(f, e) for f, r in families.items() for e in r.get("blind_examples") or []]
+    if examples:
+        out += [
+            "",
+            "Answered right without the image:",
+            "",
+            "| family | id | question | blind answer | references |",
+            "|---|---|---|---|---|",
+        ]
+        out += [
+            f"| {_cell(f)} | {_cell(e['id'])} | {_cell(e['question'])} | "
+            f"{_cell(e['blind_answer'])} | {_cell(' / '.join(e['references']))} |"
+            for f, e in examples
+        ]
+    return out
+
+
 def render_card(
     *,
     dataset: str,
@@ -580,6 +643,7 @@ def render_card(
         )
     out += _training_md(settings, report, used)
     out += _trace_gate_md(report)
+    out += _blind_md(settings, report)
     if calibration_md.strip().startswith("## "):
         out += ["", calibration_md.strip()]
     else:

@@ -20,7 +20,9 @@ variant that passed. `recheck_entries` recomputes, for each entry:
 - the trace gate (rsieve.compact.traces): every `_RS_think` entry's reasoning checked
   again with the constants and length bands the run report's `trace_gate` records (each
   stored `trace_checks` value must come out the same), and no entry that failed a check
-  in `_RS_think`.
+  in `_RS_think`;
+- the blind pass: no entry answerable without its image where the run's `blind_policy`
+  keeps such entries out.
 
 Pure: the caller reads the Parquet rows and the JSON files (rsieve_cli.app's `recheck`)."""
 
@@ -134,15 +136,23 @@ def recheck_entries(
     calibration: Mapping[str, Mapping[str, Any]] | None,
     bound: float | None,
     trace_gate: Mapping[str, Any] | None = None,
+    blind_policy: str | None = None,
 ) -> RecheckResult:
     """`entries`: (split kind, family, qa entry) for every qa entry of the export (kind:
     RS_think, RS_nothink or rejected). `calibration` and `bound`: the run report's
     calibration summary and run_spec.json's bound (None: the hold-back is not checked).
-    `trace_gate`: the run report's (None: the run had none; only its split is checked)."""
+    `trace_gate`: the run report's (None: the run had none; only its split is checked).
+    `blind_policy`: the run's, when it ran the blind pass (run_spec.json): no entry
+    answerable without its image in `_RS_think` (nothink) or a training split (drop)."""
     result = RecheckResult()
     held = held_back_families(calibration or {}, bound) if bound is not None else None
     for kind, family, qa in entries:
         _recheck_trace(result, kind, family, qa, trace_gate)
+        if qa.get("answerable_without_image") and (
+            (blind_policy == "nothink" and kind == "RS_think")
+            or (blind_policy == "drop" and kind != "rejected")
+        ):
+            result.differences.append(_differs("blind_pass", qa, kind, policy=blind_policy))
         references = list(qa.get("references") or [])
         if references:
             shown = qa.get("answer") if kind == "rejected" else qa.get("org_answer")

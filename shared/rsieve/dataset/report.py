@@ -14,7 +14,6 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from rsieve.compact.rows import split_kinds
 from rsieve.compact.settle import sampling_summary
 from rsieve.judge.calibration import CalibrationRecord, record_state
 from rsieve.judge.cascade import verdict_state
@@ -72,6 +71,14 @@ def _family() -> dict[str, Any]:
         "trace_gated": 0,
         "trace_failures": Counter(),
         "trace_examples": [],
+        # The blind pass (rsieve.judge.blind): accepted items asked again without their
+        # image (a failed request not counted), those the model still answered right
+        # (the language-shortcut rate is their ratio), those whose blind request failed,
+        # and a few answerable ones for the card.
+        "blind_asked": 0,
+        "blind_answerable": 0,
+        "blind_failed": 0,
+        "blind_examples": [],
         # Answers the benchmark passes and training acceptance refuses (rsieve.verify), how
         # many of them the judge promoted, and a few for the card.
         "near_misses": 0,
@@ -82,6 +89,8 @@ def _family() -> dict[str, Any]:
 
 # Near misses a report part keeps as examples per family (the card shows them).
 NEAR_MISS_EXAMPLES = 3
+# Items answerable without their image a report part keeps as examples per family.
+BLIND_EXAMPLES = 3
 # The start of a gated trace an example shows (the card quotes it).
 TRACE_EXCERPT_CHARS = 300
 
@@ -179,7 +188,7 @@ def _count_trace(fam: dict[str, Any], outcome: Outcome) -> None:
     trace = outcome.trace
     assert trace is not None
     fam["trace_checked"] += 1
-    fam["trace_gated"] += "RS_think" not in split_kinds(outcome)
+    fam["trace_gated"] += not trace.passed
     shown = {e["check"] for e in fam["trace_examples"]}
     for check, passed in trace.checks.items():
         if passed:
@@ -193,6 +202,27 @@ def _count_trace(fam: dict[str, Any], outcome: Outcome) -> None:
                     "id": outcome.generation.item.id,
                     "reason": reason[:200],
                     "reasoning": (outcome.generation.reasoning or "")[:TRACE_EXCERPT_CHARS],
+                }
+            )
+
+
+def _count_blind(fam: dict[str, Any], outcome: Outcome) -> None:
+    gen = outcome.generation
+    blind = gen.blind
+    assert blind is not None
+    if blind.answerable is None:
+        fam["blind_failed"] += 1
+        return
+    fam["blind_asked"] += 1
+    if blind.answerable:
+        fam["blind_answerable"] += 1
+        if len(fam["blind_examples"]) < BLIND_EXAMPLES:
+            fam["blind_examples"].append(
+                {
+                    "id": gen.item.id,
+                    "question": gen.item.question[:200],
+                    "blind_answer": (blind.answers[0] or "")[:200] if blind.answers else "",
+                    "references": list(gen.item.references[:3]),
                 }
             )
 
@@ -243,6 +273,8 @@ def report_part(outcomes: Sequence[Outcome], quarantined: Iterable[Quarantined])
         else:
             fam["rejected"] += 1
             fam["rejected_by_reason"][outcome.reason or "unknown"] += 1
+        if gen.blind is not None:
+            _count_blind(fam, outcome)
         if outcome.decision is not None and outcome.decision.near_miss:
             fam["near_misses"] += 1
             fam["near_misses_promoted"] += outcome.promoted_by == "judge"
@@ -350,6 +382,7 @@ def finish_report(
             fam[key] = dict(sorted(fam[key].items()))
         fam["adds_up"] = fam["in"] == fam["accepted"] + fam["rejected"] + fam["quarantined"]
         fam["near_miss_examples"] = (fam.get("near_miss_examples") or [])[:NEAR_MISS_EXAMPLES]
+        fam["blind_examples"] = (fam.get("blind_examples") or [])[:BLIND_EXAMPLES]
         # One example per check, the first line's partition's: a merge concatenates them.
         firsts: dict[str, Any] = {}
         for e in fam.get("trace_examples") or []:

@@ -50,7 +50,9 @@ def verdict_state(verdict: str, cause: str | None) -> tuple[str, str | None]:
 def verify_generation(gen: Generation, policy: TrainingPolicy | None = None) -> Outcome:
     """Accepted by the protocol and its training rule (`policy`: the run's, by default the
     settings' defaults), rejected for a generation failure, or pending the judge: rejected
-    with reason None, or `near_miss` when the benchmark passes what training refuses."""
+    with reason None, or `near_miss` when the benchmark passes what training refuses. An
+    accepted answer whose blind pass found it answerable without the image is rejected
+    `answerable_without_image` when the run's blind_policy is `drop`."""
     if gen.failure is not None or gen.answer is None:
         return Outcome(
             generation=gen,
@@ -65,6 +67,18 @@ def verify_generation(gen: Generation, policy: TrainingPolicy | None = None) -> 
     rule = (policy or DEFAULT_POLICY).rule_for(item.family, item.protocol)
     decision = verify(item.protocol, gen.answer, item.references, training=rule, **options)
     if decision.accepted and not decision.near_miss:
+        blind = gen.blind
+        if blind is not None and blind.answerable and blind.policy == "drop":
+            # The blind pass (rsieve.judge.blind): right without the image, and the run
+            # drops such items. Not the judge's to promote: the answer is not in doubt.
+            return Outcome(
+                generation=gen,
+                decision=decision,
+                verdict=None,
+                place="rejected",
+                reason="answerable_without_image",
+                promoted_by=None,
+            )
         return Outcome(
             generation=gen,
             decision=decision,
