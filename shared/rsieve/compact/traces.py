@@ -25,6 +25,7 @@ mixed languages, repetition and length), with their constants in settings:
 
 from __future__ import annotations
 
+import functools
 import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -163,16 +164,22 @@ _OTHER_RUN_NAMED = re.compile(
     "|".join(f"(?P<{name}>[{chars}]+)" for name, chars in _SCRIPTS.items() if name != "latin")
 )
 _IDEOGRAPHIC = f"{_SCRIPTS['cjk']}{_SCRIPTS['hangul']}"
-_HAS_IDEOGRAPH = re.compile(f"[{_IDEOGRAPHIC}]")
+# The same as numpy tables over the Basic Multilingual Plane: each code point's script
+# (an index into _SCRIPT_NAMES, 0: none), and whether `str.split` splits on it.
+_SCRIPT_TABLE = np.frombuffer(bytes(_SCRIPT_OF_CHAR), dtype=np.uint8)
+_LATIN = _SCRIPT_NAMES.index("latin")
+_IDEOGRAPHIC_SCRIPTS = np.array([_SCRIPT_NAMES.index("cjk"), _SCRIPT_NAMES.index("hangul")])
+_SPACE_TABLE = np.array([chr(c).isspace() for c in range(0x10000)], dtype=bool)
 # A unit of at most 8 characters repeated 16 times or more in a row ("hahaha…", "!!!!…"),
 # looked for only inside runs of 16 or more characters without a space or an ideograph
 # (a loop of ideographs is a loop of tokens, which the spans count).
 _CHAR_LOOP = re.compile(r"(.{1,8}?)\1{15,}", re.DOTALL)
 _CHAR_LOOP_MIN = 16
-_UNSPACED = re.compile(f"[^\\s{_IDEOGRAPHIC}]{{{_CHAR_LOOP_MIN},}}")
-# Polynomial hashing of spans (uint64, wrapping): two different spans share a hash with a
-# chance of about one in 2**64 per pair.
-_HASH_BASE = np.uint64(1_000_003)
+# Polynomial hashing mod 2**64 (uint64 arithmetic wraps): of a word's code points, then
+# of a span's word hashes (an odd base, so that it has an inverse: a run's hash is read
+# off prefix sums). Two different words or
+# spans share a hash with a chance of about one in 2**64 per pair.
+_HASH_BASE = 0x9E3779B97F4A7C15
 
 # The two phrase checks run their full patterns only around anchors found by plain
 # substring search of the lowercased trace (an alternation tried at every position of a
@@ -210,10 +217,33 @@ _QUOTES = " \t\"'`*_“”‘’«»「」()[]"
 _WORDS = re.compile(r"\w+")
 
 
+@functools.lru_cache(maxsize=8)
+def _points(text: str) -> np.ndarray:
+    """`text`'s code points (uint32, read-only), cached: several checks read them."""
+    if text.isascii():
+        points = np.frombuffer(text.encode("ascii"), dtype=np.uint8).astype(np.uint32)
+    else:
+        points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    points.flags.writeable = False
+    return points
+
+
+def _bmp(points: np.ndarray) -> np.ndarray:
+    """Indexes into the per-code-point tables (beyond the BMP: U+FFFF, no script, no space)."""
+    return np.minimum(points, 0xFFFF)
+
+
 def _letters(text: str) -> tuple[str | None, list[tuple[str, str]]]:
-    """The script most of `text`'s letters are written in (None: no letters), and its runs
-    of letters in scripts other than Latin, each with its script's name."""
-    counts = dict.fromkeys(_SCRIPTS, 0)
+    """The script most of `text`'s letters are written in (None: no letters), and, when it
+    holds letters of a script other than that one and Latin, its runs of letters in
+    scripts other than Latin, each with its script's name (else none: nothing to find)."""
+    scripts = _SCRIPT_TABLE[_bmp(_points(text))]
+    counts = np.bincount(scripts, minlength=len(_SCRIPT_NAMES))
+    counts[0] = 0
+    own = int(counts.argmax())
+    main = _SCRIPT_NAMES[own] if counts[own] else None
+    if not ((scripts > _LATIN) & (scripts != own)).any():
+        return main, []
     runs: list[tuple[str, str]] = []
     for run in _OTHER_RUN.findall(text):
         name = _SCRIPT_NAMES[_SCRIPT_OF_CHAR[ord(run[0])]]
@@ -221,14 +251,7 @@ def _letters(text: str) -> tuple[str | None, list[tuple[str, str]]]:
             runs.append((name, run))
         else:
             runs.extend((m.lastgroup or "", m.group()) for m in _OTHER_RUN_NAMED.finditer(run))
-    for name, run in runs:
-        counts[name] += len(run)
-    # Latin letters are counted only when they could outnumber the script leading so far.
-    best = max(counts.values())
-    if best <= len(text) - sum(counts.values()):
-        counts["latin"] = sum(map(len, _LATIN_RUN.findall(text)))
-    name, count = max(counts.items(), key=lambda kv: kv[1])
-    return (name if count else None), runs
+    return main, runs
 
 
 def script_of(text: str) -> str | None:
@@ -238,20 +261,58 @@ def script_of(text: str) -> str | None:
     return _letters(text)[0]
 
 
+@functools.lru_cache(maxsize=4)
+def _powers(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """_HASH_BASE**i and its inverse**i mod 2**64, i < size."""
+    tables = []
+    for base in (_HASH_BASE, pow(_HASH_BASE, -1, 2**64)):
+        table = np.full(size, base, dtype=np.uint64)
+        table[0] = 1
+        tables.append(np.cumprod(table, out=table))
+    return tables[0], tables[1]
+
+
 def _tokens(trace: str) -> tuple[np.ndarray, list[str]]:
-    """The trace's tokens as hashes, and its runs of `_CHAR_LOOP_MIN` characters or more
-    without a space or an ideograph (where a loop of characters may be). Tokens are its
-    words (split on spaces) or, in a trace with an ideograph (scripts written without
-    spaces repeat per character), every character that is not a space."""
-    if trace.isascii() or not _HAS_IDEOGRAPH.search(trace):
-        words = trace.split()
-        hashes = np.fromiter(map(hash, words), dtype=np.int64, count=len(words))
-        longest = max(map(len, words), default=0)
-        long = [w for w in words if len(w) >= _CHAR_LOOP_MIN] if longest >= _CHAR_LOOP_MIN else []
-        return hashes.view(np.uint64), long
-    points = np.frombuffer(trace.encode("utf-32-le"), dtype=np.uint32)
-    kept = (points > ord(" ")) & (points != 0x3000) & (points != 0xA0) & (points != 0x85)
-    return points[kept].astype(np.uint64), _UNSPACED.findall(trace)
+    """The trace's tokens as 64-bit hashes, and its runs of `_CHAR_LOOP_MIN` characters or
+    more without a space or an ideograph (where a loop of characters may be). Tokens are
+    its words (as `str.split` splits them) or, in a trace with an ideograph (scripts
+    written without spaces repeat per character), every character that is not a space.
+    All in numpy: a word's hash is a polynomial one over its code points, read off the
+    trace's prefix sums."""
+    points = _points(trace)
+    ascii = trace.isascii()
+    index = points if ascii else _bmp(points)
+    space = _SPACE_TABLE[index]
+    ideographic = (
+        np.isin(_SCRIPT_TABLE[index], _IDEOGRAPHIC_SCRIPTS)
+        if not ascii
+        else np.zeros(len(points), dtype=bool)
+    )
+    starts, ends = _runs(~space & ~ideographic)
+    long = (
+        [
+            trace[a:e]
+            for a, e in zip(starts.tolist(), ends.tolist(), strict=True)
+            if e - a >= _CHAR_LOOP_MIN
+        ]
+        if len(starts) and int((ends - starts).max()) >= _CHAR_LOOP_MIN
+        else []
+    )
+    if ideographic.any():
+        return points[~space].astype(np.uint64), long
+    if not len(starts):
+        return np.empty(0, dtype=np.uint64), []
+    n = len(points)
+    powers, inverses = _powers(1 << max(12, n.bit_length()))
+    prefix = np.zeros(n + 1, dtype=np.uint64)
+    np.cumsum((points + np.uint64(1)) * powers[:n], out=prefix[1:])
+    return (prefix[ends] - prefix[starts]) * inverses[starts], long
+
+
+def _runs(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each run of True in `mask` starts and ends (exclusive)."""
+    edges = np.diff(np.concatenate(([False], mask, [False])).view(np.int8))
+    return np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
 
 
 def repeated_share(trace: str, span: int) -> float:
@@ -259,19 +320,19 @@ def repeated_share(trace: str, span: int) -> float:
     run of `span` tokens (its occurrences after the first x `span` over the tokens, up to
     1: a trace that says a thing once repeats nothing), or the characters in loops of one
     short unit ("hahaha...", "!!!!..."; `_CHAR_LOOP`), whichever is larger. Spans are
-    counted by hash in numpy: the one pass over the trace's tokens in Python is `hash`."""
+    counted by hash in numpy."""
     tokens, unspaced = _tokens(trace)
     share = 0.0
     n = len(tokens) - span + 1
     if len(tokens) >= 2 * span:
-        spans = tokens[:n].copy()
-        with np.errstate(over="ignore"):
-            for k in range(1, span):
-                spans *= _HASH_BASE
-                spans += tokens[k : k + n]
+        # Each span's polynomial hash over its tokens, read off their prefix sums.
+        powers, inverses = _powers(1 << max(12, len(tokens).bit_length()))
+        prefix = np.zeros(len(tokens) + 1, dtype=np.uint64)
+        np.cumsum(tokens * powers[: len(tokens)], out=prefix[1:])
+        spans = (prefix[span:] - prefix[:n]) * inverses[:n]
         spans.sort()
         # The longest run of one value in the sorted hashes: its occurrences.
-        edges = np.flatnonzero(np.diff(spans)) if n > 1 else np.empty(0, dtype=np.intp)
+        edges = np.flatnonzero(np.diff(spans))
         most = int(np.diff(edges, prepend=-1, append=n - 1).max())
         share = min(1.0, (most - 1) * span / len(tokens))
     if share < 1.0:
