@@ -4,20 +4,28 @@ replies are read, and what each policy does with an item answerable without its 
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
 import pytest
 
+from rsieve.adapters.gate import EngineGate
 from rsieve.compact.rows import assemble_rows, split_kinds
+from rsieve.dataset.audit import audit_run
 from rsieve.dataset.card import _blind_md
 from rsieve.dataset.recheck import recheck_entries
 from rsieve.dataset.report import report_part
 from rsieve.generate.draws import circular_items
-from rsieve.generate.generation import ModelReply
+from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest
 from rsieve.judge.blind import blind_asks, blind_passes, with_blind
 from rsieve.judge.cascade import needs_judge, verify_generation
 from rsieve.schemas import BlindPass, BlindPolicy, Generation
 from rsieve.settings import Settings
 from rsieve.verify import TrainingPolicy
 from tests.unit._records import make_generation, make_item
+from tests.unit.test_best_of_n import make_mcq_pool, outputs, pipeline, report, rows
 
 POLICY = TrainingPolicy()
 
@@ -178,3 +186,64 @@ def test_recheck_finds_an_answerable_entry_where_the_policy_keeps_it_out() -> No
         "nothink": ["RS_think"],
         "drop": ["RS_nothink", "RS_think"],
     }
+
+
+class ShortcutReader:
+    """A stand-in (not a model) for multiple choice: with the image it answers the letter
+    of the right word; without it, it still knows the even items (their question gives
+    them away) and says "A" for the odd ones, right in one rotation of four."""
+
+    def __init__(self) -> None:
+        self.info: ModelInfo | None = None
+        self.asked: list[ModelRequest] = []
+
+    def bind(self, gate: EngineGate, on_ready: Callable[[ModelInfo], None]) -> ShortcutReader:
+        self.on_ready = on_ready
+        return self
+
+    async def generate_many_async(
+        self, requests: Sequence[ModelRequest]
+    ) -> list[ModelReply | Exception]:
+        self.info = ModelInfo(name="shortcut-reader", version="1", interface="rsieve")
+        self.on_ready(self.info)
+        self.asked += requests
+        replies: list[ModelReply | Exception] = []
+        for r in requests:
+            i = int(re.findall(r"alpha(\d+)", r.prompt)[0])
+            right = f"{['alpha', 'beta', 'gamma', 'delta'][i % 4]}{i}"
+            letter = re.findall(rf"^([A-D])\. {right}$", r.prompt, re.M)[0]
+            if r.image is None and i % 2:
+                letter = "A"
+            replies.append(ModelReply(text=f"<think>I look.</think>{letter}", finish_reason="stop"))
+        return replies
+
+
+def test_the_blind_pass_on_every_service_with_circular_sampling_and_drop(tmp_path: Path) -> None:
+    pool = make_mcq_pool(tmp_path / "pool", count=40)
+    model = ShortcutReader()
+    sampling = {"samples": 4, "circular": True, "blind_pass": True, "blind_policy": "drop"}
+    ctx, store, run, _ = pipeline(pool, model, dataset="blind", sampling=sampling)  # type: ignore[arg-type]
+    # Every item was right in its four rotations with the image, and asked again without
+    # it in each of the four, with the same questions.
+    seeing = [r for r in model.asked if r.image is not None]
+    blind = [r for r in model.asked if r.image is None]
+    assert len(seeing) == len(blind) == 160
+    assert sorted(r.prompt for r in blind) == sorted(r.prompt for r in seeing)
+    fam = report(store, "blind", run)["families"]["SynthChoice"]
+    # Even items are answered right blind in every rotation: dropped. Odd ones say "A"
+    # blind, right in one rotation only: not answerable, kept.
+    assert (fam["blind_asked"], fam["blind_answerable"], fam["blind_failed"]) == (40, 20, 0)
+    assert (fam["accepted"], fam["rejected"]) == (20, 20)
+    assert fam["rejected_by_reason"] == {"answerable_without_image": 20}
+    assert fam["judge_verdicts"]["CORRECT"] == 0 and sum(fam["judge_verdicts"].values()) == 0
+    placed = rows(store, "blind")
+    for split, expected in (
+        ("SynthChoice_rejected", True),
+        ("SynthChoice_RS_think", False),
+        ("SynthChoice_RS_nothink", False),
+    ):
+        entries = [qa for row in placed[split] for qa in row["qa"]]
+        assert entries and {qa["answerable_without_image"] for qa in entries} == {expected}
+        assert {int(qa["id"].split("-")[1]) % 2 for qa in entries} == {0 if expected else 1}
+    index = json.loads(ctx.store.get(f"runs/{run}/shards.json"))
+    assert audit_run(index, outputs(ctx, run)).ok
