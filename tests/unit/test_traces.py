@@ -353,3 +353,14 @@ def test_best_of_n_gates_each_sample() -> None:
     rows = assemble_rows([gated])
     assert len(rows["SynthWords_RS_think"][0]["qa"]) == 1  # the looping sample: nothink only
     assert len(rows["SynthWords_RS_nothink"][0]["qa"]) == 2
+
+
+def test_chinese_conclusions_and_guessing_are_read() -> None:
+    item = make_item(question="图中的单词是什么？", references=["COFFEE"])
+    assert failed("杯子上写着的字母是 TOFFEE。所以答案是 TOFFEE。", item=item) == ["inconsistent"]
+    assert failed("杯子上写着的字母是 COFFEE。所以答案是：COFFEE。", item=item) == []
+    assert conclusion("先看到 TEA，再看一遍，答案应该是 COFFEE，没错。") == "COFFEE"
+    guess = "我看不清这张图片，只能猜是 COFFEE。答案是 COFFEE。"
+    assert failed(guess, item=item) == ["guessing"]
+    assert guessing_phrase(guess) == "看不清这张图片"
+    assert guessing_phrase("图片很清楚，不需要猜测。答案是 COFFEE。") is None

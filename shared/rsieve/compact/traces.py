@@ -58,7 +58,7 @@ __all__ = [
 ]
 
 # Bumped whenever a check's patterns change (a row records the version it was gated by).
-TRACE_CHECKS_VERSION = "1"
+TRACE_CHECKS_VERSION = "2"
 
 
 class Asked(Protocol):
@@ -185,8 +185,8 @@ _HASH_BASE = 0x9E3779B97F4A7C15
 # substring search of the lowercased trace (an alternation tried at every position of a
 # long trace would cost more than all the other checks together).
 # Every guessing phrase contains one of these, at most `_GUESS_BEFORE` characters into it
-# ("I will have to guess"), and is shorter than `_GUESS_WINDOW`.
-_GUESS_ANCHORS = ("n't", "not", "unable", "without", "no ", "guess")
+# ("I will have to guess"), and is shorter than `_GUESS_WINDOW`. English and Chinese.
+_GUESS_ANCHORS = ("n't", "not", "unable", "without", "no ", "guess", "看不", "无法", "没有", "猜")
 _GUESS_BEFORE, _GUESS_WINDOW = 16, 96
 _GUESSING = re.compile(
     r"(?:can ?not|can't|unable to|not able to|don't|do not|couldn't|could not)"
@@ -197,20 +197,27 @@ _GUESSING = re.compile(
     r"|without (?:seeing|viewing|looking at) the (?:image|picture)"
     r"|i(?:'m| am) (?:just |only )?guessing|i(?:'ll| will) (?:just |have to )?guess"
     r"|(?:a |my |random |best |educated |blind )guess\b"
+    r"|(?:看不到|看不清|看不见|无法看到|无法看清|无法查看|无法读取|无法识别)(?:这张|这个|该)?"
+    r"(?:图片|图像|图)"
+    r"|没有(?:提供|给出|附上)?(?:图片|图像)"
+    r"|我(?:只能|只好)?猜|只能猜"
 )
 
 _CONCLUSION_ANCHOR = re.compile(
-    "boxed|answer|word|text|number|option|choice|result|value|total|label"
+    "boxed|answer|word|text|number|option|choice|result|value|total|label|答案"
 )
 # The last conclusion is nearly always in the trace's last lines: they are searched first.
 _CONCLUSION_TAIL = 512
 _END = r"(?=\.\s|\.$|[\n;!?]|,\s|$)"
+_END_ZH = r"(?=[。，；！？\n]|\.\s|\.$|$)"
 # Matched at an anchor of the trace (not searched): the anchor is the pattern's start.
 _CONCLUSION = re.compile(
     r"boxed\{(?P<boxed>[^{}]{1,200})\}"
     r"|(?:answer|word|text|number|option|choice|result|value|total|label)"
     r"\s*(?:is|are|was|would be|should be|must be|reads|says|=|:)\s*:?\s*"
-    rf"(?P<stated>[^\n]{{1,200}}?){_END}",
+    rf"(?P<stated>[^\n]{{1,200}}?){_END}"
+    r"|答案(?:应该|应|就)?(?:是|为|:|：)\s*"
+    rf"(?P<zh>[^\n]{{1,200}}?){_END_ZH}",
     re.IGNORECASE,
 )
 _QUOTES = " \t\"'`*_“”‘’«»「」()[]"
@@ -370,7 +377,9 @@ def _lowered(trace: str) -> str:
 
 
 def _word_start(text: str, at: int) -> bool:
-    return at == 0 or not text[at - 1].isalnum()
+    """Whether a phrase may start at `at`: not inside a word (scripts written without
+    spaces have no word starts to keep to)."""
+    return at == 0 or not text[at].isascii() or not text[at - 1].isalnum()
 
 
 def guessing_phrase(trace: str) -> str | None:
@@ -406,7 +415,7 @@ def _last_stated(trace: str, low: str, start: int, end: int) -> str | None:
         if not (boxed or _word_start(low, at)):
             continue
         if match := _CONCLUSION.match(trace, at):
-            stated = match.group("boxed") or match.group("stated")
+            stated = match.group("boxed") or match.group("stated") or match.group("zh")
             stated = stated.strip(_QUOTES).rstrip(".").strip(_QUOTES)
             if stated:
                 return stated
