@@ -168,7 +168,9 @@ _IDEOGRAPHIC = f"{_SCRIPTS['cjk']}{_SCRIPTS['hangul']}"
 # (an index into _SCRIPT_NAMES, 0: none), and whether `str.split` splits on it.
 _SCRIPT_TABLE = np.frombuffer(bytes(_SCRIPT_OF_CHAR), dtype=np.uint8)
 _LATIN = _SCRIPT_NAMES.index("latin")
-_IDEOGRAPHIC_SCRIPTS = np.array([_SCRIPT_NAMES.index("cjk"), _SCRIPT_NAMES.index("hangul")])
+_IDEOGRAPHIC_TABLE = np.isin(
+    _SCRIPT_TABLE, [_SCRIPT_NAMES.index("cjk"), _SCRIPT_NAMES.index("hangul")]
+)
 _SPACE_TABLE = np.array([chr(c).isspace() for c in range(0x10000)], dtype=bool)
 # A unit of at most 8 characters repeated 16 times or more in a row ("hahaha…", "!!!!…"),
 # looked for only inside runs of 16 or more characters without a space or an ideograph
@@ -290,11 +292,7 @@ def _tokens(trace: str) -> tuple[np.ndarray, list[str]]:
     ascii = trace.isascii()
     index = points if ascii else _bmp(points)
     space = _SPACE_TABLE[index]
-    ideographic = (
-        np.isin(_SCRIPT_TABLE[index], _IDEOGRAPHIC_SCRIPTS)
-        if not ascii
-        else np.zeros(len(points), dtype=bool)
-    )
+    ideographic = _IDEOGRAPHIC_TABLE[index] if not ascii else np.zeros(len(points), dtype=bool)
     starts, ends = _runs(~space & ~ideographic)
     long = (
         [
@@ -318,7 +316,8 @@ def _tokens(trace: str) -> tuple[np.ndarray, list[str]]:
 
 def _runs(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Where each run of True in `mask` starts and ends (exclusive)."""
-    edges = np.diff(np.concatenate(([False], mask, [False])).view(np.int8))
+    padded = np.concatenate(([False], mask, [False])).view(np.int8)
+    edges = padded[1:] - padded[:-1]  # np.diff, without its per-call overhead
     return np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
 
 
@@ -339,8 +338,8 @@ def repeated_share(trace: str, span: int) -> float:
         spans = (prefix[span:] - prefix[:n]) * inverses[:n]
         spans.sort()
         # The longest run of one value in the sorted hashes: its occurrences.
-        edges = np.flatnonzero(np.diff(spans))
-        most = int(np.diff(edges, prepend=-1, append=n - 1).max())
+        bounds = np.concatenate(([-1], np.flatnonzero(spans[1:] != spans[:-1]), [n - 1]))
+        most = int((bounds[1:] - bounds[:-1]).max())
         share = min(1.0, (most - 1) * span / len(tokens))
     if share < 1.0:
         looped = sum(m.end() - m.start() for run in unspaced for m in _CHAR_LOOP.finditer(run))
@@ -367,6 +366,7 @@ def _foreign_run(
     return None
 
 
+@functools.lru_cache(maxsize=8)
 def _lowered(trace: str) -> str:
     """`trace` lowercased with its positions kept (a letter whose lowercase is longer, as
     U+0130's, stays as it is), and a typographic apostrophe as ' (can\u2019t)."""
