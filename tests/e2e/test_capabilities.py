@@ -1,10 +1,11 @@
 """One real-stack run per rule-level capability, on one stack (Redis, SeaweedFS, Triton's
 replay model, the workers, the API) shared by them: a pool is cleaned, conversation pools
 uploaded through the API give the folder format's items, an evaluation set added by the
-CLI quarantines copies before any model call (Triton's own counters), and a dataset grows
-run by run. They prove the wiring; every rule is asserted exactly on the FakeStack
-(tests/unit/test_cleaning_fakestack.py, test_decontamination_fakestack.py,
-test_compaction_fakestack.py; docs/testing.md lists what moved). Replaces
+CLI quarantines copies before any model call (Triton's own counters), a dataset grows
+run by run, and the blind pass asks Triton without the image. They prove the wiring;
+every rule is asserted exactly on the FakeStack (tests/unit/test_cleaning_fakestack.py,
+test_decontamination_fakestack.py, test_compaction_fakestack.py; docs/testing.md lists
+what moved). Replaces
 tests/e2e/test_clean_pool.py, test_pool_semantics.py, test_decontamination.py and
 test_compaction.py, which started a stack each."""
 
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import datasets
 import httpx
 import pytest
 
@@ -22,9 +24,11 @@ from rsieve.adapters.exports import export_dataset
 from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import S3Store
 from rsieve_cli.client import submit, upload, wait_for_run
+from rsieve_cli.local.replay import replay_key
 from rsieve_cli.local.stack import Stack
 from tests.conftest import stack_settings
 from tests.e2e.cli import run_cli
+from tests.e2e.pools import QUESTION, word_pool
 from tests.rule_pools import (
     BAD_POOL_LINES,
     COUNT,
@@ -46,7 +50,13 @@ def pools(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("pools")
     replay = originals_replay()
     first, second = growing_pools(root / "grow", replay)
-    return {"replay": replay, "grow": (first, second), "root": root}
+    # The blind pass: asked without an image, the replay model says the first item's word.
+    blind = word_pool(root / "blind", "blind", replay, count=4)
+    replay[replay_key(QUESTION, None)] = {
+        "text": "<think>no image</think>BLIND0",
+        "finish_reason": "stop",
+    }
+    return {"replay": replay, "grow": (first, second), "blind": blind, "root": root}
 
 
 @pytest.fixture(scope="module")
@@ -170,3 +180,27 @@ def test_a_dataset_grows_run_by_run(stack: Stack, pools: dict[str, Any], tmp_pat
     assert all("already in the dataset" in q["detail"] for q in repeated.values())
     accepted = json.loads(store.get("datasets/growing/run_report.json"))["families"]
     assert accepted["SynthWords"]["accepted"] == 4  # the second run's new items alone
+
+
+def test_the_blind_pass_asks_triton_without_the_image(
+    stack: Stack, pools: dict[str, Any], tmp_path: Path
+) -> None:
+    """The rsieve interface sends the accepted items again with no image tensor; the one
+    the replay model answers right blind is flagged, the others not."""
+    settings = stack_settings(stack)
+    store = S3Store(settings)
+    before = _requests(stack)
+    run = submit(settings, upload_pool(store, pools["blind"]), "blinded", {"blind_pass": True})
+    wait_for_run(settings, run, timeout=300)
+    path = export_dataset(store, "blinded", tmp_path / "out")
+    fam = json.loads((path / "run_report.json").read_text())["families"]["SynthWords"]
+    assert (fam["accepted"], fam["blind_asked"], fam["blind_answerable"]) == (4, 4, 1)
+    assert fam["blind_failed"] == 0
+    flags = {
+        qa["id"]: qa["answerable_without_image"]
+        for rows in datasets.load_dataset(str(path)).values()
+        for row in rows
+        for qa in row["qa"]
+    }
+    assert flags == {"blind-000": True, "blind-001": False, "blind-002": False, "blind-003": False}
+    assert _requests(stack) - before >= 8  # four with the image, four without
