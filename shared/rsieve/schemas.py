@@ -227,6 +227,10 @@ class BlindPass(_Model):
     raw_outputs: list[str]
     policy: BlindPolicy
     error: str | None = None
+    # Each answered blind request's token counts, as the server returned them (None: not
+    # returned): the run report counts them with the generator's calls.
+    input_tokens: list[int | None] = []
+    output_tokens: list[int | None] = []
 
 
 class Generation(_Model):

@@ -390,6 +390,8 @@ def test_the_blind_pass_asks_accepted_items_without_their_image(
     assert (docvqa["accepted"], docvqa["rejected"]) == (2, 1)
     assert (docvqa["blind_asked"], docvqa["blind_answerable"], docvqa["blind_failed"]) == (2, 1, 0)
     assert [e["id"] for e in docvqa["blind_examples"]] == ["b-shortcut"]
+    # The blind requests count with the generator's: three items asked, two again blind.
+    assert report["tokens"]["total"]["generator"]["calls"] == 5
     card = (blind_run / "README.md").read_text()
     assert "## Blind pass" in card and "Policy `nothink`" in card
     # 1 of 2, with its 95% Wilson interval.

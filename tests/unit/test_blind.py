@@ -16,7 +16,7 @@ from rsieve.compact.rows import assemble_rows, split_kinds
 from rsieve.dataset.audit import audit_run
 from rsieve.dataset.card import _blind_md
 from rsieve.dataset.recheck import recheck_entries
-from rsieve.dataset.report import report_part
+from rsieve.dataset.report import report_part, token_usage
 from rsieve.generate.draws import circular_items
 from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest
 from rsieve.judge.blind import blind_asks, blind_passes, with_blind
@@ -247,3 +247,23 @@ def test_the_blind_pass_on_every_service_with_circular_sampling_and_drop(tmp_pat
         assert {int(qa["id"].split("-")[1]) % 2 for qa in entries} == {0 if expected else 1}
     index = json.loads(ctx.store.get(f"runs/{run}/shards.json"))
     assert audit_run(index, outputs(ctx, run)).ok
+
+
+def test_the_blind_requests_count_with_the_generators_tokens() -> None:
+    gens = shard()
+    asks = blind_asks(gens, POLICY, circular=False)
+    counted = ModelReply(
+        text="<think>x</think>TEA", finish_reason="stop", input_tokens=12, output_tokens=3
+    )
+    found = blind_passes(asks, [counted], POLICY, "keep")[1]
+    assert (found.input_tokens, found.output_tokens) == ([12], [3])
+    seen = gens[0].model_copy(update={"input_tokens": 100, "output_tokens": 20, "blind": found})
+    outcomes = [verify_generation(seen), verify_generation(gens[1])]
+    generator = token_usage(outcomes)["total"]["generator"]
+    # Two generations (one without counts) and one blind request.
+    assert (generator["calls"], generator["prompt_tokens"], generator["completion_tokens"]) == (
+        3,
+        112,
+        23,
+    )
+    assert generator["calls_without_usage"] == 1

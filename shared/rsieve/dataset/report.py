@@ -133,9 +133,10 @@ def token_usage(
     outcomes: Iterable[Outcome], calibration: Iterable[CalibrationRecord] = ()
 ) -> dict[str, Any]:
     """The tokens the run's answered calls used, as the model servers reported them: one
-    generator call per outcome; one judge call per verdict; one per calibration record,
-    counted apart (`calibration` inside every judge entry). A judge call that failed (no
-    reply: cause `call_failed`) is not counted, nor is an item quarantined as
+    generator call per outcome, and one per blind request answered (the blind pass); one
+    judge call per verdict; one per calibration record, counted apart (`calibration`
+    inside every judge entry). A judge call that failed (no reply: cause `call_failed`)
+    is not counted, nor is an item quarantined as
     `model_error` (it has no outcome). A verdict or calibration record whose reply was
     reused from the verdict cache made no call: it is counted in the judge's `reused`
     (and its calibration's), never in `calls` or the token sums, nor in `all`. A usage is
@@ -149,7 +150,18 @@ def token_usage(
     and `all`, every call of the run, calibration included."""
     calls: list[tuple[str, str, str, bool, int | None, int | None, bool]] = []
     # Best-of-n: every sample's calls, not only the settled one's.
-    sampled = [s for o in outcomes for s in (o, *(o.samples.others if o.samples else ()))]
+    heads = list(outcomes)
+    sampled = [s for o in heads for s in (o, *(o.samples.others if o.samples else ()))]
+    for o in heads:
+        # The blind pass's calls (rsieve.judge.blind): the generator's, once per item (every
+        # sample of the item carries the same record).
+        blind = o.generation.blind
+        if blind is not None:
+            g = o.generation
+            for prompt, completion in zip(blind.input_tokens, blind.output_tokens, strict=True):
+                calls.append(
+                    ("generator", g.model, g.item.family, False, prompt, completion, False)
+                )
     for o in sampled:
         g, v = o.generation, o.verdict
         calls.append(

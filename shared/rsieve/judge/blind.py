@@ -71,6 +71,8 @@ def blind_passes(
     for line, pairs in grouped.items():
         answers: list[str | None] = []
         raws: list[str] = []
+        inputs: list[int | None] = []
+        outputs: list[int | None] = []
         passed: list[bool] = []
         error: str | None = None
         for ask, reply in pairs:
@@ -89,6 +91,8 @@ def blind_passes(
             )
             answers.append(parsed.answer)
             raws.append(reply.text)
+            inputs.append(reply.input_tokens)
+            outputs.append(reply.output_tokens)
             passed.append(verify_generation(blind, policy).place == "accepted")
         passes[line] = BlindPass(
             answerable=None if error else all(passed),
@@ -96,6 +100,8 @@ def blind_passes(
             raw_outputs=raws,
             policy=blind_policy,
             error=error,
+            input_tokens=inputs,
+            output_tokens=outputs,
         )
     return passes
 
