@@ -74,7 +74,10 @@ def test_generator_killed_with_shards_in_flight_gets_them_back_within_a_minute(
         time.sleep(0.1)
     stack.stop("generator", signal.SIGKILL)
     killed = time.monotonic()
-    held -= ctx.stored_shards(run, "generate")  # any finished just before the kill
+    at_kill = set(held)
+    # Any finished just before the kill: stored, perhaps not yet acknowledged (then it is
+    # requeued too, and its redelivery finds its output stored).
+    held -= ctx.stored_shards(run, "generate")
     assert held, "every held shard finished before the kill"
     stack.up()  # a new generator worker
 
@@ -113,4 +116,5 @@ def test_generator_killed_with_shards_in_flight_gets_them_back_within_a_minute(
     _accepted_all(report, ITEMS)
     # Each requeued shard was generated once more, never twice: one orphan record each.
     records = holdings.requeued(run)
-    assert sorted(r["shard"] for r in records if r["requeued"]) == sorted(held)
+    shards = [r["shard"] for r in records if r["requeued"]]
+    assert len(shards) == len(set(shards)) and held <= set(shards) <= at_kill, (shards, held)
