@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import datasets
 import pytest
@@ -140,12 +141,19 @@ def stack(start_stack: Callable[..., Stack], server: CraftedServer) -> Stack:
     )
 
 
-@pytest.fixture(scope="module")
-def run(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
-    folder = tmp_path_factory.mktemp("pool") / "truth"
+def _run_pool(
+    stack: Stack,
+    tmp_path_factory: pytest.TempPathFactory,
+    dataset: str,
+    items: list[tuple[str, str, str, str]],
+    sampling: dict[str, Any] | None = None,
+) -> tuple[str, Path]:
+    """A pool of `items` (id, family, question, reference), each on an image of its own,
+    submitted as `dataset`; its run id and export."""
+    folder = tmp_path_factory.mktemp("pool") / dataset
     folder.mkdir()
     s = Scenario(folder)
-    for item_id, family, question, reference, _ in ITEMS:
+    for item_id, family, question, reference in items:
         data = s.image(f"{item_id}.png", item_id.upper())
         s.item(
             item_id,
@@ -160,60 +168,28 @@ def run(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Pa
     s.write()
     settings = stack_settings(stack)
     store = S3Store(settings)
-    run = submit(settings, upload_pool(store, folder), "truth")
+    run = submit(settings, upload_pool(store, folder), dataset, sampling=sampling)
     wait_for_run(settings, run, timeout=300)
-    return run, export_dataset(store, "truth", tmp_path_factory.mktemp("out"))
+    return run, export_dataset(store, dataset, tmp_path_factory.mktemp("out"))
+
+
+@pytest.fixture(scope="module")
+def run(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    items = [(i, family, q, ref) for i, family, q, ref, _ in ITEMS]
+    return _run_pool(stack, tmp_path_factory, "truth", items)
 
 
 @pytest.fixture(scope="module")
 def trace_run(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("pool") / "traces"
-    folder.mkdir()
-    s = Scenario(folder)
-    for item_id, question, reference, _, _ in TRACES:
-        data = s.image(f"{item_id}.png", item_id.upper())
-        s.item(
-            item_id,
-            "DocVQA",
-            f"{item_id}.png",
-            data,
-            answer=reference,
-            output=None,
-            expect=("-", "-"),
-            question=question,
-        )
-    s.write()
-    settings = stack_settings(stack)
-    store = S3Store(settings)
-    run = submit(settings, upload_pool(store, folder), "traces")
-    wait_for_run(settings, run, timeout=300)
-    return export_dataset(store, "traces", tmp_path_factory.mktemp("out"))
+    items = [(i, "DocVQA", q, ref) for i, q, ref, _, _ in TRACES]
+    return _run_pool(stack, tmp_path_factory, "traces", items)[1]
 
 
 @pytest.fixture(scope="module")
 def blind_run(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("pool") / "blind"
-    folder.mkdir()
-    s = Scenario(folder)
-    for item_id, question, reference, *_ in BLIND:
-        data = s.image(f"{item_id}.png", item_id.upper())
-        s.item(
-            item_id,
-            "DocVQA",
-            f"{item_id}.png",
-            data,
-            answer=reference,
-            output=None,
-            expect=("-", "-"),
-            question=question,
-        )
-    s.write()
-    settings = stack_settings(stack)
-    store = S3Store(settings)
+    items = [(i, "DocVQA", q, ref) for i, q, ref, *_ in BLIND]
     sampling = {"blind_pass": True, "blind_policy": "nothink"}
-    run = submit(settings, upload_pool(store, folder), "blind", sampling=sampling)
-    wait_for_run(settings, run, timeout=300)
-    return export_dataset(store, "blind", tmp_path_factory.mktemp("out"))
+    return _run_pool(stack, tmp_path_factory, "blind", items, sampling)[1]
 
 
 def _outputs(stack: Stack, run: str, stage: str) -> list[ShardOutput]:
