@@ -48,7 +48,7 @@ from bench.bench_pipeline import (
     submit,
     tree_cpu_s,
 )
-from rsieve_cli.local import processes as proc
+from rsieve_cli.local import ports, processes, triton_server
 from rsieve_cli.local.stack import Stack
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -209,9 +209,9 @@ def one_run(
 
 
 def second_engine(stack: Stack, root: Path) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
-    ports = {k: proc.free_port() for k in ("http", "grpc", "metrics")}
+    ports = {k: ports.free_port() for k in ("http", "grpc", "metrics")}
     log = stack.logs / "triton-2.log"
-    p = proc.start_triton(
+    p = triton_server.start_triton(
         model_repository=root / "models",
         http_port=ports["http"],
         grpc_port=ports["grpc"],
@@ -219,7 +219,7 @@ def second_engine(stack: Stack, root: Path) -> tuple[subprocess.Popen[bytes], di
         log=log,
         models=[ENGINE],
     )
-    proc.wait_triton(ports["http"], [ENGINE], 180, proc=p, log=log)
+    triton_server.wait_triton(ports["http"], [ENGINE], 180, proc=p, log=log)
     return p, ports
 
 
@@ -307,7 +307,7 @@ def bench(
             )
     finally:
         for p in reversed(extra):
-            proc.stop(p, timeout=20)
+            processes.stop(p, timeout=20)
         stack.down()
     s = one["steady"]
     out["engine_saturation_ratio"] = min(s["running_ratio"], s["decode_ratio"])

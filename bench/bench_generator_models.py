@@ -24,7 +24,7 @@ from typing import Any
 from PIL import Image, ImageDraw
 
 from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel
-from rsieve_cli.local import processes
+from rsieve_cli.local import ports, processes, triton_server
 from tests.checkpoints import build_tiny_vlm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,10 +52,10 @@ def _start(root: Path, models: list[str]) -> tuple[Any, str]:
     env = {}
     if "vlm" in models:
         env["RSIEVE_HF_CHECKPOINT"] = str(build_tiny_vlm(root / "tiny-llava"))
-    http, grpc_port, metrics = (processes.free_port() for _ in range(3))
+    http, grpc_port, metrics = (ports.free_port() for _ in range(3))
     log = root / "triton.log"
     started = time.monotonic()
-    proc = processes.start_triton(
+    proc = triton_server.start_triton(
         model_repository=repo,
         http_port=http,
         grpc_port=grpc_port,
@@ -63,7 +63,7 @@ def _start(root: Path, models: list[str]) -> tuple[Any, str]:
         log=log,
         env_extra=env,
     )
-    processes.wait_triton(http, models, 180, proc=proc, log=log)
+    triton_server.wait_triton(http, models, 180, proc=proc, log=log)
     print(f"tritonserver with {', '.join(models)} ready in {time.monotonic() - started:.1f} s")
     return proc, f"127.0.0.1:{grpc_port}"
 

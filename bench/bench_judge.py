@@ -522,14 +522,14 @@ def guard_only(args: argparse.Namespace) -> None:
 
 
 def _start(root: Path, checkpoint: Path) -> tuple[Any, str]:
-    from rsieve_cli.local import processes
+    from rsieve_cli.local import ports, triton_server
 
     repo = root / "models"
     shutil.copytree(ROOT / "deploy" / "triton" / "cpu" / MODEL, repo / MODEL)
-    http, grpc_port, metrics = (processes.free_port() for _ in range(3))
+    http, grpc_port, metrics = (ports.free_port() for _ in range(3))
     log = root / "triton.log"
     started = time.monotonic()
-    proc = processes.start_triton(
+    proc = triton_server.start_triton(
         model_repository=repo,
         http_port=http,
         grpc_port=grpc_port,
@@ -537,7 +537,7 @@ def _start(root: Path, checkpoint: Path) -> tuple[Any, str]:
         log=log,
         env_extra={"RSIEVE_JUDGE_CHECKPOINT": str(checkpoint)},
     )
-    processes.wait_triton(http, [MODEL], 300, proc=proc, log=log)
+    triton_server.wait_triton(http, [MODEL], 300, proc=proc, log=log)
     print(f"judge-smollm2 ready in {time.monotonic() - started:.1f} s")
     return proc, f"127.0.0.1:{grpc_port}"
 

@@ -12,7 +12,7 @@ import pytest
 
 from rsieve.settings import Settings
 from rsieve_cli.local.checkpoints import smollm2_checkpoint
-from rsieve_cli.local.processes import PORT_RANGE_ENV
+from rsieve_cli.local.ports import PORT_RANGE_ENV
 from rsieve_cli.local.stack import (
     JUDGE_CHECKPOINT_ENV,
     LLAMA_JUDGES,

@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from rsieve_cli.local.processes import free_port
+from rsieve_cli.local.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from rsieve_cli.local.processes import free_port
+from rsieve_cli.local.ports import free_port
 
 
 class Server:

@@ -21,7 +21,7 @@ from kombu.transport import redis as kombu_redis
 
 from rsieve.adapters.queues import RedisTransport, enqueue, make_celery
 from rsieve.settings import Settings
-from rsieve_cli.local import processes as proc
+from rsieve_cli.local import ports, processes, redis_server
 from rsieve_cli.local.stack import REPO_ROOT
 
 
@@ -48,8 +48,8 @@ def _lost(log: Path, offset: int) -> bool:
 
 
 def test_worker_survives_redis_restart_holding_a_shard(tmp_path: Path) -> None:
-    port, state, redis_log = proc.free_port(), tmp_path / "redis", tmp_path / "redis.log"
-    redis = proc.start_redis(state_dir=state, port=port, log=redis_log)
+    port, state, redis_log = ports.free_port(), tmp_path / "redis", tmp_path / "redis.log"
+    redis = redis_server.start_redis(state_dir=state, port=port, log=redis_log)
     marks = tmp_path / "marks"
     marks.mkdir()
     env = {
@@ -63,7 +63,7 @@ def test_worker_survives_redis_restart_holding_a_shard(tmp_path: Path) -> None:
     worker_log = tmp_path / "worker.log"
     worker = None
     try:
-        proc.wait_redis(port, 30, proc=redis)
+        redis_server.wait_redis(port, 30, proc=redis)
         with worker_log.open("ab") as log:
             worker = subprocess.Popen(
                 [
@@ -96,12 +96,12 @@ def test_worker_survives_redis_restart_holding_a_shard(tmp_path: Path) -> None:
         _wait("the worker never waited for the next shard", lambda: _brpop_waiting(port), 30)
 
         logged = worker_log.stat().st_size
-        proc.stop(redis)
+        processes.stop(redis)
         assert not list(marks.glob("done-00000-*")), "the shard was done before Redis stopped"
         # Down until the worker has met it (Celery's consumer logs the lost broker).
         _wait("the worker never met the Redis outage", lambda: _lost(worker_log, logged), 60)
-        redis = proc.start_redis(state_dir=state, port=port, log=redis_log)
-        proc.wait_redis(port, 30, proc=redis)
+        redis = redis_server.start_redis(state_dir=state, port=port, log=redis_log)
+        redis_server.wait_redis(port, 30, proc=redis)
 
         # The shard held across the restart is done (by the child that held it, or
         # redelivered after it was cancelled on the connection loss: visibility timeout
@@ -117,8 +117,8 @@ def test_worker_survives_redis_restart_holding_a_shard(tmp_path: Path) -> None:
             + worker_log.read_text(errors="replace")[-3000:]
         )
     finally:
-        proc.stop(worker, timeout=30)
-        proc.stop(redis)
+        processes.stop(worker, timeout=30)
+        processes.stop(redis)
 
 
 def test_a_message_popped_as_redis_goes_away_is_pushed_back(
@@ -127,11 +127,13 @@ def test_a_message_popped_as_redis_goes_away_is_pushed_back(
     """BRPOP took the message off its queue; recording it as unacked failed (Redis gone in
     between, simulated at that exact point). Stock kombu lost it: in neither the queue nor
     the unacked hash. The next channel that reaches Redis pushes it back."""
-    port = proc.free_port()
-    redis_proc = proc.start_redis(state_dir=tmp_path / "redis", port=port, log=tmp_path / "log")
+    port = ports.free_port()
+    redis_proc = redis_server.start_redis(
+        state_dir=tmp_path / "redis", port=port, log=tmp_path / "log"
+    )
     url = f"redis://127.0.0.1:{port}/0"
     try:
-        proc.wait_redis(port, 30, proc=redis_proc)
+        redis_server.wait_redis(port, 30, proc=redis_proc)
         client = redis.Redis.from_url(url)
         enqueue(
             make_celery(Settings.from_env_map({"RSIEVE_REDIS_URL": url})),
@@ -169,4 +171,4 @@ def test_a_message_popped_as_redis_goes_away_is_pushed_back(
             message.ack()
         assert client.llen("generate") == 0 and client.hlen("unacked") == 0
     finally:
-        proc.stop(redis_proc)
+        processes.stop(redis_proc)

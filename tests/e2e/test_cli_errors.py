@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rsieve_cli.local.processes import free_port
+from rsieve_cli.local.ports import free_port
 from rsieve_cli.local.stack import REPO_ROOT
 
 

@@ -25,7 +25,7 @@ from PIL.PngImagePlugin import PngInfo
 from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel
 from rsieve.adapters.tokenizer import load_chat_template
 from rsieve.generate.think import parse_output
-from rsieve_cli.local import processes
+from rsieve_cli.local import ports, processes, triton_server
 from tests.templates import build_tokenizer
 
 pytestmark = pytest.mark.integration
@@ -67,9 +67,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     pattern = r'(key: "max_num_seqs"\s*value: \{ string_value: ")256(")'
     assert re.search(pattern, text)
     config.write_text(re.sub(pattern, rf"\g<1>{SEQS}\g<2>", text))
-    http, grpc_port, metrics = (processes.free_port() for _ in range(3))
+    http, grpc_port, metrics = (ports.free_port() for _ in range(3))
     log = root / "triton.log"
-    proc = processes.start_triton(
+    proc = triton_server.start_triton(
         model_repository=repo,
         http_port=http,
         grpc_port=grpc_port,
@@ -78,7 +78,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         env_extra=ENV,
     )
     try:
-        processes.wait_triton(http, [NAME], 60, proc=proc, log=log)
+        triton_server.wait_triton(http, [NAME], 60, proc=proc, log=log)
         yield Server(f"127.0.0.1:{grpc_port}", f"http://127.0.0.1:{metrics}/metrics")
     finally:
         processes.stop(proc)

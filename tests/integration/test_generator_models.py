@@ -19,7 +19,7 @@ from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel
 from rsieve.adapters.tokenizer import load_chat_template
 from rsieve.errors import RetryableError
 from rsieve.generate.think import parse_output
-from rsieve_cli.local import processes
+from rsieve_cli.local import ports, processes, triton_server
 from tests.checkpoints import build_tiny_vlm
 from tests.conftest import TRITON_MODELS
 from tests.templates import build_tokenizer
@@ -54,9 +54,9 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     repo = root / "models"
     for name in MODELS:
         shutil.copytree(TRITON_MODELS[name], repo / name)
-    http, grpc_port, metrics = (processes.free_port() for _ in range(3))
+    http, grpc_port, metrics = (ports.free_port() for _ in range(3))
     log = root / "triton.log"
-    proc = processes.start_triton(
+    proc = triton_server.start_triton(
         model_repository=repo,
         http_port=http,
         grpc_port=grpc_port,
@@ -65,7 +65,7 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         env_extra={"RSIEVE_HF_CHECKPOINT": str(checkpoint), "RSIEVE_PROBE_DELAY_S": "0.3"},
     )
     try:
-        processes.wait_triton(http, MODELS, 180, proc=proc, log=log)
+        triton_server.wait_triton(http, MODELS, 180, proc=proc, log=log)
         yield f"127.0.0.1:{grpc_port}"
     finally:
         processes.stop(proc)
@@ -265,7 +265,7 @@ def test_batched_replies_land_on_their_items(triton: str) -> None:
 
 
 def test_unreachable_triton_is_retryable() -> None:
-    model = TritonModel(f"127.0.0.1:{processes.free_port()}", "vlm", retries=1, backoff_s=0.05)
+    model = TritonModel(f"127.0.0.1:{ports.free_port()}", "vlm", retries=1, backoff_s=0.05)
     with pytest.raises(RetryableError):
         model.generate_many([ModelRequest("q")])
 

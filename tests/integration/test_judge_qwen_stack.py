@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from rsieve.judge.verdicts import build_judge_prompt, read_verdict
-from rsieve_cli.local import checkpoints, processes
+from rsieve_cli.local import checkpoints, llama_judge, ports, processes
 from rsieve_cli.local.stack import QWEN_JUDGE_MODEL, StackConfig
 
 pytestmark = pytest.mark.integration
@@ -77,13 +77,13 @@ def test_the_real_judge_server_answers_a_verdict(tmp_path: Path) -> None:
     model = checkpoints.qwen_judge_gguf()  # prepared at install; verified by its marker
     meta = json.loads((model.parent / f"{model.name}.verified.json").read_text())
     assert meta["sha256"] == checkpoints.QWEN_JUDGE_SHA256
-    port, key = processes.free_port(), "k" * 32
+    port, key = ports.free_port(), "k" * 32
     log = tmp_path / "judge-server.log"
-    proc = processes.start_llama_judge(
+    proc = llama_judge.start_llama_judge(
         model=model, alias=QWEN_JUDGE_MODEL, port=port, api_key=key, log=log, parallel=2
     )
     try:
-        processes.wait_llama_judge(port, key, QWEN_JUDGE_MODEL, 120, proc=proc, log=log)
+        llama_judge.wait_llama_judge(port, key, QWEN_JUDGE_MODEL, 120, proc=proc, log=log)
         base = f"http://127.0.0.1:{port}/v1"
         # Without the key, nothing is served.
         assert httpx.get(f"{base}/models", timeout=10).status_code == 401
@@ -130,9 +130,9 @@ def test_a_second_start_restores_the_warmed_slots_from_disk(tmp_path: Path) -> N
     lines: list[str] = []
     timings: dict[str, Any] = {}
     for start in range(2):
-        port, key = processes.free_port(), "k" * 32
+        port, key = ports.free_port(), "k" * 32
         log = tmp_path / f"judge-server-{start}.log"
-        proc = processes.start_llama_judge(
+        proc = llama_judge.start_llama_judge(
             model=model,
             alias=QWEN_JUDGE_MODEL,
             port=port,
@@ -142,7 +142,7 @@ def test_a_second_start_restores_the_warmed_slots_from_disk(tmp_path: Path) -> N
             kv_dir=kv,
         )
         try:
-            processes.wait_llama_judge(port, key, QWEN_JUDGE_MODEL, 120, proc=proc, log=log)
+            llama_judge.wait_llama_judge(port, key, QWEN_JUDGE_MODEL, 120, proc=proc, log=log)
             lines.append(_wait_warm(log))
             if start == 1:
                 prompt = build_judge_prompt("What word?", ["WORLD"], "world")

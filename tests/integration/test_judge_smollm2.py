@@ -25,7 +25,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel
 from rsieve.judge.verdicts import build_judge_prompt
-from rsieve_cli.local import checkpoints, processes
+from rsieve_cli.local import checkpoints, ports, processes, triton_server
 from rsieve_cli.local.stack import JUDGE_CHECKPOINT_ENV, SMOLLM2_MODEL, StackConfig
 from tests.conftest import TRITON_MODELS, triton_model_env
 
@@ -220,11 +220,11 @@ class Served:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     base = tmp_path_factory.mktemp("judge-smollm2")
     env = triton_model_env([SMOLLM2_MODEL])  # prepares (or reuses) the checkpoint folder
-    http, grpc_port, metrics = (processes.free_port() for _ in range(3))
+    http, grpc_port, metrics = (ports.free_port() for _ in range(3))
     log = base / "triton.log"
     t0 = time.monotonic()
     # The repository folder itself, as the local stack serves it: the symlinked model.py.
-    proc = processes.start_triton(
+    proc = triton_server.start_triton(
         model_repository=CPU_REPO,
         http_port=http,
         grpc_port=grpc_port,
@@ -234,7 +234,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         models=[SMOLLM2_MODEL],
     )
     try:
-        processes.wait_triton(http, [SMOLLM2_MODEL], 300, proc=proc, log=log)
+        triton_server.wait_triton(http, [SMOLLM2_MODEL], 300, proc=proc, log=log)
         load_s = time.monotonic() - t0
         print(f"\njudge-smollm2 loaded in {load_s:.1f}s (checkpoint cached)")
         yield Served(f"127.0.0.1:{grpc_port}", http, load_s, proc.pid)

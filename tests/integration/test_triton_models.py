@@ -30,7 +30,7 @@ from botocore.config import Config
 from PIL import Image, ImageDraw, ImageFont
 from tritonclient.utils import InferenceServerException
 
-from rsieve_cli.local import processes
+from rsieve_cli.local import ports, processes, redis_server, seaweedfs, triton_server
 from rsieve_cli.local.replay import replay_key
 
 pytestmark = pytest.mark.integration
@@ -215,10 +215,10 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
         text.replace(marker, f'key: "replay_file"\n  value: {{ string_value: "{replay_file}" }}')
     )
 
-    http_port, grpc_port, metrics_port = (processes.free_port() for _ in range(3))
+    http_port, grpc_port, metrics_port = (ports.free_port() for _ in range(3))
     log = base / "triton.log"
     t0 = time.monotonic()
-    proc = processes.start_triton(
+    proc = triton_server.start_triton(
         model_repository=repo,
         http_port=http_port,
         grpc_port=grpc_port,
@@ -227,7 +227,7 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
         models=MODELS,
     )
     try:
-        processes.wait_triton(http_port, MODELS, 180, proc=proc, log=log)
+        triton_server.wait_triton(http_port, MODELS, 180, proc=proc, log=log)
         startup = time.monotonic() - t0
         yield TritonServer(f"127.0.0.1:{grpc_port}", http_port, replay_file, log, startup)
     finally:
@@ -459,11 +459,11 @@ WEED_DEFAULT_PORTS |= {p + 10000 for p in WEED_DEFAULT_PORTS}
 
 
 def test_redis_starts_on_its_port_and_keeps_its_aof(tmp_path: Path) -> None:
-    port = processes.free_port()
+    port = ports.free_port()
     state, log = tmp_path / "redis", tmp_path / "redis.log"
-    proc = processes.start_redis(state_dir=state, port=port, log=log)
+    proc = redis_server.start_redis(state_dir=state, port=port, log=log)
     try:
-        processes.wait_redis(port, 20, proc=proc)
+        redis_server.wait_redis(port, 20, proc=proc)
         assert _listening_ports(proc.pid) == {("127.0.0.1", port)}
         assert _redis(port, "SET", "rsieve:k", "v1") == b"+OK\r\n"
         assert _redis(port, "CONFIG", "GET", "appendonly").endswith(b"yes\r\n")
@@ -471,9 +471,9 @@ def test_redis_starts_on_its_port_and_keeps_its_aof(tmp_path: Path) -> None:
         assert processes.stop(proc) == 0
     assert any(state.rglob("*.aof")), list(state.iterdir())
 
-    proc = processes.start_redis(state_dir=state, port=port, log=log)
+    proc = redis_server.start_redis(state_dir=state, port=port, log=log)
     try:
-        processes.wait_redis(port, 20, proc=proc)
+        redis_server.wait_redis(port, 20, proc=proc)
         assert _redis(port, "GET", "rsieve:k") == b"$2\r\nv1\r\n"
     finally:
         processes.stop(proc)
@@ -493,12 +493,12 @@ def _s3(endpoint: str, access: str, secret: str) -> Any:
 
 def test_two_s3_stacks_side_by_side(tmp_path: Path) -> None:
     names = ("one", "two")
-    s3_port = {name: processes.free_port() for name in names}
+    s3_port = {name: ports.free_port() for name in names}
     stacks: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(name: str) -> None:
         t0 = time.monotonic()
-        stacks[name] = processes.start_s3(
+        stacks[name] = seaweedfs.start_s3(
             state_dir=tmp_path / name,
             port=s3_port[name],
             bucket=f"bucket-{name}",
@@ -506,7 +506,7 @@ def test_two_s3_stacks_side_by_side(tmp_path: Path) -> None:
             secret_key=f"secret-{name}",
             log=tmp_path / f"{name}.log",
         )
-        processes.wait_s3(
+        seaweedfs.wait_s3(
             f"http://127.0.0.1:{s3_port[name]}",
             f"key-{name}",
             f"secret-{name}",
@@ -521,7 +521,7 @@ def test_two_s3_stacks_side_by_side(tmp_path: Path) -> None:
             start(name)
         for name in names:
             # Loopback only, none of weed's default ports, only the ports chosen for it.
-            ports = processes.s3_ports(tmp_path / name)
+            ports = seaweedfs.s3_ports(tmp_path / name)
             expected = {s3_port[name], *ports.values(), ports["admin"] + 10000}
             deadline = time.monotonic() + 30  # the admin server comes up after S3
             while True:
@@ -541,10 +541,10 @@ def test_two_s3_stacks_side_by_side(tmp_path: Path) -> None:
             assert body == f"hello {name}".encode()
             s3.close()
         # Restart stack one on the same state dir: same ports, the object survives.
-        before = processes.s3_ports(tmp_path / "one")
+        before = seaweedfs.s3_ports(tmp_path / "one")
         processes.stop(stacks["one"], 20)
         start("one")
-        assert processes.s3_ports(tmp_path / "one") == before
+        assert seaweedfs.s3_ports(tmp_path / "one") == before
         s3 = _s3(f"http://127.0.0.1:{s3_port['one']}", "key-one", "secret-one")
         assert s3.get_object(Bucket="bucket-one", Key="k/obj.txt")["Body"].read() == b"hello one"
         s3.close()

@@ -18,7 +18,8 @@ from tests.rule_pools import COUNT, copies, originals, originals_replay, picture
 
 
 def _add_evalset(stack: FakeStack, name: str, pool: Path) -> dict[str, int]:
-    """What `rsieve evalset add NAME POOL` does (rsieve_cli.app.evalset_add); its figures."""
+    """What `rsieve evalset add NAME POOL` does (rsieve_cli.commands.evalset.evalset_add);
+    its figures."""
     files = read_pool(pool)
     evalset, figures = build_evalset(
         name, files.items, lambda path: files.read(path) if path in files.files else None

@@ -895,4 +895,4 @@ def test_secrets_never_enter_the_docker_build_context() -> None:
     for secret in (".env", "deploy/k8s/overlays/gpu/secrets.env", "deploy/docker/.env"):
         assert ignored(secret), secret
     assert not ignored("deploy/k8s/secrets.env.example")
-    assert not ignored("shared/rsieve/settings.py")
+    assert not ignored("shared/rsieve/settings/__init__.py")

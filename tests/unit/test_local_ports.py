@@ -7,13 +7,13 @@ import socket
 
 import pytest
 
-from rsieve_cli.local import processes
-from rsieve_cli.local.processes import PORT_RANGE_ENV, free_port, port_range
+from rsieve_cli.local import ports as local_ports
+from rsieve_cli.local.ports import PORT_RANGE_ENV, free_port, port_range
 
 
 def test_every_port_comes_from_the_range_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PORT_RANGE_ENV, "12950-12959")
-    monkeypatch.setattr(processes, "_HANDED_OUT", set())
+    monkeypatch.setattr(local_ports, "_HANDED_OUT", set())
     with socket.socket() as busy:  # one port of the range is listened on: never handed out
         busy.bind(("127.0.0.1", 12955))
         busy.listen()

@@ -303,7 +303,7 @@ def test_an_export_rechecks_from_its_files_alone_and_a_tampered_decision_shows(
 
     from rsieve.adapters.exports import export_dataset
     from rsieve.settings import DECIDING
-    from rsieve_cli.app import _recheck_folder
+    from rsieve_cli.commands.recheck import recheck_folder
 
     context, store, sent, _ = ctx
     run = submit(context, upload_pool(store, ROOT / "examples" / "pool"), "fakes")
@@ -323,7 +323,7 @@ def test_an_export_rechecks_from_its_files_alone_and_a_tampered_decision_shows(
     }
     assert "## Run specification" in (folder / "README.md").read_text()
 
-    summary = _recheck_folder(folder)
+    summary = recheck_folder(folder)
     assert summary["differences"] == [] and summary["agreement"] == 1.0
     assert summary["decisions"] >= 20 and summary["hold_back_checked"] >= 1
     shards = sorted((folder / "data").glob("*_RS_nothink-*.parquet"))
@@ -340,7 +340,7 @@ def test_an_export_rechecks_from_its_files_alone_and_a_tampered_decision_shows(
     table[0]["qa"][0]["verification"]["score"] = 0.25
     table[-1]["qa"][-1]["answer"] = "something else"
     pq.write_table(pa.Table.from_pylist(table, schema=pq.read_schema(path)), path)
-    checks = {d["check"] for d in _recheck_folder(folder)["differences"]}
+    checks = {d["check"] for d in recheck_folder(folder)["differences"]}
     assert checks == {"decision", "answer"}
 
 

@@ -260,13 +260,14 @@ def test_the_export_command_writes_either_format(
     store: MemoryStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import rsieve_cli.app as cli
+    import rsieve_cli.shell as shell
 
     ctx = SimpleNamespace(
         store=store,
         settings=Settings(parquet_row_group_rows=2, parquet_shard_bytes=1 << 20),
         spec=lambda run: SimpleNamespace(dataset=DATASET),
     )
-    monkeypatch.setattr(cli, "_context", lambda: ctx)
+    monkeypatch.setattr(shell, "context", lambda: ctx)
     runner = CliRunner()
     out = runner.invoke(cli.app, ["export", "run-2", "--to", str(tmp_path), "--format", "messages"])
     assert out.exit_code == 0, out.output

@@ -24,7 +24,7 @@ variant that passed. `recheck_entries` recomputes, for each entry:
 - the blind pass: no entry answerable without its image where the run's `blind_policy`
   keeps such entries out.
 
-Pure: the caller reads the Parquet rows and the JSON files (rsieve_cli.app's `recheck`)."""
+Pure: the caller reads the Parquet rows and the JSON files (rsieve_cli.commands.recheck)."""
 
 from __future__ import annotations
 

@@ -18,11 +18,16 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
-__all__ = ["API_KEY_ENV", "main"]
+from rsieve_cli.local.ports import HOST
+from rsieve_cli.local.processes import check_alive, popen
+
+__all__ = ["API_KEY_ENV", "main", "start_llama_judge", "wait_llama_judge"]
 
 API_KEY_ENV = "RSIEVE_LLAMA_API_KEY"
 
@@ -186,6 +191,63 @@ def _warm(
         f"{time.monotonic() - started:.1f} s)",
         flush=True,
     )
+
+
+def start_llama_judge(
+    *,
+    model: Path,
+    alias: str,
+    port: int,
+    api_key: str,
+    log: Path,
+    parallel: int = 4,
+    kv_dir: Path | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start llama.cpp's server (rsieve_cli.local.llama_judge) for the judge GGUF on
+    127.0.0.1:``port``, requiring ``api_key`` (passed in the environment, not argv);
+    ``kv_dir``: where the slots' warmed-up state is kept between starts."""
+    cmd = [
+        sys.executable, "-m", "rsieve_cli.local.llama_judge",
+        "--model", str(model),
+        "--alias", alias,
+        "--host", HOST,
+        "--port", str(port),
+        "--parallel", str(parallel),
+    ]  # fmt: skip
+    if kv_dir is not None:
+        cmd += ["--kv-dir", str(kv_dir)]
+    return popen(cmd, log=log, env={**os.environ, API_KEY_ENV: api_key})
+
+
+def wait_llama_judge(
+    port: int,
+    api_key: str,
+    alias: str,
+    timeout: float = 60.0,
+    *,
+    proc: subprocess.Popen[bytes] | None = None,
+    log: Path | None = None,
+) -> None:
+    """Return when the judge server lists ``alias`` at /v1/models (the model is loaded)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while time.monotonic() < deadline:
+        check_alive(proc, "the llama.cpp judge server", log)
+        try:
+            r = httpx.get(
+                f"http://{HOST}:{port}/v1/models",
+                headers={"Authorization": f"Bearer {api_key}"},
+                timeout=2.0,
+            )
+            if r.status_code == 200 and alias in {m.get("id") for m in r.json().get("data", [])}:
+                return
+            last = f"HTTP {r.status_code}"
+        except (httpx.HTTPError, ValueError) as exc:
+            last = repr(exc)
+        time.sleep(0.1)
+    raise TimeoutError(f"the judge server on {HOST}:{port} not ready after {timeout}s: {last}")
 
 
 if __name__ == "__main__":

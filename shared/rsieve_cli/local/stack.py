@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from rsieve_cli.local import processes as proc
+from rsieve_cli.local import llama_judge, ports, redis_server, seaweedfs, triton_server
 from rsieve_cli.local.checkpoints import (
     MODELS_DIR,
     QWEN_JUDGE_SHA256,
@@ -115,7 +115,7 @@ class StackConfig:
     @classmethod
     def free_ports(cls, state_dir: Path, **kwargs: object) -> StackConfig:
         ports = {
-            name: proc.free_port()
+            name: ports.free_port()
             for name in (
                 "redis_port",
                 "s3_port",
@@ -269,12 +269,12 @@ class Stack:
         # waited for (a stack starts in the slowest of their times, not in their sum).
         redis_proc = s3_proc = triton_proc = None
         if self.pid("redis") is None:
-            redis_proc = proc.start_redis(
+            redis_proc = redis_server.start_redis(
                 state_dir=self.dir / "redis", port=c.redis_port, log=self.logs / "redis.log"
             )
             self._record("redis", redis_proc)
         if self.pid("s3") is None:
-            s3_proc = p = proc.start_s3(
+            s3_proc = p = seaweedfs.start_s3(
                 state_dir=self.dir / "s3",
                 port=c.s3_port,
                 bucket=c.bucket,
@@ -286,7 +286,7 @@ class Stack:
         # The judge server loads while Triton does (both take seconds), waited for after.
         judge, judge_proc = c.llama_judge, None
         if judge and self.pid("judge-server") is None:
-            judge_proc = proc.start_llama_judge(
+            judge_proc = llama_judge.start_llama_judge(
                 model=LLAMA_JUDGES[judge](),
                 alias=judge,
                 port=c.judge_port,
@@ -299,7 +299,7 @@ class Stack:
             )
             self._record("judge-server", judge_proc)
         if self.pid("triton") is None:
-            triton_proc = proc.start_triton(
+            triton_proc = triton_server.start_triton(
                 model_repository=c.model_repository,
                 http_port=c.triton_http_port,
                 grpc_port=c.triton_grpc_port,
@@ -310,9 +310,9 @@ class Stack:
             )
             self._record("triton", triton_proc)
         if redis_proc is not None:
-            proc.wait_redis(c.redis_port, timeout, proc=redis_proc)
+            redis_server.wait_redis(c.redis_port, timeout, proc=redis_proc)
         if s3_proc is not None:
-            proc.wait_s3(
+            seaweedfs.wait_s3(
                 f"http://127.0.0.1:{c.s3_port}",
                 c.access_key,
                 c.secret_key,
@@ -321,7 +321,7 @@ class Stack:
                 proc=s3_proc,
             )
         if triton_proc is not None:
-            proc.wait_triton(
+            triton_server.wait_triton(
                 c.triton_http_port,
                 c.triton_models,
                 timeout,
@@ -329,7 +329,7 @@ class Stack:
                 log=self.logs / "triton.log",
             )
         if judge_proc is not None and judge:
-            proc.wait_llama_judge(
+            llama_judge.wait_llama_judge(
                 c.judge_port,
                 c.judge_key,
                 judge,

@@ -7,7 +7,7 @@ it before its third-party imports (numpy<2, Pillow, RapidOCR, torch, ...):
     import rsieve_triton_preamble  # noqa: F401  (first: puts the venv on sys.path)
 
 Why: the Triton Python-backend stub embeds the system libpython in isolated mode (it
-ignores ``PYTHONPATH``), so ``rsieve_cli.local.processes.start_triton`` names the venv's
+ignores ``PYTHONPATH``), so ``rsieve_cli.local.triton_server.start_triton`` names the venv's
 site-packages in this variable instead. Unset (a production Triton image): a no-op. Only
 the standard library is imported here: nothing else is importable yet (nor is ``rsieve``,
 which lives in those site-packages locally and is absent from the Triton images).

@@ -1,0 +1,270 @@
+"""The commands that make and read runs: `run` (end to end on the local stack), `submit`
+(through the API), `audit`, `reconcile`, `export` and `card`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from rsieve import keys
+from rsieve.errors import RsieveError
+from rsieve.schemas import STAGES
+from rsieve_cli import shell
+from rsieve_cli.commands.sampling import (
+    BlindPass,
+    BlindPolicy,
+    Circular,
+    Keep,
+    MaxKept,
+    Samples,
+    Seed,
+    Temperature,
+    Window,
+    chosen_sampling,
+)
+from rsieve_cli.shell import Failure, console, friendly
+
+Pool = Annotated[Path, typer.Argument(help="pool folder with items.jsonl and images")]
+Dataset = Annotated[str | None, typer.Option(help="dataset name (default: pool folder)")]
+Run = Annotated[str, typer.Argument(metavar="RUN", help="run id")]
+AsJson = Annotated[bool, typer.Option("--json")]
+
+
+@friendly
+def audit(run_id: Run, as_json: AsJson = False) -> None:
+    """Prove from storage that every item of RUN ended in exactly one place (exit 0 if so)."""
+    from rsieve.dataset.audit import audit_run
+    from rsieve.errors import NotFoundError
+
+    ctx = shell.context()
+    try:
+        ctx.spec(run_id)
+    except NotFoundError:
+        console.print(
+            f"[red]error:[/] no run {run_id!r} in s3://{ctx.settings.s3_bucket}/{keys.RUNS_PREFIX}"
+        )
+        raise typer.Exit(1) from None
+    index, outputs = ctx.load_run(run_id)
+    if index is None:
+        console.print(
+            f"[red]error:[/] run {run_id} was never ingested; fix: rsieve reconcile {run_id}"
+        )
+        raise typer.Exit(1)
+    result = audit_run(index, outputs)
+    if as_json:
+        typer.echo(json.dumps(result.as_dict(), indent=1))
+    else:
+        table = Table(
+            "family",
+            *[f"{s} in/out/quar." for s in STAGES],
+            title=run_id,
+        )
+        for fam, stages in result.families.items():
+            table.add_row(
+                fam,
+                *[
+                    "{in}/{out}/{quarantined}".format(**stages[s]) if s in stages else "-"
+                    for s in STAGES
+                ],
+            )
+        Console().print(table)
+        for problem in result.problems:
+            console.print(f"[red]problem:[/] {problem}")
+        console.print("[green]audit holds" if result.ok else "[red]audit fails")
+    raise typer.Exit(0 if result.ok else 1)
+
+
+@friendly
+def reconcile(run_id: Run) -> None:
+    """Enqueue again every shard of RUN whose next stage output is missing (safe any time)."""
+    from rsieve.errors import NotFoundError
+
+    ctx = shell.context()
+    try:
+        plan = ctx.reconcile(run_id)
+    except NotFoundError:
+        console.print(f"[red]error:[/] no run {run_id!r}")
+        raise typer.Exit(1) from None
+    for task, kwargs in plan:
+        console.print(f"enqueued {task} {kwargs.get('shard', '')}")
+    console.print(f"{len(plan)} task(s) enqueued" if plan else "nothing missing")
+
+
+@friendly
+def run(
+    pool: Pool,
+    out: Annotated[Path, typer.Option(help="export folder; the dataset goes to OUT/<dataset>")],
+    dataset: Dataset = None,
+    timeout: Annotated[float, typer.Option(help="seconds to wait for the run")] = 7200,
+    samples: Samples = None,
+    temperature: Temperature = None,
+    seed: Seed = None,
+    keep: Keep = None,
+    max_kept: MaxKept = None,
+    pass_rate_window: Window = None,
+    circular: Circular = None,
+    blind_pass: BlindPass = None,
+    blind_policy: BlindPolicy = None,
+) -> None:
+    """Process a pool end to end on the local stack and export its dataset."""
+    sampling = chosen_sampling(locals())
+    from rsieve.adapters.exports import export_dataset
+    from rsieve.adapters.storage import S3Store
+    from rsieve.settings import Settings
+    from rsieve_cli.client import upload, wait_for_run
+
+    try:
+        stack = shell.local_stack()
+        with console.status("starting the local stack"):
+            stack.up()
+        settings = Settings.from_env_map(stack.config.env())
+        name = dataset or pool.resolve().name
+        with console.status(f"uploading {pool}"):
+            run_id = upload(settings, pool, name, sampling=sampling)
+        console.print(f"run [bold]{run_id}[/] for pool {pool} -> dataset {name}")
+        with Progress(
+            TextColumn("{task.description:>9}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress:
+            bars = {s: progress.add_task(s, total=None) for s in STAGES}
+
+            def show(status: dict) -> None:
+                for stage, bar in bars.items():
+                    progress.update(bar, total=status["shards"], completed=status["stages"][stage])
+
+            final = wait_for_run(settings, run_id, timeout=timeout, on_status=show)
+        target = export_dataset(S3Store(settings), name, out)  # the stack's own operator
+    except (RsieveError, TimeoutError, OSError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from None
+    table = Table("split", "rows (images)", title=f"{target}")
+    for split, rows in final["manifest"]["splits"].items():
+        table.add_row(split, str(rows))
+    Console().print(table)
+    report = json.loads((target / "run_report.json").read_text())
+    fams = Table("family", "in", "accepted", "rejected", "quarantined", title="run report")
+    for fam, r in report["families"].items():
+        fams.add_row(
+            fam, str(r["in"]), str(r["accepted"]), str(r["rejected"]), str(r["quarantined"])
+        )
+    Console().print(fams)
+    if not report["adds_up"]:
+        console.print("[red]the run's accounting does not add up[/]; see run_report.json")
+        raise typer.Exit(2)
+
+
+@friendly
+def submit(
+    pool: Pool,
+    dataset: Dataset = None,
+    as_json: AsJson = False,
+    samples: Samples = None,
+    temperature: Temperature = None,
+    seed: Seed = None,
+    keep: Keep = None,
+    max_kept: MaxKept = None,
+    pass_rate_window: Window = None,
+    circular: Circular = None,
+    blind_pass: BlindPass = None,
+    blind_policy: BlindPolicy = None,
+) -> None:
+    """Upload POOL through the API and submit it; prints the run id (no waiting). Needs
+    only the API's address and token (RSIEVE_API_URL, RSIEVE_API_TOKEN)."""
+    sampling = chosen_sampling(locals())
+    from rsieve.errors import PermanentError
+    from rsieve_cli.client import upload
+
+    if not pool.is_dir():
+        raise Failure(f"{pool} is not a folder", "give the pool folder (items.jsonl + images)")
+    if not (pool / "items.jsonl").is_file() and not any(pool.glob("*.parquet")):
+        raise Failure(
+            f"{pool} is not a pool: it has no items.jsonl",
+            "give the folder that holds items.jsonl and its images",
+        )
+    shell.api("GET", "/healthz")  # fail fast, before uploading, when the stack is down
+    name = dataset or pool.resolve().name
+    try:
+        run_id = upload(shell.settings(), pool, name, sampling=sampling)
+    except PermanentError as exc:
+        raise Failure(str(exc)) from None
+    if as_json:
+        typer.echo(json.dumps({"run": run_id, "dataset": name}))
+    else:
+        typer.echo(run_id)
+        console.print(f"follow it with: rsieve status {run_id} --watch")
+
+
+@friendly
+def export(
+    run_id: Run,
+    to: Annotated[
+        Path,
+        typer.Option(
+            "--to",
+            help="folder; the dataset goes to TO/<dataset> (messages: TO/<dataset>-messages)",
+        ),
+    ],
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="card: the dataset as published; messages: one row per question in TRL's "
+            "conversational format, splits think/nothink (docs/operations.md)",
+        ),
+    ] = "card",
+    include_rejected: Annotated[
+        bool,
+        typer.Option(
+            "--include-rejected", help="messages: also a `rejected` split (the reference answers)"
+        ),
+    ] = False,
+) -> None:
+    """Copy RUN's published dataset (Parquet, card, run_report.json, quarantine.jsonl), or
+    write it for trainers (`--format messages`)."""
+    from rsieve.adapters.exports import EmptyExport, export_dataset, export_messages
+
+    if fmt not in ("card", "messages"):
+        raise Failure(f"unknown format {fmt!r}", "use --format card or --format messages")
+    if include_rejected and fmt != "messages":
+        raise Failure(
+            "--include-rejected applies to --format messages only",
+            "the card format always holds the rejected splits",
+        )
+    ctx = shell.context()
+    spec = shell.published(ctx, run_id)
+    if fmt == "card":
+        target = export_dataset(ctx.store, spec.dataset, to)
+    else:
+        try:
+            target = export_messages(
+                ctx.store,
+                spec.dataset,
+                to,
+                include_rejected=include_rejected,
+                group_rows=ctx.settings.parquet_row_group_rows,
+                shard_bytes=ctx.settings.parquet_shard_bytes,
+            )
+        except EmptyExport as exc:
+            raise Failure(str(exc), "add --include-rejected to export the rejected split") from exc
+    typer.echo(str(target))
+
+
+@friendly
+def card(run_id: Run) -> None:
+    """Print RUN's dataset card (README.md: rules, constants, counts, calibration)."""
+    from rsieve.adapters.exports import run_file_key
+
+    ctx = shell.context()
+    spec = shell.published(ctx, run_id)
+    key = run_file_key(ctx.store, spec.dataset, run_id, "README.md")
+    sys.stdout.write(ctx.store.get(key).decode())

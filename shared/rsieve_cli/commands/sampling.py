@@ -1,0 +1,71 @@
+"""The sampling options `rsieve run` and `rsieve submit` both take: a run's own sampling,
+as the API's `sampling` takes it (rsieve.settings.SAMPLING; docs/sampling.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+import typer
+
+from rsieve_cli.shell import Failure
+
+Samples = Annotated[
+    int | None,
+    typer.Option(help="answers per question (best-of-n; more than 1 needs --temperature)"),
+]
+Temperature = Annotated[float | None, typer.Option(help="the generator's sampling temperature")]
+Seed = Annotated[int | None, typer.Option(help="base seed: sample k of an item gets its own")]
+Keep = Annotated[str | None, typer.Option(help="accepted answers kept per item: first|distinct")]
+MaxKept = Annotated[int | None, typer.Option(help="at most this many kept per item (distinct)")]
+Circular = Annotated[
+    bool | None,
+    typer.Option(
+        "--circular/--no-circular",
+        help="multiple choice: sample k sees the options rotated by k; accepted only if all are",
+    ),
+]
+BlindPass = Annotated[
+    bool | None,
+    typer.Option(
+        "--blind-pass/--no-blind-pass",
+        help="ask every accepted item again without its image; flag those still answered right",
+    ),
+]
+BlindPolicy = Annotated[
+    str | None,
+    typer.Option(
+        help="what an item answered right without its image does: keep (flagged) | nothink "
+        "(kept out of _RS_think) | drop (rejected)"
+    ),
+]
+Window = Annotated[
+    str | None,
+    typer.Option(help="LOW,HIGH: keep accepted items whose pass rate lies within (e.g. 0.2,0.8)"),
+]
+
+# The commands' parameters that are sampling options, each named as the API's field but
+# pass_rate_window, which the command line takes as text (LOW,HIGH).
+OPTIONS = (
+    "samples",
+    "temperature",
+    "seed",
+    "keep",
+    "max_kept",
+    "pass_rate_window",
+    "circular",
+    "blind_pass",
+    "blind_policy",
+)
+
+
+def chosen_sampling(parameters: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The sampling a command was given (its parameters by name, `locals()` on entry), as
+    the API takes it: only the options given, None when none was."""
+    chosen = {name: parameters[name] for name in OPTIONS}
+    window = chosen["pass_rate_window"]
+    try:
+        chosen["pass_rate_window"] = [float(x) for x in window.split(",")] if window else None
+    except ValueError:
+        raise Failure(f"--pass-rate-window {window!r}", "give LOW,HIGH, e.g. 0.2,0.8") from None
+    return {k: v for k, v in chosen.items() if v is not None} or None
