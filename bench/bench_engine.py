@@ -48,7 +48,8 @@ from bench.bench_pipeline import (
     submit,
     tree_cpu_s,
 )
-from rsieve_cli.local import ports, processes, triton_server
+from rsieve_cli.local import processes, triton_server
+from rsieve_cli.local.ports import free_port
 from rsieve_cli.local.stack import Stack
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -209,7 +210,7 @@ def one_run(
 
 
 def second_engine(stack: Stack, root: Path) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
-    ports = {k: ports.free_port() for k in ("http", "grpc", "metrics")}
+    ports = {k: free_port() for k in ("http", "grpc", "metrics")}
     log = stack.logs / "triton-2.log"
     p = triton_server.start_triton(
         model_repository=root / "models",

@@ -24,7 +24,8 @@ from typing import Any
 from PIL import Image, ImageDraw
 
 from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel
-from rsieve_cli.local import ports, processes, triton_server
+from rsieve_cli.local import processes, triton_server
+from rsieve_cli.local.ports import free_port
 from tests.checkpoints import build_tiny_vlm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +53,7 @@ def _start(root: Path, models: list[str]) -> tuple[Any, str]:
     env = {}
     if "vlm" in models:
         env["RSIEVE_HF_CHECKPOINT"] = str(build_tiny_vlm(root / "tiny-llava"))
-    http, grpc_port, metrics = (ports.free_port() for _ in range(3))
+    http, grpc_port, metrics = (free_port() for _ in range(3))
     log = root / "triton.log"
     started = time.monotonic()
     proc = triton_server.start_triton(

@@ -522,11 +522,12 @@ def guard_only(args: argparse.Namespace) -> None:
 
 
 def _start(root: Path, checkpoint: Path) -> tuple[Any, str]:
-    from rsieve_cli.local import ports, triton_server
+    from rsieve_cli.local import triton_server
+    from rsieve_cli.local.ports import free_port
 
     repo = root / "models"
     shutil.copytree(ROOT / "deploy" / "triton" / "cpu" / MODEL, repo / MODEL)
-    http, grpc_port, metrics = (ports.free_port() for _ in range(3))
+    http, grpc_port, metrics = (free_port() for _ in range(3))
     log = root / "triton.log"
     started = time.monotonic()
     proc = triton_server.start_triton(

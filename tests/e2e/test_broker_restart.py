@@ -21,7 +21,8 @@ from kombu.transport import redis as kombu_redis
 
 from rsieve.adapters.queues import RedisTransport, enqueue, make_celery
 from rsieve.settings import Settings
-from rsieve_cli.local import ports, processes, redis_server
+from rsieve_cli.local import processes, redis_server
+from rsieve_cli.local.ports import free_port
 from rsieve_cli.local.stack import REPO_ROOT
 
 
@@ -48,7 +49,7 @@ def _lost(log: Path, offset: int) -> bool:
 
 
 def test_worker_survives_redis_restart_holding_a_shard(tmp_path: Path) -> None:
-    port, state, redis_log = ports.free_port(), tmp_path / "redis", tmp_path / "redis.log"
+    port, state, redis_log = free_port(), tmp_path / "redis", tmp_path / "redis.log"
     redis = redis_server.start_redis(state_dir=state, port=port, log=redis_log)
     marks = tmp_path / "marks"
     marks.mkdir()
@@ -127,7 +128,7 @@ def test_a_message_popped_as_redis_goes_away_is_pushed_back(
     """BRPOP took the message off its queue; recording it as unacked failed (Redis gone in
     between, simulated at that exact point). Stock kombu lost it: in neither the queue nor
     the unacked hash. The next channel that reaches Redis pushes it back."""
-    port = ports.free_port()
+    port = free_port()
     redis_proc = redis_server.start_redis(
         state_dir=tmp_path / "redis", port=port, log=tmp_path / "log"
     )

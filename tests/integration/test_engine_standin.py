@@ -25,7 +25,8 @@ from PIL.PngImagePlugin import PngInfo
 from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel
 from rsieve.adapters.tokenizer import load_chat_template
 from rsieve.generate.think import parse_output
-from rsieve_cli.local import ports, processes, triton_server
+from rsieve_cli.local import processes, triton_server
+from rsieve_cli.local.ports import free_port
 from tests.templates import build_tokenizer
 
 pytestmark = pytest.mark.integration
@@ -67,7 +68,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     pattern = r'(key: "max_num_seqs"\s*value: \{ string_value: ")256(")'
     assert re.search(pattern, text)
     config.write_text(re.sub(pattern, rf"\g<1>{SEQS}\g<2>", text))
-    http, grpc_port, metrics = (ports.free_port() for _ in range(3))
+    http, grpc_port, metrics = (free_port() for _ in range(3))
     log = root / "triton.log"
     proc = triton_server.start_triton(
         model_repository=repo,

@@ -19,7 +19,8 @@ from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel
 from rsieve.adapters.tokenizer import load_chat_template
 from rsieve.errors import RetryableError
 from rsieve.generate.think import parse_output
-from rsieve_cli.local import ports, processes, triton_server
+from rsieve_cli.local import processes, triton_server
+from rsieve_cli.local.ports import free_port
 from tests.checkpoints import build_tiny_vlm
 from tests.conftest import TRITON_MODELS
 from tests.templates import build_tokenizer
@@ -54,7 +55,7 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     repo = root / "models"
     for name in MODELS:
         shutil.copytree(TRITON_MODELS[name], repo / name)
-    http, grpc_port, metrics = (ports.free_port() for _ in range(3))
+    http, grpc_port, metrics = (free_port() for _ in range(3))
     log = root / "triton.log"
     proc = triton_server.start_triton(
         model_repository=repo,
@@ -265,7 +266,7 @@ def test_batched_replies_land_on_their_items(triton: str) -> None:
 
 
 def test_unreachable_triton_is_retryable() -> None:
-    model = TritonModel(f"127.0.0.1:{ports.free_port()}", "vlm", retries=1, backoff_s=0.05)
+    model = TritonModel(f"127.0.0.1:{free_port()}", "vlm", retries=1, backoff_s=0.05)
     with pytest.raises(RetryableError):
         model.generate_many([ModelRequest("q")])
 

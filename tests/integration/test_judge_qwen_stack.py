@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from rsieve.judge.verdicts import build_judge_prompt, read_verdict
-from rsieve_cli.local import checkpoints, llama_judge, ports, processes
+from rsieve_cli.local import checkpoints, llama_judge, processes
+from rsieve_cli.local.ports import free_port
 from rsieve_cli.local.stack import QWEN_JUDGE_MODEL, StackConfig
 
 pytestmark = pytest.mark.integration
@@ -77,7 +78,7 @@ def test_the_real_judge_server_answers_a_verdict(tmp_path: Path) -> None:
     model = checkpoints.qwen_judge_gguf()  # prepared at install; verified by its marker
     meta = json.loads((model.parent / f"{model.name}.verified.json").read_text())
     assert meta["sha256"] == checkpoints.QWEN_JUDGE_SHA256
-    port, key = ports.free_port(), "k" * 32
+    port, key = free_port(), "k" * 32
     log = tmp_path / "judge-server.log"
     proc = llama_judge.start_llama_judge(
         model=model, alias=QWEN_JUDGE_MODEL, port=port, api_key=key, log=log, parallel=2
@@ -130,7 +131,7 @@ def test_a_second_start_restores_the_warmed_slots_from_disk(tmp_path: Path) -> N
     lines: list[str] = []
     timings: dict[str, Any] = {}
     for start in range(2):
-        port, key = ports.free_port(), "k" * 32
+        port, key = free_port(), "k" * 32
         log = tmp_path / f"judge-server-{start}.log"
         proc = llama_judge.start_llama_judge(
             model=model,

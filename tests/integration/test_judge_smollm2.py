@@ -25,7 +25,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel
 from rsieve.judge.verdicts import build_judge_prompt
-from rsieve_cli.local import checkpoints, ports, processes, triton_server
+from rsieve_cli.local import checkpoints, processes, triton_server
+from rsieve_cli.local.ports import free_port
 from rsieve_cli.local.stack import JUDGE_CHECKPOINT_ENV, SMOLLM2_MODEL, StackConfig
 from tests.conftest import TRITON_MODELS, triton_model_env
 
@@ -220,7 +221,7 @@ class Served:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     base = tmp_path_factory.mktemp("judge-smollm2")
     env = triton_model_env([SMOLLM2_MODEL])  # prepares (or reuses) the checkpoint folder
-    http, grpc_port, metrics = (ports.free_port() for _ in range(3))
+    http, grpc_port, metrics = (free_port() for _ in range(3))
     log = base / "triton.log"
     t0 = time.monotonic()
     # The repository folder itself, as the local stack serves it: the symlinked model.py.

@@ -30,7 +30,8 @@ from botocore.config import Config
 from PIL import Image, ImageDraw, ImageFont
 from tritonclient.utils import InferenceServerException
 
-from rsieve_cli.local import ports, processes, redis_server, seaweedfs, triton_server
+from rsieve_cli.local import processes, redis_server, seaweedfs, triton_server
+from rsieve_cli.local.ports import free_port
 from rsieve_cli.local.replay import replay_key
 
 pytestmark = pytest.mark.integration
@@ -215,7 +216,7 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
         text.replace(marker, f'key: "replay_file"\n  value: {{ string_value: "{replay_file}" }}')
     )
 
-    http_port, grpc_port, metrics_port = (ports.free_port() for _ in range(3))
+    http_port, grpc_port, metrics_port = (free_port() for _ in range(3))
     log = base / "triton.log"
     t0 = time.monotonic()
     proc = triton_server.start_triton(
@@ -459,7 +460,7 @@ WEED_DEFAULT_PORTS |= {p + 10000 for p in WEED_DEFAULT_PORTS}
 
 
 def test_redis_starts_on_its_port_and_keeps_its_aof(tmp_path: Path) -> None:
-    port = ports.free_port()
+    port = free_port()
     state, log = tmp_path / "redis", tmp_path / "redis.log"
     proc = redis_server.start_redis(state_dir=state, port=port, log=log)
     try:
@@ -493,7 +494,7 @@ def _s3(endpoint: str, access: str, secret: str) -> Any:
 
 def test_two_s3_stacks_side_by_side(tmp_path: Path) -> None:
     names = ("one", "two")
-    s3_port = {name: ports.free_port() for name in names}
+    s3_port = {name: free_port() for name in names}
     stacks: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(name: str) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from rsieve_cli.local import llama_judge, ports, redis_server, seaweedfs, triton_server
+from rsieve_cli.local import llama_judge, redis_server, seaweedfs, triton_server
 from rsieve_cli.local.checkpoints import (
     MODELS_DIR,
     QWEN_JUDGE_SHA256,
@@ -26,6 +26,7 @@ from rsieve_cli.local.checkpoints import (
     qwen_judge_tokenizer,
     smollm2_checkpoint,
 )
+from rsieve_cli.local.ports import free_port
 
 __all__ = [
     "JUDGE_CHECKPOINT_ENV",
@@ -115,7 +116,7 @@ class StackConfig:
     @classmethod
     def free_ports(cls, state_dir: Path, **kwargs: object) -> StackConfig:
         ports = {
-            name: ports.free_port()
+            name: free_port()
             for name in (
                 "redis_port",
                 "s3_port",
