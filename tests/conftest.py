@@ -3,10 +3,13 @@ API) on free ports in a temporary folder, and stop it after."""
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterable, Iterator
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 import pytest
 
@@ -77,12 +80,15 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {meaning}")
 
 
-# `make test` runs the suite on pytest-xdist workers (`--dist loadgroup`), a group to a
-# worker, the groups handed out in the suite's order (docs/testing.md). A group is a
-# module, so its module-scoped stack starts once, except:
+# `make test` runs the suite on pytest-xdist workers, a group to a worker, the groups
+# handed out in the suite's order (docs/testing.md). A group is a module, so its
+# module-scoped stack starts once, except:
 # - the modules that run a real model on the CPU: one group, one after another on one
 #   worker, since side by side they only share the two cores and each takes longer;
 # - the modules that share a stack (`SHARED_STACK`): one group per stack.
+# The groups are xdist's work units (GroupScheduling below), not `xdist_group` marks:
+# xdist 3.8 tells a mark's group by a suffix it writes into the item's node id, which
+# pytest 9.2 no longer reads from there, so marked tests were spread one by one.
 _CPU_MODELS = "cpu-models"
 _CPU_MODEL_MODULES = (
     "test_openai_judge",
@@ -96,26 +102,44 @@ _CPU_MODEL_MODULES = (
 # The longest groups first, so that none starts last and runs alone at the end (measured,
 # docs/testing.md). Only the order depends on this list.
 _LONGEST_FIRST = (_CPU_MODELS, "test_faults", "test_orphans", "test_generator_engine")
+_SHARED_STACK = re.compile(r'^SHARED_STACK\s*=\s*"([^"]+)"', re.MULTILINE)
 
 
-def _group(item: pytest.Item) -> str:
-    stem = item.path.stem
-    if stem in _CPU_MODEL_MODULES:
+@functools.cache
+def _group(module: str) -> str:
+    """The work unit of the module at `module` (a path relative to the suite's root)."""
+    path = Path(module)
+    if path.stem in _CPU_MODEL_MODULES:
         return _CPU_MODELS
-    shared = getattr(getattr(item, "module", None), "SHARED_STACK", None)
-    return f"stack-{shared}" if shared else item.nodeid.split("::")[0]
+    source = REPO_ROOT / path
+    shared = _SHARED_STACK.search(source.read_text()) if source.is_file() else None
+    return f"stack-{shared.group(1)}" if shared else module
 
 
 def _start_rank(item: pytest.Item) -> int:
-    group = _group(item)
-    return _LONGEST_FIRST.index(group) if group in _LONGEST_FIRST else len(_LONGEST_FIRST)
+    group = _group(item.nodeid.split("::")[0])
+    stem = group.rsplit("/", 1)[-1].removesuffix(".py")
+    return _LONGEST_FIRST.index(stem) if stem in _LONGEST_FIRST else len(_LONGEST_FIRST)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With `--dist loadscope`: each worker takes whole groups (`_group`), in the order
+    collected (add `--no-loadscope-reorder`, or xdist puts the groups of most tests first)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid.split("::")[0])
+
+    return GroupScheduling(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_start_rank)  # stable: within a group, and among the rest, as collected
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(_group(item)))
         path = item.path
         tiers = set(_TIER_MODULES.get(path.stem, ()))
         if "e2e" in path.parts or "start_stack" in getattr(item, "fixturenames", ()):
