@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -17,18 +17,7 @@ from rsieve import keys
 from rsieve.errors import RsieveError
 from rsieve.schemas import STAGES
 from rsieve_cli import shell
-from rsieve_cli.commands.sampling import (
-    BlindPass,
-    BlindPolicy,
-    Circular,
-    Keep,
-    MaxKept,
-    Samples,
-    Seed,
-    Temperature,
-    Window,
-    chosen_sampling,
-)
+from rsieve_cli.commands.sampling import takes_sampling
 from rsieve_cli.shell import Failure, console, friendly
 
 Pool = Annotated[Path, typer.Argument(help="pool folder with items.jsonl and images")]
@@ -98,23 +87,15 @@ def reconcile(run_id: Run) -> None:
 
 
 @friendly
+@takes_sampling
 def run(
     pool: Pool,
     out: Annotated[Path, typer.Option(help="export folder; the dataset goes to OUT/<dataset>")],
     dataset: Dataset = None,
     timeout: Annotated[float, typer.Option(help="seconds to wait for the run")] = 7200,
-    samples: Samples = None,
-    temperature: Temperature = None,
-    seed: Seed = None,
-    keep: Keep = None,
-    max_kept: MaxKept = None,
-    pass_rate_window: Window = None,
-    circular: Circular = None,
-    blind_pass: BlindPass = None,
-    blind_policy: BlindPolicy = None,
+    sampling: dict[str, Any] | None = None,
 ) -> None:
     """Process a pool end to end on the local stack and export its dataset."""
-    sampling = chosen_sampling(locals())
     from rsieve.adapters.exports import export_dataset
     from rsieve.adapters.storage import S3Store
     from rsieve.settings import Settings
@@ -164,23 +145,15 @@ def run(
 
 
 @friendly
+@takes_sampling
 def submit(
     pool: Pool,
     dataset: Dataset = None,
     as_json: AsJson = False,
-    samples: Samples = None,
-    temperature: Temperature = None,
-    seed: Seed = None,
-    keep: Keep = None,
-    max_kept: MaxKept = None,
-    pass_rate_window: Window = None,
-    circular: Circular = None,
-    blind_pass: BlindPass = None,
-    blind_policy: BlindPolicy = None,
+    sampling: dict[str, Any] | None = None,
 ) -> None:
     """Upload POOL through the API and submit it; prints the run id (no waiting). Needs
     only the API's address and token (RSIEVE_API_URL, RSIEVE_API_TOKEN)."""
-    sampling = chosen_sampling(locals())
     from rsieve.errors import PermanentError
     from rsieve_cli.client import upload
 

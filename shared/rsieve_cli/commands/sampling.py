@@ -3,7 +3,9 @@ as the API's `sampling` takes it (rsieve.settings.SAMPLING; docs/sampling.md).""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import inspect
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
 import typer
@@ -44,28 +46,51 @@ Window = Annotated[
     typer.Option(help="LOW,HIGH: keep accepted items whose pass rate lies within (e.g. 0.2,0.8)"),
 ]
 
-# The commands' parameters that are sampling options, each named as the API's field but
-# pass_rate_window, which the command line takes as text (LOW,HIGH).
-OPTIONS = (
-    "samples",
-    "temperature",
-    "seed",
-    "keep",
-    "max_kept",
-    "pass_rate_window",
-    "circular",
-    "blind_pass",
-    "blind_policy",
-)
+# The sampling options, each a parameter of the commands that take them (`takes_sampling`),
+# named as the API's field but pass_rate_window, which the command line takes as text.
+OPTIONS: dict[str, Any] = {
+    "samples": Samples,
+    "temperature": Temperature,
+    "seed": Seed,
+    "keep": Keep,
+    "max_kept": MaxKept,
+    "pass_rate_window": Window,
+    "circular": Circular,
+    "blind_pass": BlindPass,
+    "blind_policy": BlindPolicy,
+}
 
 
-def chosen_sampling(parameters: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The sampling a command was given (its parameters by name, `locals()` on entry), as
-    the API takes it: only the options given, None when none was."""
-    chosen = {name: parameters[name] for name in OPTIONS}
+def chosen_sampling(options: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The sampling given on the command line (OPTIONS by name), as the API takes it: only
+    the options given, None when none was."""
+    chosen = dict(options)
     window = chosen["pass_rate_window"]
     try:
         chosen["pass_rate_window"] = [float(x) for x in window.split(",")] if window else None
     except ValueError:
         raise Failure(f"--pass-rate-window {window!r}", "give LOW,HIGH, e.g. 0.2,0.8") from None
     return {k: v for k, v in chosen.items() if v is not None} or None
+
+
+KEYWORD = inspect.Parameter.POSITIONAL_OR_KEYWORD
+
+
+def takes_sampling(command: Callable[..., None]) -> Callable[..., None]:
+    """Give `command` every sampling option (its signature, which typer reads, gains
+    OPTIONS) and call it with what was chosen as `sampling` (chosen_sampling), so the
+    commands that take them declare them once, here."""
+    signature = inspect.signature(command, eval_str=True)
+    own = [p for name, p in signature.parameters.items() if name != "sampling"]
+    added = [
+        inspect.Parameter(name, KEYWORD, default=None, annotation=kind)
+        for name, kind in OPTIONS.items()
+    ]
+
+    @functools.wraps(command)
+    def with_sampling(*args: Any, **kwargs: Any) -> None:
+        options = {name: kwargs.pop(name, None) for name in OPTIONS}
+        command(*args, sampling=chosen_sampling(options), **kwargs)
+
+    with_sampling.__signature__ = signature.replace(parameters=[*own, *added])  # type: ignore[attr-defined]
+    return with_sampling
