@@ -28,11 +28,15 @@ $(STAMP): pyproject.toml
 run: $(STAMP) ## process examples/pool on the local stack and export to out/rsieve-example
 	$(VENV)/bin/rsieve run examples/pool --out out --dataset rsieve-example
 
-test: $(STAMP) ## the whole suite (starts real Redis, SeaweedFS and Triton on free ports)
+# The suite's workers (pytest-xdist): each takes whole groups of tests (a module and its
+# stack, the real-model modules together; tests/conftest.py), so 2 keep two cores busy.
+TEST_WORKERS ?= 2
+
+test: $(STAMP) ## the whole suite on TEST_WORKERS workers (real Redis, SeaweedFS and Triton on free ports)
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
 	@# The DejaVu fonts scripts/make_example_pool.py draws with (test_example_pool regenerates it).
 	@test -f /usr/share/fonts/truetype/dejavu/DejaVuSerifCondensed-Italic.ttf || { apt-get update -qq && apt-get install -y -qq fonts-dejavu-core fonts-dejavu-extra; }
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 bench: $(STAMP) ## performance suite (about 9 min): prints tables, writes bench/results.json
 	$(PY) -m bench.bench_pipeline

@@ -79,7 +79,7 @@ def fault_stack(
     replay_file.write_text(json.dumps(replay))
     stack = start_stack(
         ["replay"],
-        triton_env={"RSIEVE_REPLAY_FILE": str(replay_file), "RSIEVE_REPLAY_DELAY_S": "0.7"},
+        triton_env={"RSIEVE_REPLAY_FILE": str(replay_file), "RSIEVE_REPLAY_DELAY_S": "0.3"},
         settings_env={
             "RSIEVE_GENERATOR_MODEL": "replay",
             "RSIEVE_JUDGE_MODEL": "replay",
