@@ -73,9 +73,13 @@ def pytest_configure(config: pytest.Config) -> None:
     # from 1,000 of its own, below the kernel's ephemeral range (32768 and up here): two
     # workers never pick one port, nor does an outgoing connection meanwhile. SeaweedFS's
     # gRPC port is its port + 10000, still below the ephemeral range for ten workers.
-    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
-    low = 12000 + 1000 * (worker % 10)
-    os.environ.setdefault(PORT_RANGE_ENV, f"{low}-{low + 999}")
+    # The controller of a run with workers starts no stack and sets nothing: its
+    # environment is the workers', and a range set there would be every worker's.
+    controller = bool(config.getoption("numprocesses", None)) and not hasattr(config, "workerinput")
+    if not controller:
+        worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+        low = 12000 + 1000 * (worker % 10)
+        os.environ.setdefault(PORT_RANGE_ENV, f"{low}-{low + 999}")
     for name, meaning in TIERS.items():
         config.addinivalue_line("markers", f"{name}: {meaning}")
 
