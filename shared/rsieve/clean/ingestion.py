@@ -53,7 +53,14 @@ from rsieve.clean.cleaning import (
     upload_refusal,
 )
 from rsieve.clean.decontam import Screen, answer_key, question_key
-from rsieve.clean.purity import Embedder, PurityQuestion, measure_purity, origin_of, origins_for
+from rsieve.clean.purity import (
+    Embedder,
+    PurityQuestion,
+    first_reference,
+    measure_purity,
+    origin_of,
+    origins_for,
+)
 from rsieve.families import protocol_for
 from rsieve.mcq import normalise_mcq
 from rsieve.run.partitions import key_partition, partition_count
@@ -209,6 +216,7 @@ class Candidate(_Record):
     akey: str  # rsieve.clean.decontam.answer_key
     mcq: str | None = None  # rsieve.mcq status, multiple choice only
     origin: str | None = None
+    reference: str | None = None  # first_reference: the answer's form, for task purity
 
 
 class IdRecord(_Record):
@@ -254,6 +262,7 @@ def map_range(
                     akey=answer_key(item.answer),
                     mcq=mcq,
                     origin=origin_of(item.source),
+                    reference=first_reference(item.answer),
                 )
         if path is None:
             path = line_image_path(pl)
@@ -367,6 +376,7 @@ class PurityRecord(_Record):
     question: str
     mcq: str | None = None
     origin: str | None = None
+    reference: str | None = None
 
 
 class DedupOut(BaseModel):
@@ -434,6 +444,7 @@ def screened(
                 question=cand.question,
                 mcq=cand.mcq,
                 origin=cand.origin,
+                reference=cand.reference,
             )
         )
     out.duplicates = dict(sorted(out.duplicates.items()))
@@ -476,7 +487,11 @@ def purity(
             recs[0].protocol,
             [
                 PurityQuestion(
-                    r.line, r.question, has_options=r.mcq not in (None, "none"), origin=r.origin
+                    r.line,
+                    r.question,
+                    has_options=r.mcq not in (None, "none"),
+                    origin=r.origin,
+                    reference=r.reference,
                 )
                 for r in recs
             ],

