@@ -1,6 +1,6 @@
 """rsieve.adapters.openai_compat against an in-process OpenAI-compatible endpoint
 (httpx.MockTransport): what is sent, what is read, and every failure's fate. The same
-adapter against a real server (`transformers serve`) is tests/integration/test_openai_judge.py.
+adapter against a real server (`transformers serve`) is tests/e2e/test_openai_judge.py.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ own run's keys plus one chunk, never the dataset's (`IndexStats` counts both).
 
 Datasets committed before the index (their manifests have no `qa_keys`) keep their older
 runs' per-run JSON key lists (rsieve.keys.legacy_run_keys); those runs are listed in the manifest's
-`legacy_key_runs` and still read whole (docs/compaction.md)."""
+`legacy_key_runs` and still read whole (docs/decisions.md)."""
 
 from __future__ import annotations
 
