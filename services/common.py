@@ -27,6 +27,7 @@ from rsieve.adapters.metrics import JsonFormatter, RedisMetrics
 from rsieve.adapters.model import Model, open_model
 from rsieve.adapters.queues import enqueue, make_celery
 from rsieve.adapters.storage import ObjectStore, S3Store, read_images
+from rsieve.clean.profiles import PROFILES_FILE, FamilyProfile, profiles_of
 from rsieve.compact.settle import dataset_conflict
 from rsieve.dataset.audit import plan_reconcile
 from rsieve.envelope import CorruptOutput, open_envelope, seal
@@ -152,6 +153,13 @@ class Context:
     def images(self, items: Iterable[Item]) -> dict[str, bytes]:
         """sha256 -> bytes of the items' images: ranged reads of the pool's packs."""
         return read_images(self.store, [i.image_at for i in items if i.image_at])
+
+    def dataset_profiles(self, dataset: str) -> dict[str, FamilyProfile]:
+        """The dataset's family profiles as its current commit holds them (the manifest's
+        profiles.json; none before its first commit, or one made before profiles)."""
+        manifest = self.load_json(keys.manifest(dataset)) or {}
+        stored = (manifest.get("files") or {}).get(PROFILES_FILE)
+        return profiles_of(self.load_json(keys.dataset_file(dataset, stored)) if stored else None)
 
     def load_json(self, key: str) -> dict[str, Any] | None:
         """A stored JSON object, None when the key is absent."""

@@ -355,3 +355,45 @@ def growing_pools(root: Path, replay: dict[str, dict[str, str]]) -> tuple[Path, 
     with (second / "items.jsonl").open("a") as fh:
         fh.write("\n".join(lines) + "\n")
     return first, second
+
+
+# A family that remembers its task (rsieve.clean.profiles): an OrandCar-like family of
+# amount questions, and general questions on the same images (colours, a description, a
+# count) that a later pool brings alone.
+CHEQUE_QUESTION = "What is the amount written on the cheque?"
+CHEQUE_GENERAL = (
+    "What colour is the cheque?",
+    "Describe the image.",
+    "How many lines are there on the cheque?",
+    "What colour is the ink?",
+)
+
+
+def cheque_pools(root: Path) -> tuple[Path, Path]:
+    """12 genuine amount items, then 8 general questions on the first 8 of their images:
+    the two pools' folders."""
+
+    def pool(folder: Path, questions: list[tuple[str, str]]) -> Path:
+        folder.mkdir()
+        lines = []
+        for n, (question, answer) in enumerate(questions):
+            data = sign_png(f"{1000 + n}")
+            (folder / f"c{n}.png").write_bytes(data)
+            lines.append(
+                {
+                    "id": f"{folder.name}-{n}",
+                    "family": "OrandCar",
+                    "image": f"c{n}.png",
+                    "question": question,
+                    "answer": answer,
+                    "source": {"sha256": hashlib.sha256(data).hexdigest()},
+                }
+            )
+        (folder / "items.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        return folder
+
+    genuine = pool(root / "genuine", [(CHEQUE_QUESTION, str(1000 + n)) for n in range(12)])
+    general = pool(
+        root / "general", [(CHEQUE_GENERAL[n % 4], "blue" if n % 2 else "3") for n in range(8)]
+    )
+    return genuine, general

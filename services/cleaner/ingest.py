@@ -131,6 +131,7 @@ def in_process(ctx: Context, run: str, the_plan: IngestPlan) -> None:
         purity_origins=s.purity_origins,
         embed=lazy_embed if s.purity_embedding else None,
         screen=load_screen(ctx, ctx.spec(run).dataset),
+        profiles=ctx.dataset_profiles(ctx.spec(run).dataset),
     )
     _write_report(ctx, run, got.report)
     for shard_in in got.inputs:
@@ -282,6 +283,7 @@ def _purity(ctx: Context, run: str, the_plan: IngestPlan, part: int) -> dict[str
         embed=lazy_embed if s.purity_embedding else None,
         purity_origins=s.purity_origins,
         range_of=the_plan.range_of,
+        profiles=ctx.dataset_profiles(ctx.spec(run).dataset),
     )
     _put(ctx, run, "verdicts", f"p{part:05d}", out.verdicts)
     _put(ctx, run, "rules", f"{part:05d}", out.rules)

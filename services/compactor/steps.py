@@ -358,6 +358,7 @@ def commit(ctx: Context, run: str, gen: int, partitions: int) -> bool:
             calibration=summary,
             cleaning=cleaning,
             bound=bound,
+            profiles=ctx.dataset_profiles(spec.dataset),
         )
         for name, data in files.items():
             ctx.store.put(keys.dataset_file(spec.dataset, keys.commit_file(run, name)), data)

@@ -33,6 +33,7 @@ from tests.rule_pools import (
     BAD_POOL_LINES,
     COUNT,
     bad_pool,
+    cheque_pools,
     conversation_items,
     conversation_pools,
     copies,
@@ -180,6 +181,28 @@ def test_a_dataset_grows_run_by_run(stack: Stack, pools: dict[str, Any], tmp_pat
     assert all("already in the dataset" in q["detail"] for q in repeated.values())
     accepted = json.loads(store.get("datasets/growing/run_report.json"))["families"]
     assert accepted["SynthWords"]["accepted"] == 4  # the second run's new items alone
+
+
+def test_a_family_remembers_its_task_between_runs(stack: Stack, tmp_path: Path) -> None:
+    """12 genuine amount items into a dataset, then a pool of only 8 general questions on
+    the same images into it: judged against the dataset's profile of the family (its
+    profiles.json), not against each other, they are quarantined off_task."""
+    genuine, general = cheque_pools(tmp_path)
+    settings = stack_settings(stack)
+    store = S3Store(settings)
+    runs = []
+    for pool in (genuine, general):
+        runs.append(submit(settings, upload_pool(store, pool), "cheques"))
+        wait_for_run(settings, runs[-1], timeout=300)
+    _, quarantined = _clean_outputs(stack, runs[1])
+    off_task = [q for q in quarantined if q["reason"] == "off_task"]
+    assert len(off_task) >= 6, quarantined
+    spec = json.loads(store.get(f"datasets/cheques/commits/{runs[1]}/run_spec.json"))
+    assert spec["dataset_profiles"] == {"OrandCar": {"items": 12, "runs": 1}}
+    path = export_dataset(store, "cheques", tmp_path / "out")
+    profiles = json.loads((path / "profiles.json").read_text())
+    assert profiles["OrandCar"]["runs"] == 2
+    assert profiles["OrandCar"]["items"] == 12 + 8 - len(off_task)
 
 
 def test_the_blind_pass_asks_triton_without_the_image(

@@ -185,8 +185,8 @@ def commit(store: MemoryStore, runs: list[tuple[str, list[Outcome]]]) -> None:
         report = json.dumps({"run": run, "families": families}).encode()
         card = f"---\n{yaml.safe_dump(card_front_matter(manifest))}---\n".encode()
         files = {"README.md": card, "run_report.json": report, "quarantine.jsonl": b""}
-        for name in ("README.md", "run_report.json", "quarantine.jsonl", "run_spec.json"):
-            store.put(f"{prefix}commits/{run}/{name}", files.get(name, b"{}"))
+        for name in set(manifest["files"].values()) - {s["path"] for s in manifest["shards"]}:
+            store.put(prefix + name, files.get(name.rsplit("/", 1)[-1], b"{}"))
         store.put(prefix + "manifest.json", json.dumps(manifest).encode())
 
 

@@ -393,9 +393,23 @@ def render_cleaning(report: Mapping[str, Any]) -> list[str]:
         "decided by | examples |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    mcq_rows, dup_rows = [], []
+    mcq_rows, dup_rows, memory = [], [], []
     for family, fam in report.get("families", {}).items():
         p = fam.get("purity")
+        if p and (p.get("dataset_profile") or p.get("drift")):
+            held = p.get("dataset_profile") or {}
+            line = (
+                f"- {family}: judged with the dataset's profile of {held.get('items', 0)} "
+                f"on-task items from {held.get('runs', 0)} earlier run(s)."
+            )
+            drift = p.get("drift")
+            if drift:
+                line += (
+                    f" **Task drift**: this pool's {drift['pool_items']} on-task items make "
+                    f"{str(drift['becomes'])[:80]!r} the family's dominant question form, "
+                    f"which was {str(drift['dominant_form'])[:80]!r}."
+                )
+            memory.append(line)
         if p:
             examples = "; ".join(
                 e["question"].replace("|", "/").replace("\n", " ")[:60] for e in p["examples"][:3]
@@ -421,6 +435,14 @@ def render_cleaning(report: Mapping[str, Any]) -> list[str]:
             )
         if fam.get("duplicate_items"):
             dup_rows.append(f"| {family} | {fam['duplicate_items']} |")
+    if memory:
+        out += [
+            "",
+            "The dataset remembers each family's task (rsieve.clean.profiles): a family "
+            "already in the dataset was judged with its profile as well as this pool's items.",
+            "",
+            *memory,
+        ]
     if mcq_rows:
         out += [
             "",

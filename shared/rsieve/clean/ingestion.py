@@ -53,6 +53,7 @@ from rsieve.clean.cleaning import (
     upload_refusal,
 )
 from rsieve.clean.decontam import Screen, answer_key, question_key
+from rsieve.clean.profiles import FamilyProfile
 from rsieve.clean.purity import (
     Embedder,
     PurityQuestion,
@@ -471,9 +472,13 @@ def purity(
     embed: Embedder | None,
     purity_origins: Mapping[str, Sequence[str]] | None,
     range_of: Callable[[int], int],
+    profiles: Mapping[str, FamilyProfile] | None = None,
 ) -> PurityOut:
     """Task purity of the families of one partition (every question of each): the rule of
-    every line, `off_task` verdicts, and each family's measurement."""
+    every line, `off_task` verdicts, and each family's measurement, judged with the
+    dataset's `profiles` of the families (rsieve.clean.profiles); each family's entry
+    carries the profile of this pool's on-task items (`profile`), which the commit adds to
+    the dataset's."""
     by_family: dict[str, list[PurityRecord]] = defaultdict(list)
     for rec in sorted(records, key=lambda r: r.line):
         by_family[rec.family].append(rec)
@@ -499,6 +504,7 @@ def purity(
             min_items=min_items,
             embed=embed,
             origins=origins_for(family, purity_origins),
+            profile=(profiles or {}).get(family),
         )
         for line, rule in measured.rule_of_line.items():
             rules[range_of(line)].append(LineRule(line=line, rule=rule))
@@ -509,7 +515,11 @@ def purity(
                 LineVerdict(line=line, reason="off_task", detail=detail)
             )
         mcq = Counter(r.mcq for r in recs if r.mcq is not None)
-        families[family] = {"purity": measured.summary(), "mcq": dict(sorted(mcq.items()))}
+        families[family] = {
+            "purity": measured.summary(),
+            "mcq": dict(sorted(mcq.items())),
+            "profile": measured.profile.model_dump() if measured.profile else None,
+        }
     return PurityOut(verdicts=dict(verdicts), rules=dict(rules), families=families)
 
 
@@ -581,13 +591,15 @@ def ingest_in_process(
     purity_origins: Mapping[str, Sequence[str]] | None,
     embed: Embedder | None,
     screen: Screen | None,
+    profiles: Mapping[str, FamilyProfile] | None = None,
 ) -> Ingested:
     """A pool of one range (`pool`: the whole items.jsonl) through every round above, in
     one process: one range, one partition, each round's records handed to the next in
     memory. The shell hands in what it read: the pack index's entries (`refs`: pool path
     -> entry), the upload's refusals (`_refused.json`), the provenance check (resolvers
-    included), the embedder and the screen (evaluation sets; the dataset's committed
-    items). No I/O here; the outcome is the rounds' over any ranges and partitions."""
+    included), the embedder, the screen (evaluation sets; the dataset's committed
+    items) and the dataset's family profiles. No I/O here; the outcome is the rounds' over
+    any ranges and partitions."""
     lines = list(range_lines(pool, 1))
     mapped = map_range(lines, text_max_chars=text_max_chars, partitions=1)
     dup_ids, dup_join = first_ids(mapped.ids.get(0, []), _one)
@@ -609,6 +621,7 @@ def ingest_in_process(
         embed=embed,
         purity_origins=purity_origins,
         range_of=_one,
+        profiles=profiles,
     )
     duplicates = Counter(exact.duplicates) + Counter(near.duplicates)
     report = cleaning_report(

@@ -60,6 +60,7 @@ from typing import Any
 
 import numpy as np
 
+from rsieve.clean.profiles import FamilyProfile, dominant_form, top
 from rsieve.families import family_key
 
 __all__ = [
@@ -277,7 +278,9 @@ def origins_for(family: str, mapping: Mapping[str, Sequence[str]] | None) -> lis
 
 
 def benchmark_origins(
-    origins: Sequence[str | None], accepted: Sequence[str] | None = None
+    origins: Sequence[str | None],
+    accepted: Sequence[str] | None = None,
+    profile: FamilyProfile | None = None,
 ) -> tuple[list[str], str | None]:
     """(the family's benchmark origins, how they were chosen: "setting", "dominant" or None).
 
@@ -285,12 +288,15 @@ def benchmark_origins(
     ORIGIN_SHARE of the items that carry one, those are at least ORIGIN_COVERAGE of the
     family, and they carry at least two distinct origins: a family whose items all carry
     one origin (a collection's name, such as InfinityMM) has nothing to tell apart, so
-    origin decides nothing there."""
+    origin decides nothing there. The dataset's `profile` of the family counts too."""
     if accepted:
         return sorted(set(accepted)), "setting"
     named = Counter(o for o in origins if o is not None)
-    total = sum(named.values())
-    if len(named) < 2 or total < ORIGIN_COVERAGE * len(origins):
+    total, items = sum(named.values()), len(origins)
+    if profile is not None:
+        named += Counter(profile.origins)
+        total, items = total + profile.origin_items, items + profile.items
+    if len(named) < 2 or total < ORIGIN_COVERAGE * items:
         return [], None
     top, n = sorted(named.items(), key=lambda kv: (-kv[1], kv[0]))[0]
     return ([top], "dominant") if n > ORIGIN_SHARE * total else ([], None)
@@ -363,6 +369,12 @@ class FamilyPurity:
     # share; None where the family has no reading protocol or no reference.
     reads_text: bool | None = None
     attribute_share: float | None = None
+    # The dataset's profile of the family it was judged with (rsieve.clean.profiles), the
+    # profile of this pool's on-task items, and the task's drift: where this pool's
+    # dominant form would replace the profile's.
+    prior: FamilyProfile | None = None
+    profile: FamilyProfile | None = None
+    drift: dict[str, Any] | None = None
     origin_by: str | None = None  # "setting", "dominant" or None (origin decided nothing)
     benchmark_origins: list[str] = field(default_factory=list)
     origins: dict[str, int] = field(default_factory=dict)  # items per origin
@@ -399,6 +411,10 @@ class FamilyPurity:
                 "reads_text": self.reads_text,
                 "attribute_share": self.attribute_share,
             },
+            "dataset_profile": (
+                {"items": self.prior.items, "runs": self.prior.runs} if self.prior else None
+            ),
+            "drift": self.drift,
             "origin": {
                 "by": self.origin_by,
                 "benchmark": list(self.benchmark_origins),
@@ -444,18 +460,24 @@ def measure_purity(
     min_items: int,
     embed: Embedder | None,
     origins: Sequence[str] | None = None,
+    profile: FamilyProfile | None = None,
 ) -> FamilyPurity:
     """Settle every question of one family, measure the off-task share, and name the lines
     to drop: `origin_off` and `single_template_off` lines always, the other off-task lines
     only where the share exceeds `threshold` and the family has `min_items`. `origins`: the
-    family's accepted origins from the `purity_origins` setting (`origins_for`), if any."""
+    family's accepted origins from the `purity_origins` setting (`origins_for`), if any.
+    `profile`: the dataset's profile of the family (its on-task items of earlier runs),
+    which counts with the pool's own items in every family-wide figure (benchmark origins,
+    dominant form, single template, reference form, the embedding's on-task exemplars,
+    min_items); the share is this pool's. Sets `result.profile` to the pool's own."""
     result = FamilyPurity(family, protocol, len(questions), threshold, min_items)
+    result.prior = profile
     if not questions:
         result.measured = False
         return result
     origin = {q.line: origin_name(q.origin) for q in questions}  # normalised again: cheap
     result.origins = dict(sorted(Counter(o for o in origin.values() if o).items()))
-    benchmark, origin_by = benchmark_origins(list(origin.values()), origins)
+    benchmark, origin_by = benchmark_origins(list(origin.values()), origins, profile)
     result.benchmark_origins, result.origin_by = benchmark, origin_by
     rules: dict[int, str] = {}
     for q in questions:
@@ -485,13 +507,57 @@ def measure_purity(
         else:
             result.on_task += 1
     result.rule_of_line = {q.line: rules.get(q.line, "unsettled") for q in questions}
-    result.exceeded = result.measured and len(questions) >= min_items and result.share > threshold
+    family_items = len(questions) + (profile.items if profile is not None else 0)
+    result.exceeded = result.measured and family_items >= min_items and result.share > threshold
     result.dropped_lines = sorted(
         ln
         for ln, r in result.rule_of_line.items()
         if r in DEFINITE_RULES or (result.exceeded and r.endswith("_off"))
     )
+    result.profile, result.drift = _pool_profile(result, questions, origin)
     return result
+
+
+def _pool_profile(
+    result: FamilyPurity, questions: Sequence[PurityQuestion], origin: Mapping[int, str | None]
+) -> tuple[FamilyProfile, dict[str, Any] | None]:
+    """The profile of the pool's on-task items (not off-task, not dropped), and the drift:
+    where adding them would make another form the family's dominant one."""
+    dropped = set(result.dropped_lines)
+    kept = [
+        q
+        for q in questions
+        if q.line not in dropped and not result.rule_of_line.get(q.line, "").endswith("_off")
+    ]
+    cores = {q.line: question_core(q.question) for q in kept}
+    answered = [q for q in kept if q.reference is not None]
+    own = FamilyProfile.counted(
+        result.family,
+        result.protocol,
+        forms=[_form(cores[q.line]) for q in kept],
+        exact=[_exact(cores[q.line]) for q in kept],
+        origins=[origin.get(q.line) for q in kept],
+        answered=len(answered),
+        describing=sum(_describes(result.protocol, cores[q.line], q.reference) for q in answered),
+    )
+    before = dominant_form(result.prior)
+    if before is None or not own.items:
+        return own, None
+    merged = Counter(result.prior.forms if result.prior else {}) + Counter(own.forms)
+    after = sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+    if after == before:
+        return own, None
+    return own, {"dominant_form": before, "becomes": after, "pool_items": own.items}
+
+
+def _describes(protocol: str, core: str, reference: str | None) -> bool:
+    """An answer that describes the text rather than reads it, to a question of no reading
+    form (or an off-task one): what `reference_form_off` looks for."""
+    if reference is None or not attribute_answer(core, reference):
+        return False
+    return _match(OFF_TASK_TEMPLATES.get(protocol, []), core) or not _match(
+        TASK_TEMPLATES.get(protocol, []), core
+    )
 
 
 def _settle_by_form(
@@ -515,23 +581,25 @@ def _settle_by_form(
             rules[q.line] = "template_off"
     # The family's one exact question, over its items not already off-task.
     so_far = settled | rules
+    prior = result.prior
+    prior_items = prior.items if prior else 0
     candidates = [q.line for q in questions if not so_far.get(q.line, "").endswith("_off")]
-    exact = Counter(_exact(cores[ln]) for ln in candidates)
+    exact = Counter(_exact(cores[ln]) for ln in candidates) + Counter(prior.exact if prior else {})
     single = None
     if exact:
         text, count = sorted(exact.items(), key=lambda kv: (-kv[1], kv[0]))[0]
-        if count >= max(min_items, SINGLE_TEMPLATE_SHARE * len(candidates)):
+        if count >= max(min_items, SINGLE_TEMPLATE_SHARE * (len(candidates) + prior_items)):
             single = text
             result.single_template = next(
-                cores[ln] for ln in candidates if _exact(cores[ln]) == text
+                (cores[ln] for ln in candidates if _exact(cores[ln]) == text), text
             )
     # The dominant form, over the items origin did not rule out.
     kept = [q.line for q in questions if settled.get(q.line) != "origin_off"]
-    forms = Counter(_form(cores[ln]) for ln in kept)
+    forms = Counter(_form(cores[ln]) for ln in kept) + Counter(prior.forms if prior else {})
     dominant = None
     if forms:
         form, count = sorted(forms.items(), key=lambda kv: (-kv[1], kv[0]))[0]
-        dominant = form if count >= max(2, DOMINANT_SHARE * len(kept)) else None
+        dominant = form if count >= max(2, DOMINANT_SHARE * (len(kept) + prior_items)) else None
     result.dominant_form = dominant
     single_form = _form(result.single_template) if result.single_template else None
     for q in questions:
@@ -546,8 +614,9 @@ def _settle_by_form(
             same = _form(core) == single_form
             rules[q.line] = "single_template_on" if same else "single_template_off"
     open_lines = [q.line for q in questions if q.line not in settled and q.line not in rules]
-    if open_lines and embed is not None and len(questions) >= min_items:
-        rules |= _settle_by_embedding(cores, settled | rules, open_lines, embed)
+    if open_lines and embed is not None and len(questions) + prior_items >= min_items:
+        known = list(top(prior.forms, 64)) if prior else []
+        rules |= _settle_by_embedding(cores, settled | rules, open_lines, embed, known)
     return rules
 
 
@@ -572,21 +641,21 @@ def _settle_by_reference_form(
     ]
     if not answered:
         return {}
-    reading = TASK_TEMPLATES.get(result.protocol, [])
-    off = OFF_TASK_TEMPLATES.get(result.protocol, [])
     describing = {
-        q.line
-        for q in answered
-        if attribute_answer(cores[q.line], q.reference or "")
-        and (_match(off, cores[q.line]) or not _match(reading, cores[q.line]))
+        q.line for q in answered if _describes(result.protocol, cores[q.line], q.reference)
     }
-    result.attribute_share = round(len(describing) / len(answered), 4)
+    prior = result.prior
+    counted = len(answered) + (prior.answered if prior else 0)
+    result.attribute_share = round(
+        (len(describing) + (prior.describing if prior else 0)) / counted, 4
+    )
     result.reads_text = result.attribute_share <= ATTRIBUTE_SHARE
     if not result.reads_text:
         return {}
-    forms = Counter(_form(cores[q.line]) for q in answered)
+    forms = Counter(_form(cores[q.line]) for q in answered) + Counter(prior.forms if prior else {})
     form, count = sorted(forms.items(), key=lambda kv: (-kv[1], kv[0]))[0]
-    dominant = form if count >= max(2, DOMINANT_SHARE * len(answered)) else None
+    size = len(answered) + (prior.items if prior else 0)
+    dominant = form if count >= max(2, DOMINANT_SHARE * size) else None
     return {
         ln: "reference_form_off"
         for ln in sorted(describing)
@@ -604,13 +673,19 @@ _OFF_EXEMPLARS = frozenset(
 
 
 def _settle_by_embedding(
-    cores: dict[int, str], rules: dict[int, str], open_lines: list[int], embed: Embedder
+    cores: dict[int, str],
+    rules: dict[int, str],
+    open_lines: list[int],
+    embed: Embedder,
+    known: Sequence[str] = (),
 ) -> dict[int, str]:
     """Open questions nearer (cosine, best match) to the family's on-task questions than to
     its off-task ones and the general-VQA prototypes are on-task. Without any settled
     on-task question, the family's dense core (open questions most similar to the rest,
     the top quarter) stands for its task."""
     on_texts = sorted({cores[ln] for ln, r in rules.items() if r in _ON_EXEMPLARS})[:64]
+    # The dataset's own forms of the task (its profile) are on-task exemplars too.
+    on_texts = sorted({*on_texts, *known})[:128]
     off_texts = sorted({cores[ln] for ln, r in rules.items() if r in _OFF_EXEMPLARS})[:64]
     off_texts = [*GENERAL_VQA_PROTOTYPES, *off_texts]
     open_texts = sorted({cores[ln] for ln in open_lines})

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rsieve import keys
+from rsieve.clean.profiles import PROFILES_FILE
 from rsieve.schemas import Outcome
 
 __all__ = ["MANIFEST_VERSION", "dedupe", "next_manifest", "qa_key", "shard_name"]
@@ -82,7 +83,13 @@ def next_manifest(
         "files": {
             **{
                 name: keys.commit_file(run, name)
-                for name in ("README.md", "run_report.json", "quarantine.jsonl", "run_spec.json")
+                for name in (
+                    "README.md",
+                    "run_report.json",
+                    "quarantine.jsonl",
+                    "run_spec.json",
+                    PROFILES_FILE,
+                )
             },
             **{f"reports/{r}.json": keys.commit_file(r, "run_report.json") for r in runs},
             **{s["path"]: s["path"] for s in all_shards},

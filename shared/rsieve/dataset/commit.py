@@ -17,6 +17,13 @@ from typing import Any
 from rsieve import __version__
 from rsieve.clean.cleaning import render_cleaning
 from rsieve.clean.decontam import answer_key, dataset_keys, question_key
+from rsieve.clean.profiles import (
+    PROFILES_FILE,
+    FamilyProfile,
+    merge_profiles,
+    profiles_json,
+    profiles_of,
+)
 from rsieve.compact.compaction import dedupe, qa_key
 from rsieve.compact.rows import split_name
 from rsieve.compact.traces import LengthBand, TraceLimits, gate_outcome
@@ -218,17 +225,24 @@ def human_review(reviews: Iterable[dict[str, Any]]) -> tuple[dict[str, dict[str,
     )
 
 
-def run_spec(spec: RunSpec, models: dict[str, Any], bound: float) -> dict[str, Any]:
+def run_spec(
+    spec: RunSpec,
+    models: dict[str, Any],
+    bound: float,
+    profiles: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """run_spec.json, beside the card: how every row of the run was made. The run's
     specification (every DECIDING setting, rsieve.settings; the pool's digest; the protocol
     versions), the rsieve version, the hold-back bound, and each model that answered or
     judged with its versions, kinds, interfaces and chat template hashes, as the outputs
-    recorded them (`run_models`)."""
+    recorded them (`run_models`). `profiles`: per family, the dataset's profile its task
+    purity was judged with (`judged_with`)."""
     return {
         "rsieve_version": __version__,
         **spec.model_dump(),
         "judge_false_promotion_bound": bound,
         "models": models,
+        "dataset_profiles": profiles or {},
     }
 
 
@@ -244,9 +258,12 @@ def commit_files(
     calibration: dict[str, Any],
     cleaning: dict[str, Any] | None,
     bound: float,
+    profiles: Mapping[str, FamilyProfile] | None = None,
 ) -> dict[str, bytes]:
-    """The commit's files by name: run_report.json, quarantine.jsonl, run_spec.json and
-    README.md (the card). `merged`: the partitions' summaries (rsieve.run.partitions)."""
+    """The commit's files by name: run_report.json, quarantine.jsonl, run_spec.json,
+    README.md (the card) and profiles.json: the dataset's family profiles before this run
+    (`profiles`) with this run's on-task items added (cleaning.json's per-family `profile`).
+    `merged`: the partitions' summaries (rsieve.run.partitions)."""
     counts, review_md = human_review(reviews)
     report["human_review"] = counts
     card = render_card(
@@ -263,6 +280,24 @@ def commit_files(
     return {
         "run_report.json": json.dumps(report, indent=1).encode(),
         "quarantine.jsonl": quarantine.encode(),
-        "run_spec.json": json.dumps(run_spec(spec, merged["models"], bound), indent=1).encode(),
+        "run_spec.json": json.dumps(
+            run_spec(spec, merged["models"], bound, judged_with(cleaning)), indent=1
+        ).encode(),
         "README.md": card.encode(),
+        PROFILES_FILE: profiles_json(merge_profiles(profiles or {}, run_profiles(cleaning))),
+    }
+
+
+def run_profiles(cleaning: Mapping[str, Any] | None) -> dict[str, FamilyProfile]:
+    """The profiles of a run's on-task items, by family (cleaning.json's `profile`)."""
+    families = (cleaning or {}).get("families") or {}
+    return profiles_of({f: fam["profile"] for f, fam in families.items() if fam.get("profile")})
+
+
+def judged_with(cleaning: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Per family, the dataset profile the run's task purity was judged with (its items
+    and runs; null for a family new to the dataset)."""
+    families = (cleaning or {}).get("families") or {}
+    return {
+        f: (fam.get("purity") or {}).get("dataset_profile") for f, fam in sorted(families.items())
     }
