@@ -223,8 +223,8 @@ def build_evalset(
     name: str, items: bytes, image_bytes: Callable[[str], bytes | None]
 ) -> tuple[EvalSet, dict[str, int]]:
     """An evaluation set from a pool's items.jsonl (any format read to it) and its images
-    (`image_bytes(path)`, None when absent): each line's image hashes (the image and two
-    crops of it, rsieve.hashindex.REFERENCE_CROPS) with its question key.
+    (`image_bytes(path)`, None when absent): each line's image hashes (the image and 10
+    light crops of it, rsieve.hashindex.REFERENCE_CROPS) with its question key.
     The figures: lines, hashed, and lines left out (unparsable, no image, unreadable)."""
     if not re.fullmatch(EVALSET_PATTERN, name):
         raise ValueError(f"an evaluation set's name matches {EVALSET_PATTERN}: {name!r}")

@@ -45,7 +45,7 @@ def evalset_add(
     )
     console.print(
         f"evaluation set {name}: {figures['hashed']} of {figures['lines']} lines hashed "
-        f"({len({h for h, _ in evalset.items})} hashes: each image and two crops of it); "
+        f"({len({h for h, _ in evalset.items})} hashes: each image and 10 light crops of it); "
         f"{figures['left_out']} left out (no readable image)"
     )
 
