@@ -165,8 +165,11 @@ def test_a_slow_last_item_does_not_empty_the_engine_while_shards_wait(
     assert min(running) >= SEQS - 2, running
     assert full >= 0.9, (full, running)
     # The limit was learned from the engine (8), not max_inflight (32): nothing queued
-    # inside the engine beyond a request in transit.
-    assert max(s["waiting"] for s in samples) <= 1
+    # inside the engine beyond requests in transit (those sent as items ended within one
+    # sample: seen up to 2 under the suite's load), where max_inflight would keep 24 waiting.
+    waiting = [s["waiting"] for s in samples]
+    assert max(waiting) <= SEQS // 2, waiting
+    assert sum(w > 1 for w in waiting) <= 0.05 * len(waiting), waiting
     # The long item was the last to finish, long after the others.
     ended = next(s["t"] for s in samples if s["finished_total"] >= items - 1)
     last = next(s["t"] for s in samples if s["finished_total"] >= items)
