@@ -7,6 +7,8 @@ a retry counted, the outage met in a worker's log)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -65,6 +67,37 @@ def held(stack: Stack, run: str, pids: Iterable[int] | None = None) -> list[Hold
     found = Holdings(_redis(stack), settings.holder_lapse_s).all()
     wanted = None if pids is None else set(pids)
     return [h for h in found if h.run == run and (wanted is None or holder_pid(h) in wanted)]
+
+
+def stopped_holding(
+    stack: Stack, run: str, processes: Callable[[], list[int]], what: str, timeout: float = 120
+) -> tuple[list[int], list[Holding]]:
+    """Wait until one of `processes` holds a shard of `run`, then SIGSTOP them all and
+    return them with the holdings still recorded: they are frozen with exactly those shards
+    in flight, ready to be killed. Looking and killing are not atomic (under load a shard
+    finishes, or another starts, between the two): the stop is what fixes the set. A look
+    whose shards all finished before the stop resumes the processes and waits on."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = processes()
+        if any("shard" in h.kwargs for h in held(stack, run, pids)):
+            _signal(pids, signal.SIGSTOP)
+            holding = [h for h in held(stack, run, pids) if "shard" in h.kwargs]
+            if holding:
+                return pids, holding
+            _signal(pids, signal.SIGCONT)
+        assert time.monotonic() < deadline, f"{what} (waited {timeout:.0f} s)"
+        time.sleep(POLL_S)
+
+
+def _signal(pids: Iterable[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        if pid <= 0:  # os.kill(0, ...) would signal the test's own process group
+            continue
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:  # a child the pool replaced meanwhile
+            pass
 
 
 def still_held(stack: Stack, holdings: Iterable[Holding]) -> list[Holding]:

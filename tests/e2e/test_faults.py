@@ -19,7 +19,6 @@ from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import S3Store
 from rsieve.dataset.audit import audit_run
 from rsieve.run.failures import RunFailure
-from rsieve.run.holdings import Holding
 from rsieve_cli.client import api_request, submit, wait_for_run
 from rsieve_cli.local.stack import SERVICES, Stack
 from services.common import bootstrap
@@ -33,6 +32,7 @@ from tests.e2e.faults import (
     held,
     starts,
     still_held,
+    stopped_holding,
     wait_until,
 )
 from tests.e2e.pools import word_pool
@@ -172,16 +172,13 @@ def test_worker_child_killed_mid_shard(fault_stack: tuple[Stack, dict[str, Path]
 
     # The prefork services' children (the generator runs threads: killing it is
     # test_whole_worker_killed_and_replaced), once one of them holds a shard of the run.
-    def busy() -> tuple[list[int], list[Holding]] | None:
-        children = [c for name in services for c in _children(stack.pid(name) or 0)]
-        holding = [h for h in held(stack, run, children) if "shard" in h.kwargs]
-        return (children, holding) if holding else None
+    def children() -> list[int]:
+        return [c for name in services for c in _children(stack.pid(name) or 0)]
 
-    children, holding = wait_until("no child held a shard of the run", busy, 120)
-    for child in children:
+    stopped, caught = stopped_holding(stack, run, children, "no child held a shard of the run")
+    for child in stopped:
         os.kill(child, signal.SIGKILL)
-    caught = still_held(stack, holding)  # a killed child never deletes its holding
-    assert caught, f"every shard held ({[h.shard for h in holding]}) finished before the kill"
+    assert still_held(stack, caught) == caught  # a killed child never deletes its holding
     _accepted_all(_finish(stack, run, started))
     # Noticed: each shard a killed child held was delivered again and done.
     for h in caught:
@@ -194,12 +191,11 @@ def test_whole_worker_killed_and_replaced(fault_stack: tuple[Stack, dict[str, Pa
     started = time.monotonic()
     run = _submit(stack, pools["workerkill"])
     pid = stack.pid("generator") or 0
-    holding = wait_until(
-        "the generator never held a shard of the run", lambda: held(stack, run, [pid]), 120
+    _, caught = stopped_holding(
+        stack, run, lambda: [pid], "the generator never held a shard of the run"
     )
     stack.stop("generator", signal.SIGKILL)
-    caught = still_held(stack, holding)
-    assert caught, f"every shard held ({[h.shard for h in holding]}) finished before the kill"
+    assert still_held(stack, caught) == caught
     stack.up()  # a new worker; the dead one's unacked shard returns after the timeout
     _accepted_all(_finish(stack, run, started))
     # Noticed: each shard the dead worker held was delivered again and done.

@@ -20,6 +20,7 @@ from rsieve_cli.local.stack import Stack
 from services.common import bootstrap
 from tests.conftest import stack_settings
 from tests.e2e.cli import run_cli
+from tests.e2e.faults import stopped_holding
 from tests.e2e.pools import word_pool
 from tests.e2e.test_faults import _accepted_all, _finish, _submit
 
@@ -60,18 +61,16 @@ def test_generator_killed_with_shards_in_flight_gets_them_back_within_a_minute(
     started = time.monotonic()
     run = _submit(stack, pool)
 
-    # The condition: the generator worker (a thread pool: its main process) holds shards.
-    deadline = time.monotonic() + 180
-    held: set[str] = set()
-    while not held:
-        assert time.monotonic() < deadline, "the generator never held a shard"
-        pid = stack.pid("generator")
-        held = {
-            str(h.shard)
-            for h in holdings.all()
-            if h.run == run and h.task == "rsieve.generate" and h.holder.endswith(f":{pid}")
-        }
-        time.sleep(0.1)
+    # The condition: the generator worker (a thread pool: its main process) holds shards;
+    # it is frozen with them (SIGSTOP), so what it held is exactly what the kill orphans.
+    _, holding = stopped_holding(
+        stack,
+        run,
+        lambda: [stack.pid("generator") or 0],
+        "the generator never held a shard",
+        timeout=180,
+    )
+    held = {str(h.shard) for h in holding if h.task == "rsieve.generate"}
     stack.stop("generator", signal.SIGKILL)
     killed = time.monotonic()
     at_kill = set(held)
