@@ -3,10 +3,12 @@ API) on free ports in a temporary folder, and stop it after."""
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -69,6 +71,13 @@ _TIER_MODULES = {
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Hugging Face datasets caches what load_dataset reads under ~/.cache, keyed by the
+    # folder's name and its files: a test's export loaded from a path an earlier session
+    # used came back from that session's cache. Each session (each xdist worker) gets its
+    # own, set before any test module imports datasets (which reads it on import).
+    hf_cache = tempfile.mkdtemp(prefix="rsieve-tests-hf-")
+    os.environ["HF_DATASETS_CACHE"] = hf_cache
+    atexit.register(shutil.rmtree, hf_cache, ignore_errors=True)
     # Each pytest-xdist worker (and a run without workers, as gw0) takes its stacks' ports
     # from 1,000 of its own, below the kernel's ephemeral range (32768 and up here): two
     # workers never pick one port, nor does an outgoing connection meanwhile. SeaweedFS's

@@ -1,16 +1,15 @@
-"""What ingest screens a pool against (rsieve.clean.decontam): every registered evaluation set
-(`evalsets/<name>.json`) and the (image hash, question) pairs of every run already
-committed to the run's dataset (`datasets/<dataset>/keys/<run>.near.json`, written by the
-compactor). Read once per ingest; a screen task of a pool ingested in rounds keeps the
-committed pairs of its own partition alone (`keep(question key, answer key)`)."""
+"""What ingest screens a pool against (rsieve.clean.decontam): every registered evaluation
+set (`evalsets/<name>.json`) and the keys (image hash and its crops', question, answer) of
+every run already committed to the run's dataset (`datasets/<dataset>/keys/<run>.near.json`,
+written by the compactor). Read once per ingest; a screen task of a pool ingested in rounds
+keeps the committed keys of its own partition alone (`keep(question key, answer key)`)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 from rsieve import keys
-from rsieve.clean.decontam import EvalSet, Screen
+from rsieve.clean.decontam import EvalSet, Screen, read_dataset_keys
 from services.common import Context
 
 
@@ -27,9 +26,9 @@ def load_screen(
     for key in store.list(keys.dataset_keys_prefix(dataset)):
         if (run := keys.near_keys_run(dataset, key)) is not None:
             committed[run] = [
-                (str(h), str(q), str(a))
-                for h, q, a in json.loads(store.get(key))
-                if keep is None or keep(str(q), str(a))
+                entry
+                for entry in read_dataset_keys(store.get(key))
+                if keep is None or keep(entry[1], entry[2])
             ]
     return Screen(
         distance=s.near_duplicate_distance,

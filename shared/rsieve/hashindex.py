@@ -69,6 +69,7 @@ import struct
 import warnings
 import zlib
 from array import array
+from collections.abc import Sequence
 
 import numpy as np
 from PIL import Image, ImageOps
@@ -86,6 +87,7 @@ __all__ = [
     "HashIndex",
     "hamming",
     "hash_hex",
+    "image_hashes",
     "informative",
     "parse_hash",
     "perceptual_hash",
@@ -141,6 +143,8 @@ def _hashes(data: bytes, crops: tuple[Crop, ...], max_pixels: int | None) -> lis
                 img = Image.alpha_composite(white, rgba)
             if img.mode not in {"L", "RGB"}:
                 img = img.convert("RGB")
+            # phash converts to "L" itself; once here, not once a crop (the same pixels).
+            img = img.convert("L")
             return [int(str(imagehash.phash(_crop(img, f), hash_size=8)), 16) for f in crops]
     except ValueError:
         raise
@@ -186,6 +190,13 @@ def perceptual_hash(data: bytes, *, max_pixels: int | None = None) -> int:
     return _hashes(data, (REFERENCE_CROPS[0],), max_pixels)[0]
 
 
+def image_hashes(data: bytes, *, max_pixels: int | None = None) -> list[int]:
+    """The hashes of the image and of its light crops, in REFERENCE_CROPS order (the first
+    is `perceptual_hash`): what a pool image is indexed under for near-duplicates, so a
+    later copy cut by up to 5% a side, or an earlier one it was cut from, is found."""
+    return _hashes(data, REFERENCE_CROPS, max_pixels)
+
+
 def reference_hashes(data: bytes, *, max_pixels: int | None = None) -> list[int]:
     """The hashes an evaluation-set image is indexed under (REFERENCE_CROPS), distinct."""
     return list(dict.fromkeys(_hashes(data, REFERENCE_CROPS, max_pixels)))
@@ -223,9 +234,9 @@ def _check_hash(h: int) -> int:
     return int(h)
 
 
-def _distances(hashes: np.ndarray, q: np.uint64) -> np.ndarray:
-    """Hamming distance of each uint64 to `q` (SWAR popcount in place; numpy 1.26 has no
-    bitwise_count)."""
+def _distances(hashes: np.ndarray, q: np.uint64 | np.ndarray) -> np.ndarray:
+    """Hamming distance of each uint64 to `q` (one, or one each) (SWAR popcount in place;
+    numpy 1.26 has no bitwise_count)."""
     x = hashes ^ q
     t = np.right_shift(x, _S1)
     t &= _M1
@@ -317,17 +328,25 @@ class HashIndex:
     def near(self, h: int, radius: int) -> list[tuple[str, int]]:
         """Every stored (key, distance) with distance <= `radius`, sorted by distance, then
         by insertion order."""
-        h = _check_hash(h)
+        return self.near_any([h], radius)
+
+    def near_any(self, hs: Sequence[int], radius: int) -> list[tuple[str, int]]:
+        """`near` for several hashes at once: every stored (key, least distance to any of
+        `hs`) within `radius`, sorted likewise. One pass over the block tables for all of
+        them (the crop hashes of an image: rsieve.clean.decontam), not one per hash."""
+        queries = [_check_hash(h) for h in hs]
         if isinstance(radius, bool) or not isinstance(radius, int):
             raise ValueError(f"radius must be an int, not {radius!r}")
         if not 0 <= radius <= self._max_radius:
             raise ValueError(f"radius must lie in [0, {self._max_radius}], not {radius}")
+        if not queries:
+            return []
         if self._n - self._indexed > max(PENDING_ROWS, self._indexed // 64):
             self._reindex()
-        rows, dists = self._near_rows(h, radius)
+        rows, dists = self._near_rows(np.array(queries, dtype=np.uint64), radius)
         if not len(rows):
             return []
-        order = np.argsort(dists, kind="stable")  # rows ascend within equal distances
+        order = np.lexsort((rows, dists))  # by distance, then row (insertion order)
         ends = self._key_ends
         blob = self._key_blob
         out = []
@@ -337,37 +356,43 @@ class HashIndex:
             out.append((blob[start : ends[r]].decode("utf-8"), int(dists[i])))
         return out
 
-    def _near_rows(self, h: int, radius: int) -> tuple[np.ndarray, np.ndarray]:
-        """Rows within `radius` (ascending) and their distances."""
-        q = np.uint64(h)
+    def _near_rows(self, qs: np.ndarray, radius: int) -> tuple[np.ndarray, np.ndarray]:
+        """Rows within `radius` of any of the hashes `qs` (each row once, ascending) and
+        their least distance."""
         found_rows, found_dists = [], []
         if self._indexed:
             flips = _FLIPS[: _FLIPS_UPTO[radius // BLOCKS]]
-            parts = []
+            parts, owners = [], []
             for b in range(BLOCKS):
-                values = flips ^ ((h >> (BLOCK_BITS * b)) & 0xFFFF)
+                own = ((qs >> np.uint64(BLOCK_BITS * b)) & np.uint64(0xFFFF)).astype(np.int64)
+                values = (flips[None, :] ^ own[:, None]).ravel()
+                query = np.repeat(np.arange(len(qs)), len(flips))
                 off = self._offsets[b]
                 starts = off[values].astype(np.int64)
                 lens = off[values + 1].astype(np.int64) - starts
                 hit = lens > 0
-                starts, lens = starts[hit], lens[hit]
+                starts, lens, query = starts[hit], lens[hit], query[hit]
                 total = int(lens.sum())
                 if not total:
                     continue
                 # positions starts[i] .. starts[i] + lens[i] - 1, concatenated
                 shift = np.repeat(starts - (np.cumsum(lens) - lens), lens)
                 parts.append(self._rows[b][shift + np.arange(total)])
+                owners.append(np.repeat(query, lens))
             if parts:
                 cand = np.concatenate(parts)
-                d = _distances(self._hashes[cand], q)
+                d = _distances(self._hashes[cand], qs[np.concatenate(owners)])
                 keep = d <= radius
                 cand, d = cand[keep], d[keep]
                 if len(cand):
+                    order = np.lexsort((d, cand))  # by row, least distance first
+                    cand, d = cand[order], d[order]
                     cand, first = np.unique(cand, return_index=True)
                     found_rows.append(cand.astype(np.int64))
                     found_dists.append(d[first])
         if self._indexed < self._n:
-            d = _distances(self._hashes[self._indexed : self._n], q)
+            pending = self._hashes[self._indexed : self._n]
+            d = _distances(pending[None, :], qs[:, None]).min(axis=0)
             (hit,) = np.nonzero(d <= radius)
             found_rows.append(hit + self._indexed)
             found_dists.append(d[hit])

@@ -12,6 +12,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rsieve.envelope import unseal
+from rsieve.hashindex import REFERENCE_CROPS
 
 __all__ = [
     "MODEL_KINDS",
@@ -163,6 +164,10 @@ class ImageRef(BaseModel):
     # The image's perceptual hash (rsieve.hashindex, 16 hex), for near-duplicates and
     # evaluation sets (rsieve.clean.decontam); None when the bytes are no image rsieve reads.
     phash: str | None = None
+    # The hashes of its light crops (rsieve.hashindex.REFERENCE_CROPS, those informative and
+    # unlike `phash`): a copy cut from it, or an image it was cut from, is a near-duplicate
+    # (rsieve.clean.decontam). Empty in a pack index written before them: the image alone.
+    crop_phashes: tuple[str, ...] = Field((), max_length=len(REFERENCE_CROPS))
 
 
 class _Model(BaseModel):

@@ -45,7 +45,7 @@ def test_a_near_duplicate_with_the_same_question_is_a_duplicate_item() -> None:
 
 def test_what_an_earlier_run_committed_is_already_in_the_dataset() -> None:
     screen = Screen(
-        distance=4, committed={"ds-aaa": [(H, question_key("What word?"), answer_key(["X"]))]}
+        distance=4, committed={"ds-aaa": [(H, question_key("What word?"), answer_key(["X"]), ())]}
     )
     reason, detail = screen.check(1, NEAR, "What word?", ["x"]) or ("", "")
     assert reason == "duplicate_item" and "already in the dataset" in detail and "ds-aaa" in detail
@@ -145,8 +145,9 @@ def _pool(folder: Path, images: dict[str, bytes], question: str = "What word?") 
 
 def test_ingest_screens_against_evaluation_sets_and_the_dataset(tmp_path: Path) -> None:
     """Through the services' logic on fakes: a registered set quarantines the copies of its
-    images `contaminated`; a second run whose pool overlaps the first (re-encoded copies)
-    quarantines the overlap `duplicate_item` at ingest, before any model call."""
+    images `contaminated`; a second run whose pool overlaps the first (cut, resized and
+    re-encoded copies) quarantines the overlap `duplicate_item` at ingest, before any model
+    call."""
     from rsieve.adapters.pools import upload_pool
     from rsieve.clean.decontam import dataset_keys, evalset_key, near_keys_key
     from services.api.submission import submit
@@ -162,8 +163,12 @@ def test_ingest_screens_against_evaluation_sets_and_the_dataset(tmp_path: Path) 
     clean_tasks(ctx)
     words = ["OPEN", "EXIT", "STOP", "SALE", "PUSH", "PULL"]
     originals = {f"{w.lower()}.png": _bytes(_sign(w)) for w in words}
+    # Cut 5% off the left and top, resized, re-encoded: STOP's hash moves 20 bits; its
+    # crops' hashes (the pack index's crop_phashes, the committed keys') find it.
     copies = {
-        f"copy-{w.lower()}.jpg": _bytes(_sign(w).resize((260, 104)), "JPEG", quality=80)
+        f"copy-{w.lower()}.jpg": _bytes(
+            _sign(w).crop((10, 4, 200, 80)).resize((260, 104)), "JPEG", quality=80
+        )
         for w in words
     }
 
@@ -187,7 +192,7 @@ def test_ingest_screens_against_evaluation_sets_and_the_dataset(tmp_path: Path) 
     index = json.loads(store.get(f"pools/{first_pool}/_packs/index.json"))
     assert all(ref["phash"] for ref in index["images"].values())
     pairs = [
-        (ref["phash"], question_key("What word?"), answer_key(["x"]))
+        (ref["phash"], question_key("What word?"), answer_key(["x"]), ref["crop_phashes"])
         for ref in index["images"].values()
     ]
     store.put(near_keys_key("signs", first), dataset_keys(pairs))
@@ -224,7 +229,7 @@ def test_the_compactor_lists_each_added_items_image_hash_and_question() -> None:
     with_ref = item.model_copy(update={"image_at": ref, "pool_question": "What  WORD?"})
     without = make_item("other", image="img-b")
     assert json.loads(near_keys([accepted(with_ref), accepted(without)])) == [
-        [H, question_key("what word?"), answer_key(["coffee"])]
+        [H, question_key("what word?"), answer_key(["coffee"]), []]
     ]
 
 
@@ -248,10 +253,10 @@ def test_grouped_screen_answers_as_one_index_over_every_image(seed: int) -> None
         return h
 
     keys = [(f"q{rng.randrange(2)}", f"a{rng.randrange(2)}") for _ in range(1000)]
-    committed = [(hash_hex(near_hash()), q, a) for q, a in keys[:40]]
+    committed = [(hash_hex(near_hash()), q, a, ()) for q, a in keys[:40]]
     screen = Screen(distance=4, committed={"r1": committed})
     reference = HashIndex(max_radius=16)
-    for hex_, q, a in sorted(committed):
+    for hex_, q, a, _ in sorted(committed):
         reference.add(parse_hash(hex_), f"{q}\t{a}\trun r1")
     groups: Counter[tuple[str, str]] = Counter()
     for line, (q, a) in enumerate(keys[40:], start=1):
@@ -275,3 +280,110 @@ def test_grouped_screen_answers_as_one_index_over_every_image(seed: int) -> None
             if hit[0].startswith("line "):
                 assert got[1].endswith(f"{hit[0]}'s")
     assert max(groups.values()) >= GROUP_INDEXED_FROM  # both kinds of group were searched
+
+
+def test_an_image_is_kept_under_its_crops_both_ways_but_never_crop_against_crop() -> None:
+    """An earlier image A (hash H, one crop hash C): a later line whose hash lies near C was
+    cut from A; a later line with a crop hash near H is an image A was cut from; a later
+    line whose crops lie near C alone is neither (crop against crop would double the
+    chances of a false match for no copy the bench makes)."""
+    h, c = parse_hash(H), parse_hash(FAR)
+    near_c = hash_hex(c ^ 0b11)
+    screen = Screen(distance=4)
+    assert screen.check(1, H, "What word?", ["x"], crops=[FAR]) is None
+    found = screen.check(2, near_c, "What word?", ["x"])
+    assert found is not None and "within 2 bits of line 1's" in found[1], found
+    other = hash_hex(h ^ (2**30 - 1))
+    found = screen.check(3, other, "What word?", ["x"], crops=[NEAR])
+    assert found is not None and "within 3 bits of line 1's" in found[1], found
+    lone = hash_hex(c ^ (2**50 - 1 << 8))
+    assert screen.check(4, lone, "What word?", ["x"], crops=[near_c]) is None
+    assert screen.check(5, near_c, "Other?", ["x"]) is None  # another question
+
+
+def test_a_cut_copy_is_a_duplicate_in_the_pool_and_of_what_the_dataset_holds() -> None:
+    """Real pictures cut 5% off the left and top, resized and re-encoded: 20 bits from the
+    original for STOP, so its own hash alone misses it; its crops find it either way round,
+    and a committed run's keys (keys/<run>.near.json as the compactor writes it) carry
+    them to the next run."""
+    from rsieve.clean.decontam import dataset_keys, read_dataset_keys
+    from rsieve.run.packs import image_phashes
+
+    img = _sign("STOP")
+    w, h = img.size
+    original = image_phashes(_bytes(img))
+    cut = image_phashes(_bytes(img.crop((10, 4, w, h)).resize((260, 104)), "JPEG", quality=80))
+    other = image_phashes(_bytes(_sign("PUSH")))
+    assert original[0] and cut[0] and other[0]
+    assert (parse_hash(original[0]) ^ parse_hash(cut[0])).bit_count() > 8
+    assert Screen(distance=8).check(1, original[0], "q", "a") is None
+    for first, then in ((original, cut), (cut, original)):
+        screen = Screen(distance=8)
+        assert screen.check(1, first[0], "q", "a", first[1]) is None
+        assert screen.check(2, other[0], "q", "a", other[1]) is None  # another picture
+        found = screen.check(3, then[0], "q", "a", then[1])
+        assert found is not None and "of line 1's" in found[1], found
+        # Without the crops, the old way: a miss.
+        assert Screen(distance=8).check(1, first[0], "q", "a") is None
+    keys = read_dataset_keys(
+        dataset_keys([(original[0], question_key("q"), answer_key("a"), original[1])])
+    )
+    assert keys == [(original[0], question_key("q"), answer_key("a"), original[1])]
+    screen = Screen(distance=8, committed={"r1": keys})
+    found = screen.check(1, cut[0], "q", "a", cut[1])
+    assert found is not None and "that run r1 committed" in found[1], found
+
+
+def test_near_keys_written_before_crop_hashes_read_as_the_image_alone() -> None:
+    from rsieve.clean.decontam import read_dataset_keys
+
+    old = json.dumps([[H, "q" * 16, "a" * 16]]).encode()
+    assert read_dataset_keys(old) == [(H, "q" * 16, "a" * 16, ())]
+    screen = Screen(distance=4, committed={"old": read_dataset_keys(old)})
+    assert screen.check_keys(1, NEAR, "q" * 16, "a" * 16) is not None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_grouped_screen_with_crops_answers_as_a_scan_of_every_image(seed: int) -> None:
+    """With crop hashes, small groups (a loop) and large ones (two HashIndexes past
+    GROUP_INDEXED_FROM) answer as a scan of every earlier image of the same question and
+    answer: the least distance of (line's hash, image's hashes) and (line's crops, image's
+    own hash), then the earliest image."""
+    import random
+
+    from rsieve.clean.decontam import GROUP_INDEXED_FROM
+
+    rng = random.Random(seed)
+    base = [rng.getrandbits(64) for _ in range(30)]
+
+    def near(h: int, bits: int) -> int:
+        for _ in range(rng.randrange(bits)):
+            h ^= 1 << rng.randrange(64)
+        return h
+
+    def image() -> tuple[int, list[int]]:
+        h = near(rng.choice(base), 10)
+        return h, [near(rng.choice(base), 10) for _ in range(rng.randrange(4))]
+
+    screen = Screen(distance=4)
+    seen: dict[str, list[tuple[int, list[int], int]]] = {}
+    sizes: Counter[str] = Counter()
+    for line in range(1, 1500):
+        q = f"q{rng.randrange(3)}"
+        h, crops = image()
+        got = screen.check_keys(line, hash_hex(h), q, "a", [hash_hex(c) for c in crops])
+        dists = [
+            (
+                min([(h ^ k).bit_count() for k in (p, *kc)] + [(c ^ p).bit_count() for c in crops]),
+                at,
+            )
+            for p, kc, at in seen.get(q, [])
+        ]
+        best = min(((d, at) for d, at in dists if d <= 4), default=None)
+        if best is None:
+            assert got is None
+            seen.setdefault(q, []).append((h, crops, line))
+            sizes[q] += 1
+        else:
+            assert got is not None and got[1].endswith(f"within {best[0]} bits of line {best[1]}'s")
+    assert max(sizes.values()) >= GROUP_INDEXED_FROM

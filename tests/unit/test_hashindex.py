@@ -81,6 +81,32 @@ def test_near_equals_brute_force_for_every_radius(
         assert index.near(q, 12) == brute(stored, q, 12)
 
 
+def brute_any(stored: list[tuple[int, str]], qs: list[int], radius: int) -> list[tuple[str, int]]:
+    hits = [(min(hamming(h, q) for q in qs), row, key) for row, (h, key) in enumerate(stored)]
+    return [(key, d) for d, _, key in sorted(hits) if d <= radius]
+
+
+@pytest.mark.parametrize("pending_rows", [8, 100_000], ids=["tables", "linear-tail"])
+def test_near_any_equals_brute_force_least_distance_to_any(
+    monkeypatch: pytest.MonkeyPatch, pending_rows: int
+) -> None:
+    """Several hashes in one pass (an image's crop hashes): each stored row once, at its
+    least distance to any of them, in the order `near` gives."""
+    monkeypatch.setattr(hashindex, "PENDING_ROWS", pending_rows)
+    rng = random.Random(11)
+    index = HashIndex(max_radius=12)
+    hashes = clustered(rng, 1200, 12)
+    stored = [(h, f"k{i}") for i, h in enumerate(hashes)]
+    for h, key in stored:
+        index.add(h, key)
+    for _ in range(60):
+        qs = [flip(rng, rng.choice(hashes), rng.randint(0, 14)) for _ in range(rng.randint(1, 10))]
+        r = rng.randint(0, 12)
+        assert index.near_any(qs, r) == brute_any(stored, qs, r)
+        assert index.near_any(qs[:1], r) == index.near(qs[0], r)
+    assert index.near_any([], 12) == []
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     max_radius=st.integers(0, 16),

@@ -202,7 +202,7 @@ class Ingest:
             lambda p: (pool / p).read_bytes(),
         )
         self.store.put(evalset_key("held-out"), es.to_json())
-        committed = [(index["w20.png"]["phash"], question_key(WORDS_Q), answer_key("W20"))]
+        committed = [(index["w20.png"]["phash"], question_key(WORDS_Q), answer_key("W20"), ())]
         self.store.put(near_keys_key("grow", "earlier"), dataset_keys(committed))
         run = submit(self.ctx, uri, "grow")
         self.store.reads.clear()

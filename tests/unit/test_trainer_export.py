@@ -186,7 +186,8 @@ def commit(store: MemoryStore, runs: list[tuple[str, list[Outcome]]]) -> None:
         card = f"---\n{yaml.safe_dump(card_front_matter(manifest))}---\n".encode()
         files = {"README.md": card, "run_report.json": report, "quarantine.jsonl": b""}
         for name in set(manifest["files"].values()) - {s["path"] for s in manifest["shards"]}:
-            store.put(prefix + name, files.get(name.rsplit("/", 1)[-1], b"{}"))
+            if not store.exists(prefix + name):  # an earlier commit's files stay its own
+                store.put(prefix + name, files.get(name.rsplit("/", 1)[-1], b"{}"))
         store.put(prefix + "manifest.json", json.dumps(manifest).encode())
 
 

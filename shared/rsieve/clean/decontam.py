@@ -14,6 +14,10 @@ For each line the cleaner would admit, in pool order (`Screen.check`):
   (byte-identical images are caught before, by sha256), or of an image already committed
   to the same dataset by an earlier run (`keys/<run>.near.json`, written by the
   compactor). So a second run of an overlapping pool spends no model call on the overlap.
+  An image is kept under its own hash and its light crops' (`ImageRef.crop_phashes`, the
+  crops an evaluation image is indexed under): a line is a near-duplicate of an earlier
+  image when its hash lies near one of the earlier image's (it was cut from it) or one of
+  its own crops' hashes lies near the earlier image's (the earlier was cut from it).
 
 Pure: the cleaner loads the evaluation sets and the dataset's keys (services/cleaner)."""
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -35,6 +40,7 @@ from rsieve.run.packs import PHASH_MAX_PIXELS
 __all__ = [
     "EVALSET_PATTERN",
     "EvalSet",
+    "NearKey",
     "Screen",
     "answer_key",
     "build_evalset",
@@ -42,6 +48,7 @@ __all__ = [
     "evalset_key",
     "near_keys_key",
     "question_key",
+    "read_dataset_keys",
     "screen_summary",
 ]
 
@@ -71,10 +78,25 @@ evalset_key = keys.evalset  # a registered evaluation set
 near_keys_key = keys.near_keys  # a committed run's (image hash, question, answer) keys
 
 
-def dataset_keys(keys: Iterable[tuple[str | None, str, str]]) -> bytes:
-    """keys/<run>.near.json: the sorted, distinct [image hash, question key, answer key]
-    of every item a run committed (images without a hash are left out)."""
-    return json.dumps(sorted({(h, q, a) for h, q, a in keys if h})).encode()
+NearKey = tuple[str, str, str, tuple[str, ...]]  # image hash, question, answer, crop hashes
+
+
+def dataset_keys(keys: Iterable[tuple[str | None, str, str, Iterable[str]]]) -> bytes:
+    """keys/<run>.near.json: the sorted, distinct [image hash, question key, answer key,
+    [crop hashes]] of every item a run committed (images without a hash are left out)."""
+    distinct = {(h, q, a, tuple(crops)) for h, q, a, crops in keys if h}
+    return json.dumps([[h, q, a, list(c)] for h, q, a, c in sorted(distinct)]).encode()
+
+
+def read_dataset_keys(data: bytes) -> list[NearKey]:
+    """The entries of a keys/<run>.near.json; one written before crop hashes were kept
+    ([hash, question key, answer key]) reads with none."""
+    out: list[NearKey] = []
+    for entry in json.loads(data):
+        h, q, a, *rest = entry
+        crops = tuple(str(c) for c in rest[0]) if rest else ()
+        out.append((str(h), str(q), str(a), crops))
+    return out
 
 
 @dataclass
@@ -102,7 +124,7 @@ class Screen:
 
     distance: int
     evalsets: Mapping[str, EvalSet] = field(default_factory=dict)
-    committed: Mapping[str, Iterable[tuple[str, str, str]]] = field(default_factory=dict)
+    committed: Mapping[str, Iterable[NearKey]] = field(default_factory=dict)
     match: EvalsetMatch = "image"
     counts: Counter[str] = field(default_factory=Counter)  # evaluation set -> items matched
 
@@ -117,20 +139,30 @@ class Screen:
         # within their (question key, answer key) group alone: a few images each in most
         # pools, searched in a loop; a group past GROUP_INDEXED_FROM gets a HashIndex.
         self._seen: dict[tuple[str, str], _Group] = {}
-        for run, triples in sorted(self.committed.items()):
-            for h, q, a in triples:
-                self._seen.setdefault((q, a), _Group()).add(parse_hash(h), f"run {run}")
+        for run, entries in sorted(self.committed.items()):
+            where = f"run {run}"
+            for h, q, a, crops in entries:
+                group = self._seen.setdefault((q, a), _Group())
+                group.add(parse_hash(h), [parse_hash(c) for c in crops], where)
 
     def check(
-        self, line: int, image_hash: str | None, question: str, references: str | Iterable[str]
+        self,
+        line: int,
+        image_hash: str | None,
+        question: str,
+        references: str | Iterable[str],
+        crops: Iterable[str] = (),
     ) -> tuple[str, str] | None:
         """The verdict for a line (reason, detail), or None; the line is remembered."""
-        return self.check_keys(line, image_hash, question_key(question), answer_key(references))
+        return self.check_keys(
+            line, image_hash, question_key(question), answer_key(references), crops
+        )
 
     def check_keys(
-        self, line: int, image_hash: str | None, q: str, a: str
+        self, line: int, image_hash: str | None, q: str, a: str, crops: Iterable[str] = ()
     ) -> tuple[str, str] | None:
-        """`check` with the question and answer keys already taken."""
+        """`check` with the question and answer keys already taken; `crops` are the hashes
+        of the line's image's light crops (`ImageRef.crop_phashes`)."""
         if image_hash is None:
             return None
         h = parse_hash(image_hash)
@@ -143,7 +175,8 @@ class Screen:
                     + ("" if self.match == "image" else ", same question")
                 )
         group = self._seen.setdefault((q, a), _Group())
-        found = group.nearest(h, self.distance)
+        cut = [parse_hash(c) for c in crops]
+        found = group.nearest(h, cut, self.distance)
         if found is not None:
             where, d = found
             if where.startswith("run "):
@@ -154,7 +187,7 @@ class Screen:
             return "duplicate_item", (
                 f"the same question and answer on an image within {d} bits of {where}'s"
             )
-        group.add(h, f"line {line}")
+        group.add(h, cut, f"line {line}")
         return None
 
     def summary(self) -> dict[str, object]:
@@ -163,43 +196,66 @@ class Screen:
         )
 
 
-GROUP_INDEXED_FROM = 64
+GROUP_INDEXED_FROM = 64  # images
 
 
 class _Group:
-    """The images seen with one (question key, answer key): (hash, where) in insertion
-    order; `nearest` is what HashIndex.near would answer first (least distance, then the
-    earliest added)."""
+    """The images seen with one (question key, answer key), in insertion order: each one's
+    own hash (`plain`) and every hash it is kept under, its own and its crops' (`kept`),
+    with the image each belongs to. `nearest` finds the least distance either way (a query
+    hash near a kept one; one of the query's crop hashes near a plain one), then the
+    earliest image. Scanned in a loop while small; a HashIndex each past
+    GROUP_INDEXED_FROM images."""
 
-    __slots__ = ("_hashes", "_index", "_where")
+    __slots__ = ("_indexes", "_kept", "_kept_of", "_plain", "_where")
 
     def __init__(self) -> None:
-        self._hashes: list[int] = []
+        self._plain = array("Q")
+        self._kept = array("Q")
+        self._kept_of = array("I")  # the image of each kept hash
         self._where: list[str] = []
-        self._index: HashIndex | None = None
+        self._indexes: tuple[HashIndex, HashIndex] | None = None  # plain, kept
 
-    def add(self, h: int, where: str) -> None:
-        if self._index is not None:
-            self._index.add(h, where)
-            return
-        self._hashes.append(h)
+    def add(self, h: int, crops: Iterable[int], where: str) -> None:
+        image = len(self._where)
         self._where.append(where)
-        if len(self._hashes) >= GROUP_INDEXED_FROM:
-            self._index = HashIndex(max_radius=MAX_RADIUS)
-            for old, at in zip(self._hashes, self._where, strict=True):
-                self._index.add(old, at)
-            self._hashes, self._where = [], []
+        hashes = [h, *crops]
+        if self._indexes is not None:
+            plain, kept = self._indexes
+            plain.add(h, str(image))
+            for k in hashes:
+                kept.add(k, str(image))
+            return
+        self._plain.append(h)
+        self._kept.extend(hashes)
+        self._kept_of.extend([image] * len(hashes))
+        if len(self._where) >= GROUP_INDEXED_FROM:
+            plain, kept = HashIndex(max_radius=MAX_RADIUS), HashIndex(max_radius=MAX_RADIUS)
+            for i, p in enumerate(self._plain):
+                plain.add(p, str(i))
+            for k, i in zip(self._kept, self._kept_of, strict=True):
+                kept.add(k, str(i))
+            self._indexes = (plain, kept)
+            self._plain, self._kept, self._kept_of = array("Q"), array("Q"), array("I")
 
-    def nearest(self, h: int, radius: int) -> tuple[str, int] | None:
-        if self._index is not None:
-            found = self._index.near(h, radius)
-            return found[0] if found else None
-        best: tuple[str, int] | None = None
-        for other, where in zip(self._hashes, self._where, strict=True):
-            d = (h ^ other).bit_count()
-            if d <= radius and (best is None or d < best[1]):
-                best = (where, d)
-        return best
+    def nearest(self, h: int, crops: Iterable[int], radius: int) -> tuple[str, int] | None:
+        best: tuple[int, int] | None = None  # (distance, image)
+        if self._indexes is not None:
+            plain, kept = self._indexes
+            found = [(d, int(i)) for i, d in kept.near(h, radius)[:1]]
+            found += [(d, int(i)) for i, d in plain.near_any(list(crops), radius)[:1]]
+            best = min(found, default=None)
+        else:
+            for k, image in zip(self._kept, self._kept_of, strict=True):
+                d = (h ^ k).bit_count()
+                if d <= radius and (best is None or (d, image) < best):
+                    best = (d, image)
+            for c in crops:
+                for image, p in enumerate(self._plain):
+                    d = (c ^ p).bit_count()
+                    if d <= radius and (best is None or (d, image) < best):
+                        best = (d, image)
+        return None if best is None else (self._where[best[1]], best[0])
 
 
 def screen_summary(

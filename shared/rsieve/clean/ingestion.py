@@ -323,6 +323,7 @@ class Joined(_Record):
     candidate: Candidate
     sha256: str
     phash: str | None = None
+    crop_phashes: tuple[str, ...] = ()
 
 
 class JoinOut(BaseModel):
@@ -365,7 +366,13 @@ def join_images(
             continue
         part = key_partition(f"{ref.sha256}/{cand.qkey}", partitions)
         out.joined.setdefault(part, []).append(
-            Joined(line=rec.line, candidate=cand, sha256=ref.sha256, phash=ref.phash)
+            Joined(
+                line=rec.line,
+                candidate=cand,
+                sha256=ref.sha256,
+                phash=ref.phash,
+                crop_phashes=ref.crop_phashes,
+            )
         )
     return out
 
@@ -430,7 +437,11 @@ def screened(
     to_purity: dict[int, list[PurityRecord]] = defaultdict(list)
     for j in sorted(joined, key=lambda r: r.line):
         cand = j.candidate
-        found = screen.check_keys(j.line, j.phash, cand.qkey, cand.akey) if screen else None
+        found = (
+            screen.check_keys(j.line, j.phash, cand.qkey, cand.akey, j.crop_phashes)
+            if screen
+            else None
+        )
         if found is not None:
             verdict = LineVerdict(line=j.line, reason=found[0], detail=found[1])
             out.verdicts.setdefault(range_of(j.line), []).append(verdict)

@@ -168,9 +168,10 @@ def quarantine_listing(quarantined: Iterable[Quarantined]) -> str:
 
 
 def near_keys(added: Iterable[Outcome]) -> bytes:
-    """keys/<run>.near.json: the (image hash, question key, answer key) of every item a run
-    adds, which later runs' ingest screens against (rsieve.clean.decontam), before any model call.
-    The answer key is the pool's own answer (the references before any rewrite)."""
+    """keys/<run>.near.json: the (image hash, question key, answer key, crop hashes) of
+    every item a run adds, which later runs' ingest screens against (rsieve.clean.decontam),
+    before any model call. The answer key is the pool's own answer (the references before
+    any rewrite)."""
     keys = []
     for o in added:
         item = o.generation.item
@@ -181,6 +182,7 @@ def near_keys(added: Iterable[Outcome]) -> bytes:
                 item.image_at.phash if item.image_at else None,
                 question_key(item.pool_question),
                 answer_key(answer),
+                item.image_at.crop_phashes if item.image_at else (),
             )
         )
     return dataset_keys(keys)

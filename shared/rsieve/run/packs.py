@@ -21,7 +21,7 @@ from hashlib import sha256
 from pydantic import BaseModel, ConfigDict
 
 from rsieve.errors import PermanentError
-from rsieve.hashindex import hash_hex, informative, perceptual_hash
+from rsieve.hashindex import hash_hex, image_hashes, informative, perceptual_hash
 from rsieve.images import MAX_PIXELS
 from rsieve.run.partitions import key_partition
 from rsieve.schemas import ImageRef
@@ -34,6 +34,7 @@ __all__ = [
     "PackWriter",
     "Read",
     "image_phash",
+    "image_phashes",
     "index_bucket_key",
     "index_buckets",
     "plan_reads",
@@ -102,6 +103,19 @@ def image_phash(data: bytes) -> str | None:
     return hash_hex(h) if informative(h) else None
 
 
+def image_phashes(data: bytes) -> tuple[str | None, tuple[str, ...]]:
+    """`image_phash` and the hashes of the image's light crops (rsieve.hashindex.image_hashes),
+    those informative and unlike it, distinct: (None, ()) where `image_phash` is None."""
+    try:
+        found = image_hashes(data, max_pixels=PHASH_MAX_PIXELS)
+    except ValueError:
+        return None, ()
+    if not informative(found[0]):
+        return None, ()
+    crops = dict.fromkeys(h for h in found[1:] if informative(h) and h != found[0])
+    return hash_hex(found[0]), tuple(map(hash_hex, crops))
+
+
 @dataclass
 class PackWriter:
     """Adds images in order and hands back each pack once it is full: streaming, so
@@ -125,12 +139,14 @@ class PackWriter:
         if digest in self._by_sha:
             self.index.images[path] = self._by_sha[digest]
             return None
+        phash, crops = image_phashes(data)
         ref = ImageRef(
             pack=self._key(),
             offset=self._size,
             length=len(data),
             sha256=digest,
-            phash=image_phash(data),
+            phash=phash,
+            crop_phashes=crops,
         )
         self.index.images[path] = self._by_sha[digest] = ref
         self._parts.append(data)
