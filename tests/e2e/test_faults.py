@@ -85,6 +85,11 @@ def fault_stack(
             "RSIEVE_JUDGE_MODEL": "replay",
             "RSIEVE_SHARD_SIZE": "4",
             "RSIEVE_VISIBILITY_TIMEOUT_S": "15",
+            # The sweeper at this stack's scale (twice the visibility timeout, as by
+            # default): a message lost with Redis (test_redis_restarted_mid_run once left a
+            # shard in no queue) is sent again, not waited on for 30 minutes.
+            "RSIEVE_SWEEP_INTERVAL_S": "5",
+            "RSIEVE_SWEEP_AFTER_S": "30",
             "RSIEVE_MAX_DELIVERIES": "2",
             "RSIEVE_MODEL_RETRIES": "2",
             "RSIEVE_SOFT_SHUTDOWN_S": "30",

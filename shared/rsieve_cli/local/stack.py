@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from rsieve.settings import Settings
 from rsieve_cli.local import llama_judge, redis_server, seaweedfs, triton_server
 from rsieve_cli.local.checkpoints import (
     MODELS_DIR,
@@ -250,9 +251,14 @@ class Stack:
         return ["redis", "s3", "triton", *judge_server, *SERVICES, *self._beat(), "api"]
 
     def _beat(self) -> list[str]:
-        """Celery beat (continuous ingestion) only when a watch prefix is set."""
+        """Celery beat whenever its schedule has work (services/cleaner/beat.py): the
+        sweeper, on unless `sweep_interval_s` is 0, which reconciles a run whose messages
+        were lost (a Redis restart) so that it does not stall; continuous ingestion when a
+        watch prefix is set."""
         env = {**os.environ, **self.config.env()}
-        return ["beat"] if env.get("RSIEVE_WATCH_PREFIX", "").strip() else []
+        default = Settings.model_fields["sweep_interval_s"].default
+        sweeping = float(env.get("RSIEVE_SWEEP_INTERVAL_S") or default) > 0
+        return ["beat"] if sweeping or env.get("RSIEVE_WATCH_PREFIX", "").strip() else []
 
     def status(self) -> dict[str, int | None]:
         return {name: self.pid(name) for name in self.names()}
