@@ -70,6 +70,7 @@ def test_stack_status_lists_every_process(stack: Stack) -> None:
         "verifier",
         "judge",
         "compactor",
+        "beat",  # the sweeper's, on by default
         "api",
     }
     assert all(status.values())
