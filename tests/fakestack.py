@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from rsieve.adapters.exports import export_dataset
 from rsieve.adapters.gate import EngineGate
 from rsieve.adapters.pools import upload_pool
-from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest
+from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest, singles
 from rsieve.schemas import ShardOutput
 from rsieve.settings import Settings
 from rsieve_cli.local.replay import replay_key
@@ -76,6 +76,7 @@ class ReplayModel:
     async def generate_many_async(
         self, requests: Sequence[ModelRequest]
     ) -> list[ModelReply | Exception]:
+        requests = singles(requests)  # one reply per sample, as an engine without n
         replies = self._answer(requests)
         assert self.info is not None
         self.on_ready(self.info)

@@ -24,6 +24,10 @@ class Sampling(BaseModel):
     max_kept: int | None = Field(None, ge=1)
     judge_samples: int | None = Field(None, ge=1)
     pass_rate_window: list[float] | None = Field(None, min_length=2, max_length=2)
+    # Adaptive best-of-n (docs/sampling.md): an item stops once `enough` samples passed
+    # (0: every sample drawn); samples go out `sample_round` per item at a time.
+    enough: int | None = Field(None, ge=0, le=64)
+    sample_round: int | None = Field(None, ge=0, le=64)
     circular: bool | None = None
     # The blind pass (docs/traces.md): accepted items asked again without their image.
     blind_pass: bool | None = None

@@ -323,6 +323,7 @@ def commit(ctx: Context, run: str, gen: int, partitions: int) -> bool:
             bound=bound,
             cleaning=cleaning,
             trace_gate=gate_summary(TraceLimits.of(ctx.run_settings(run)), trace_bands(calibrated)),
+            samples=ctx.run_settings(run).samples,
         )
         quarantine = "".join(
             sorted_lines(

@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from rsieve import keys
 from rsieve.adapters.model import ModelInfo, ModelRequest, engine_url
 from rsieve.adapters.tokenizer import preload_chat_template
+from rsieve.generate.adaptive import adaptive_of, next_round
+from rsieve.generate.draws import Draw
 from rsieve.generate.generation import (
     AsyncModel,
     ModelReply,
@@ -33,14 +35,30 @@ from rsieve.generate.generation import (
     record_generations,
     sampled,
 )
-from rsieve.generate.progress import batches, to_ask
+from rsieve.generate.progress import batches
 from rsieve.images import ImageError, PreparedImage, prepare_image
 from rsieve.judge.blind import blind_asks, blind_passes, with_blind
-from rsieve.schemas import Generation, Quarantined, ShardOutput
+from rsieve.judge.cascade import verify_generation
+from rsieve.schemas import Generation, Item, Quarantined, ShardOutput
 from rsieve.settings import Settings
+from rsieve.verify import TrainingPolicy
 from services.common import Context
 from services.generator.feeder import Feeder, Intake
 from services.progress import Progress
+
+
+def _passed(
+    entry: tuple[tuple[Item, PreparedImage], Draw | None],
+    reply: ModelReply | Quarantined | Exception,
+    info: ModelInfo | None,
+    policy: TrainingPolicy,
+) -> bool | None:
+    """Whether a sample passed the verifier, as the verifier will judge it (adaptive
+    best-of-n stops on it); None when its call failed."""
+    if not isinstance(reply, ModelReply) or info is None:
+        return None
+    (generations, _) = record_generations([entry[0]], [reply], info, [entry[1]])
+    return bool(generations) and verify_generation(generations[0], policy).place == "accepted"
 
 
 def register(ctx: Context) -> None:
@@ -104,6 +122,8 @@ def register(ctx: Context) -> None:
         model = ctx.generator_model(feeder.gate, on_ready, s)
         asked, draws = sampled(ready, s.samples, s.seed, s.circular)  # best-of-n
         entries = list(zip(asked, draws, strict=True))
+        counts = [max(1, s.samples)] * len(ready)  # each item's samples, laid out in order
+        rule, policy = adaptive_of(s), s.training_policy()
         # What a redelivery of this shard may reuse: the replies an earlier delivery stored
         # as its batches returned (services/progress.py); only the rest is asked.
         progress = Progress(
@@ -115,14 +135,29 @@ def register(ctx: Context) -> None:
         )
 
         async def ask(positions: list[int]) -> list[ModelReply | Exception]:
-            answers = await model.generate_many_async(
-                [
-                    ModelRequest(i.question, im.data, d.seed if d else None)
-                    for (i, im), d in (entries[k] for k in positions)
-                ]
-            )
+            # One request per item and round: its samples, answered with vLLM's `n` where
+            # the engine takes it (one prefill), else back to back.
+            requests = [
+                ModelRequest(i.question, im.data, d.seed if d else None, tuple(more))
+                for (i, im), d, more in _rounds(positions)
+            ]
+            answers = await model.generate_many_async(requests)
             await asyncio.to_thread(progress.record, positions, answers, model.info)
             return answers
+
+        def _rounds(
+            positions: list[int],
+        ) -> list[tuple[tuple[Item, PreparedImage], Draw | None, list[int]]]:
+            grouped: list[tuple[tuple[Item, PreparedImage], Draw | None, list[int]]] = []
+            for k in positions:
+                (item, image), draw = entries[k]
+                last = grouped[-1][0][0] if grouped else None
+                # Only the same question (circular sampling rotates it per sample).
+                if last and draw and (last.line, last.question) == (item.line, item.question):
+                    grouped[-1][2].append(draw.seed)
+                else:
+                    grouped.append(((item, image), draw, []))
+            return grouped
 
         async def ask_all(positions: Sequence[int]) -> list[ModelReply | Exception]:
             # Every batch in flight at once (created in order: FIFO at the gate), each
@@ -151,14 +186,35 @@ def register(ctx: Context) -> None:
             )
             return dict(zip(positions, found, strict=True))
 
-        fresh = answer(to_ask(len(entries), progress.replies))
-        if progress.reused and model.info is not None and model.info != progress.info:
-            # Another model (version) answered the stored replies: asked again, so that one
-            # model answered the whole shard.
-            fresh |= answer(sorted(progress.reused))
-        replies = [fresh.get(k) or progress.replies[k] for k in range(len(entries))]
+        replies: dict[int, ModelReply | Quarantined | Exception] = dict(progress.replies)
+        verdicts: dict[int, bool | None] = {}
+        stale = progress.reused and progress.info is not None
+        while True:
+            info = model.info or progress.info
+            if stale and model.info is not None and model.info != progress.info:
+                # Another model (version) answered the stored replies: asked again, so
+                # that one model answered the whole shard.
+                replies = {k: r for k, r in replies.items() if k not in progress.reused}
+                verdicts, stale = {}, False
+            for k, reply in replies.items():
+                if k not in verdicts:
+                    verdicts[k] = _passed(entries[k], reply, info, policy)
+            poisoned = {
+                entries[k][0][0].line for k, r in replies.items() if isinstance(r, Quarantined)
+            }
+            todo = [
+                k
+                for k in next_round(counts, verdicts, rule)
+                if entries[k][0][0].line not in poisoned
+            ]
+            if not todo:
+                break
+            replies |= answer(todo)
+        order = sorted(replies)
+        asked = [entries[k][0] for k in order]
+        draws = [entries[k][1] for k in order]
         info = model.info or progress.info  # nothing left to ask: what answered before
-        generations, failed = record_generations(asked, replies, info, draws)
+        generations, failed = record_generations(asked, [replies[k] for k in order], info, draws)
         if s.blind_pass:
             generations = ask_blind(s, model, generations)
         out = ShardOutput(

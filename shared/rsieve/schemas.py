@@ -110,6 +110,8 @@ REJECT_REASONS: dict[str, str] = {
     "budget (the cause is recorded with the verdict)",
     "truncated_reasoning": "the output was cut off inside the reasoning: no answer",
     "empty_answer": "the model gave an empty answer after its reasoning",
+    "repetition_loop": "the output fell into a repetition loop (one stretch of text "
+    "repeated word for word): it was cancelled while streaming, before its budget was spent",
     "truncated_answer": "the output hit the token budget right after the reasoning",
     "refusal": "the model refused to answer (a refusal is never scored or judged)",
     "circular_inconsistent": "circular sampling: some rotations of the options were "

@@ -25,7 +25,7 @@ from rsieve.compact.rows import FEATURES, SAMPLE_FIELDS
 from rsieve.compact.settle import dataset_conflict
 from rsieve.dataset.audit import audit_run
 from rsieve.generate.draws import sample_seed
-from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest
+from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest, singles
 from rsieve.schemas import ShardOutput
 from rsieve.settings import Settings
 from rsieve.verify import canonical
@@ -57,6 +57,7 @@ class StochasticStandIn:
     async def generate_many_async(
         self, requests: Sequence[ModelRequest]
     ) -> list[ModelReply | Exception]:
+        requests = singles(requests)  # one reply per sample, as an engine without n
         self.info = ModelInfo(
             name="stochastic-stand-in", version="1", interface="rsieve", kind="stand-in"
         )
@@ -164,7 +165,9 @@ def runs(pool: Path) -> dict[int, tuple[Context, MemoryStore, str, Abstain, Stoc
     done = {}
     for n in (1, 4, 8):
         model = StochasticStandIn(P)
-        kw: dict[str, Any] = {} if n == 1 else {"samples": n, "temperature": 0.7}
+        # Every sample drawn (enough=0): the yield of fixed n; adaptive stopping is
+        # tests/unit/test_adaptive.py's.
+        kw: dict[str, Any] = {} if n == 1 else {"samples": n, "temperature": 0.7, "enough": 0}
         ctx, store, run, judge = pipeline(pool, model, **kw)
         done[n] = (ctx, store, run, judge, model)
     return done
@@ -194,9 +197,11 @@ def test_every_sample_is_asked_with_its_own_derived_seed(runs: dict[int, Any]) -
 
 def test_a_rerun_with_the_same_seed_reproduces_every_row(pool: Path, runs: dict[int, Any]) -> None:
     _, store, _, _, _ = runs[4]
-    _, again, _, _ = pipeline(pool, StochasticStandIn(P), samples=4, temperature=0.7)
+    _, again, _, _ = pipeline(pool, StochasticStandIn(P), samples=4, temperature=0.7, enough=0)
     assert rows(again, "bon") == rows(store, "bon")
-    _, other, _, _ = pipeline(pool, StochasticStandIn(P), samples=4, temperature=0.7, seed=1)
+    _, other, _, _ = pipeline(
+        pool, StochasticStandIn(P), samples=4, temperature=0.7, seed=1, enough=0
+    )
     assert rows(other, "bon") != rows(store, "bon")
 
 
@@ -307,7 +312,7 @@ def test_a_run_chooses_its_own_sampling(pool: Path, runs: dict[int, Any]) -> Non
     """The services at their defaults (one sample); the submission asks for four: every
     stage reads them from the run's spec, and the rows are those of services set to four."""
     ctx, store, run, _ = pipeline(
-        pool, StochasticStandIn(P), sampling={"samples": 4, "temperature": 0.7}
+        pool, StochasticStandIn(P), sampling={"samples": 4, "temperature": 0.7, "enough": 0}
     )
     assert ctx.settings.samples == 1 and ctx.spec(run).settings["samples"] == 4
     assert run == runs[4][2]  # the same run id as services set to four
@@ -380,6 +385,7 @@ class SameLetter:
     async def generate_many_async(
         self, requests: Sequence[ModelRequest]
     ) -> list[ModelReply | Exception]:
+        requests = singles(requests)  # one reply per sample, as an engine without n
         self.info = ModelInfo(name="same-letter", version="1", interface="rsieve", kind="stand-in")
         self.on_ready(self.info)
         self.asked += requests

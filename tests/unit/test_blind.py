@@ -18,7 +18,7 @@ from rsieve.dataset.card import _blind_md
 from rsieve.dataset.recheck import recheck_entries
 from rsieve.dataset.report import report_part, token_usage
 from rsieve.generate.draws import circular_items
-from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest
+from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest, singles
 from rsieve.judge.blind import blind_asks, blind_passes, with_blind
 from rsieve.judge.cascade import needs_judge, verify_generation
 from rsieve.schemas import BlindPass, BlindPolicy, Generation
@@ -204,6 +204,7 @@ class ShortcutReader:
     async def generate_many_async(
         self, requests: Sequence[ModelRequest]
     ) -> list[ModelReply | Exception]:
+        requests = singles(requests)  # one reply per sample, as an engine without n
         self.info = ModelInfo(name="shortcut-reader", version="1", interface="rsieve")
         self.on_ready(self.info)
         self.asked += requests

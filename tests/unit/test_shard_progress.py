@@ -18,7 +18,7 @@ from rsieve import keys
 from rsieve.adapters.gate import EngineGate
 from rsieve.adapters.model import ModelRequest
 from rsieve.envelope import CorruptOutput, open_envelope
-from rsieve.generate.generation import ModelInfo, ModelReply
+from rsieve.generate.generation import ModelInfo, ModelReply, singles
 from rsieve.generate.progress import ShardProgress, asked_digest, batches, resumed, to_ask
 from rsieve.run.limits import ewma, limit_ceiling, shard_time_limit
 from rsieve.schemas import STAGES
@@ -60,6 +60,7 @@ class DyingGenerator(StochasticStandIn):
     async def generate_many_async(
         self, requests: Sequence[ModelRequest]
     ) -> list[ModelReply | Exception]:
+        requests = singles(requests)  # one reply per sample, as an engine without n
         self.calls += 1
         if self.dying and self.calls > self.answered:
             while self.stored() < self.answered * SETTINGS["progress_batch_items"]:
@@ -93,8 +94,15 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_pool(tmp_path_factory.mktemp("progress") / "pool", count=40)
 
 
-def test_a_generate_shard_killed_mid_way_resumes_and_asks_only_the_rest(pool: Path) -> None:
-    reference = FakeStack(generator=StochasticStandIn(0.3), **SETTINGS)
+@pytest.mark.parametrize("enough", [0, None], ids=["every-sample", "adaptive"])
+def test_a_generate_shard_killed_mid_way_resumes_and_asks_only_the_rest(
+    pool: Path, enough: int | None
+) -> None:
+    """Killed after 3 batches of 8 and redelivered: the rest asked once, and the shard's
+    generations are an uninterrupted run's. Adaptive (rounds of 1 sample, stopping at the
+    first pass) resumes exactly where it was: its decisions are taken on whole rounds."""
+    settings = SETTINGS | {"enough": enough}
+    reference = FakeStack(generator=StochasticStandIn(0.3), **settings)
     run = reference.submit(pool, "ref")
     args = through(reference, run, "verify")
 
@@ -107,7 +115,7 @@ def test_a_generate_shard_killed_mid_way_resumes_and_asks_only_the_rest(pool: Pa
         return len(ShardProgress.model_validate_json(opened.body).replies)
 
     model = DyingGenerator(stored, answered=3)
-    stack = FakeStack(generator=model, **SETTINGS)
+    stack = FakeStack(generator=model, **settings)
     assert stack.submit(pool, "ref") == run
     through(stack, run, "generate")
     with pytest.raises(Killed):
@@ -120,7 +128,12 @@ def test_a_generate_shard_killed_mid_way_resumes_and_asks_only_the_rest(pool: Pa
     stack.task("rsieve.generate", **args)
     again = model.asked[len(first) :]
     identity = [(r.prompt, r.seed) for r in first + again]
-    assert len(again) == 80 - 24 and len(set(identity)) == 80  # 40 items x 2 samples, once
+    assert len(set(identity)) == len(identity)  # nothing asked twice
+    if enough == 0:
+        assert len(again) == 80 - 24 and len(identity) == 80  # 40 items x 2 samples, once
+    else:  # the second sample only for items whose first did not pass
+        asked = reference.ctx.load(run, "generate", args["shard"]).generations
+        assert len(identity) == len(asked) < 80
     assert generations(stack, run, args["shard"]) == generations(reference, run, args["shard"])
     assert not stack.store.exists(keys.progress(run, "generate", args["shard"]))
 

@@ -19,7 +19,7 @@ import pytest
 
 from rsieve import __version__, keys
 from rsieve.dataset.audit import audit_run
-from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest
+from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest, singles
 from rsieve.run.failures import RunFailure, backoff_s, bisect, stage_error_detail
 from rsieve.schemas import ShardOutput
 from services.cleaner.sweep import sweep
@@ -121,6 +121,7 @@ class Reader:
     async def generate_many_async(
         self, requests: Sequence[ModelRequest]
     ) -> list[ModelReply | Exception]:
+        requests = singles(requests)  # one reply per sample, as an engine without n
         self.batches.append(len(requests))
         tags = [m.group(1) for r in requests if (m := TAG.search(r.prompt))]
         if self.poison & set(tags):

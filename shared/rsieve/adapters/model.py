@@ -61,11 +61,13 @@ from tritonclient.utils import InferenceServerException
 
 from rsieve.adapters.gate import EngineGate
 from rsieve.adapters.retry import ItemError, Transient, backoff_wait, retrying
-from rsieve.adapters.streams import InferStream, StreamBroken
+from rsieve.adapters.streams import InferStream, StreamBroken, streamed
 from rsieve.adapters.tokenizer import load_chat_template
 from rsieve.errors import RetryableError
 from rsieve.generate.chat import ChatTemplate, TemplateError
-from rsieve.generate.generation import Model, ModelInfo, ModelReply, ModelRequest
+from rsieve.generate.generation import Model, ModelInfo, ModelReply, ModelRequest, singles
+from rsieve.generate.loops import LoopRule, LoopWatch
+from rsieve.generate.think import LOOP_FINISH
 from rsieve.settings import Settings
 
 if TYPE_CHECKING:
@@ -136,8 +138,11 @@ class TritonModel:
         gate: EngineGate | None = None,
         request_items: int = 0,
         on_ready: Callable[[ModelInfo], None] | None = None,
+        loops: LoopRule | None = None,
     ) -> None:
         self.url, self.model = url, model
+        # The vLLM interface streams each sample and cuts it in a loop (None: never).
+        self.loops = loops or LoopRule(window_chars=0)
         self.gate, self.on_ready = gate, on_ready
         # Items per request (rsieve interface): 0 is the model's max_batch_size.
         self.request_items = request_items
@@ -167,6 +172,7 @@ class TritonModel:
         url: str | None = None,
         on_ready: Callable[[ModelInfo], None] | None = None,
         interface: Interface | None = None,
+        loops: LoopRule | None = None,
     ) -> TritonModel:
         """`tokenizer`: the model's checkpoint files (settings.generator_tokenizer or
         settings.judge_tokenizer); `max_new_tokens`: the budget, when not
@@ -190,6 +196,7 @@ class TritonModel:
             temperature=s.temperature,
             tokenizer=tokenizer,
             reasoning=s.reasoning,
+            loops=loops,
         )
 
     # ------------------------------------------------------------------ public
@@ -205,19 +212,30 @@ class TritonModel:
         streams: list[InferStream] = []  # vLLM: the call's stream, and any it replaced
         try:
             await self._wait_ready(client)
+            assert self.info is not None
+            # vLLM's `n` is sent only on requests answered whole: its streamed outputs come
+            # without their index through Triton's vLLM backend (docs/sampling.md).
+            if self.info.interface != "vllm" or self.loops.on:
+                requests = singles(requests)
+            at = [0]
+            for r in requests:
+                at.append(at[-1] + r.n)
 
             async def bounded(chunk: list[int]) -> list[ModelReply | Exception]:
-                async with lease.slots(len(chunk)):
+                # A request with n outputs runs n sequences at the engine: n slots.
+                async with lease.slots(sum(requests[i].n for i in chunk)):
                     return await self._chunk(client, [requests[i] for i in chunk], streams)
 
             chunks = _chunks(requests, self._per_request)
             # Created in order, so the chunks queue at the gate in order (FIFO).
             tasks = [asyncio.create_task(bounded(c)) for c in chunks]
             answers = await asyncio.gather(*tasks)
-            replies: list[ModelReply | Exception] = [Exception("unanswered")] * len(requests)
+            replies: list[ModelReply | Exception] = [Exception("unanswered")] * at[-1]
             for chunk, answer in zip(chunks, answers, strict=True):
-                for i, reply in zip(chunk, answer, strict=True):
-                    replies[i] = reply
+                outputs = iter(answer)
+                for i in chunk:
+                    for k in range(at[i], at[i + 1]):
+                        replies[k] = next(outputs)
             return replies
         finally:
             # A failure leaves the call's other requests running: on a shared loop nothing
@@ -331,10 +349,10 @@ class TritonModel:
         answer = await self._one(client, reqs, streams)
         if isinstance(answer, Exception) and len(reqs) > 1:
             # All at once, within the slots the chunk holds: the batcher batches them again.
-            singles = await asyncio.gather(*(self._chunk(client, [req], streams) for req in reqs))
-            return [reply for single in singles for reply in single]
+            each = await asyncio.gather(*(self._chunk(client, [req], streams) for req in reqs))
+            return [reply for single in each for reply in single]
         if isinstance(answer, Exception):
-            return [answer] * len(reqs)
+            return [answer] * sum(r.n for r in reqs)
         return [*answer]
 
     async def _one(
@@ -349,8 +367,10 @@ class TritonModel:
         async def attempt() -> list[ModelReply] | Exception:
             start = time.monotonic()
             try:
-                if info.interface == "vllm":
-                    replies = [await self._vllm(client, reqs[0], streams)]
+                if info.interface == "vllm" and self.loops.on:
+                    replies = [await self._vllm_streamed(client, reqs[0])]
+                elif info.interface == "vllm":
+                    replies = await self._vllm(client, reqs[0], streams)
                 else:
                     replies = await self._rsieve(client, reqs)
             except MalformedReply as exc:
@@ -446,30 +466,46 @@ class TritonModel:
             self._fixed = (inputs, names)
         return self._fixed
 
-    async def _vllm(
-        self,
-        client: grpcclient.InferenceServerClient,
-        req: ModelRequest,
-        streams: list[InferStream],
-    ) -> ModelReply:
-        """One item on the call's current stream (a broken one is replaced: the retry)."""
+    def _vllm_inputs(
+        self, req: ModelRequest, *, stream: bool
+    ) -> tuple[Any, list[grpcclient.InferInput], list[str]]:
+        """The rendered chat, the inputs and the output names of one vLLM request: its
+        seed and `n` in its sampling parameters."""
         assert self.info is not None
         assert self.template is not None  # _wait_ready refuses the vLLM interface without
         chat = self.template.render(
             req.prompt, has_image=req.image is not None, reasoning=self.reasoning
         )
         fixed, names = self._vllm_fixed()
+        sampling = self.info.sampling
         if req.seed is not None:  # a best-of-n sample: its own seed in its parameters
-            sampling = json.dumps(self.info.sampling | {"seed": req.seed}).encode()
-            fixed = [
-                _tensor("sampling_parameters", [sampling], [1], "BYTES")
-                if t.name() == "sampling_parameters"
-                else t
-                for t in fixed
-            ]
-        inputs = [_tensor("text_input", [chat.text.encode("utf-8")], [1], "BYTES"), *fixed]
+            sampling = sampling | {"seed": req.seed}
+        if req.n > 1:
+            sampling = sampling | {"n": req.n}
+        replaced: dict[str, grpcclient.InferInput] = {}
+        if sampling is not self.info.sampling:
+            replaced["sampling_parameters"] = _tensor(
+                "sampling_parameters", [json.dumps(sampling).encode()], [1], "BYTES"
+            )
+        if stream:
+            replaced["stream"] = _tensor("stream", [True], [1], "BOOL")
+        inputs = [
+            _tensor("text_input", [chat.text.encode("utf-8")], [1], "BYTES"),
+            *(replaced.get(t.name(), t) for t in fixed),
+        ]
         if req.image is not None:
             inputs.append(_tensor("image", [base64.b64encode(req.image)], [1], "BYTES"))
+        return chat, inputs, names
+
+    async def _vllm(
+        self,
+        client: grpcclient.InferenceServerClient,
+        req: ModelRequest,
+        streams: list[InferStream],
+    ) -> list[ModelReply]:
+        """One request answered whole on the call's current stream (a broken one is
+        replaced: the retry): its `n` outputs, one reply each."""
+        chat, inputs, names = self._vllm_inputs(req, stream=False)
         outputs = [grpcclient.InferRequestedOutput(n) for n in names]
         if not streams or streams[-1].broken is not None:
             streams.append(InferStream(client, self.model))
@@ -477,22 +513,84 @@ class TritonModel:
             result = await streams[-1].infer(inputs, outputs, self.timeout_s)
         except StreamBroken as exc:
             raise Transient(f"the stream to {self.model} broke: {exc}") from exc
-        text = _first_str(result.as_numpy("text_output")) or ""
-        finish = _first_str(result.as_numpy("finish_reason")) if "finish_reason" in names else None
+        n = req.n
+        texts = _strs_or_none(result.as_numpy("text_output"))
+        finishes = (
+            _strs_or_none(result.as_numpy("finish_reason")) if "finish_reason" in names else None
+        )
+        if texts is None and finishes is None:
+            raise Transient("vLLM answered without text or finish reason")
+        if len(texts or []) != n or (finishes is not None and len(finishes) != n):
+            raise MalformedReply(f"{len(texts or [])} outputs for a request of n={n}")
         n_in = (
             _first_int(result.as_numpy("num_input_tokens")) if "num_input_tokens" in names else None
         )
-        n_out = (
-            _first_int(result.as_numpy("num_output_tokens"))
-            if "num_output_tokens" in names
-            else None
+        n_out = _ints(
+            result.as_numpy("num_output_tokens") if "num_output_tokens" in names else None, n
         )
-        if finish is None and not text:
-            raise Transient("vLLM answered without text or finish reason")
+        replies = []
+        for j, text in enumerate(texts or []):
+            finish = finishes[j] if finishes is not None else None
+            if finish == "abort":
+                raise Transient("vLLM aborted the request")
+            # The template may open the reasoning (`<think>`) for the assistant: the raw
+            # text stored is what the assistant turn holds, opening tag included.
+            replies.append(
+                ModelReply(
+                    text=chat.prefix + text,
+                    finish_reason=finish or "stop",
+                    input_tokens=n_in,
+                    output_tokens=n_out[j],
+                    prompt_sent_sha256=_sha256(chat.text),
+                    user_text=chat.user,
+                    # vLLM draws output j of a seeded request with seed + j.
+                    seed=req.seed + j if req.seed is not None and n > 1 else None,
+                )
+            )
+        return replies
+
+    async def _vllm_streamed(
+        self, client: grpcclient.InferenceServerClient, req: ModelRequest
+    ) -> ModelReply:
+        """One sample streamed, its tail watched for a repetition loop
+        (rsieve.generate.loops): a loop cancels the request at once, and the reply is what
+        was generated, with finish reason `repetition_loop` and the tokens generated so
+        far (the rest of the budget was never spent)."""
+        chat, inputs, names = self._vllm_inputs(req, stream=True)
+        outputs = [grpcclient.InferRequestedOutput(n) for n in names]
+        watch = LoopWatch(self.loops)
+        parts: list[str] = []
+        finish: str | None = None
+        n_in: int | None = None
+        n_out: int | None = None
+        try:
+            async with (
+                asyncio.timeout(self.timeout_s),
+                streamed(client, self.model, inputs, outputs) as responses,
+            ):
+                async for result in responses:
+                    delta = _first_str(result.as_numpy("text_output")) or ""
+                    parts.append(delta)
+                    said = _first_str(result.as_numpy("finish_reason"))
+                    if said and said != "None":  # the backend's str(None) while it runs
+                        finish = said
+                    if n_in is None:
+                        n_in = _first_int(result.as_numpy("num_input_tokens"))
+                    count = _first_int(result.as_numpy("num_output_tokens"))
+                    if count is not None:
+                        n_out = (n_out or 0) + count
+                    if watch.feed(delta):
+                        finish = LOOP_FINISH
+                        break
+        except StreamBroken as exc:
+            raise Transient(f"the stream to {self.model} broke: {exc}") from exc
+        except TimeoutError as exc:
+            raise Transient(f"no whole answer from {self.model} in {self.timeout_s:g} s") from exc
         if finish == "abort":
             raise Transient("vLLM aborted the request")
-        # The template may open the reasoning (`<think>`) for the assistant: the raw text
-        # stored is what the assistant turn holds, opening tag included.
+        text = "".join(parts)
+        if finish is None and not text:
+            raise Transient("vLLM answered without text or finish reason")
         return ModelReply(
             text=chat.prefix + text,
             finish_reason=finish or "stop",
@@ -501,6 +599,14 @@ class TritonModel:
             prompt_sent_sha256=_sha256(chat.text),
             user_text=chat.user,
         )
+
+
+def _strs_or_none(array: np.ndarray | None) -> list[str] | None:
+    if array is None or array.size == 0:
+        return None
+    return [
+        v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in array.reshape(-1)
+    ]
 
 
 def _first_str(array: np.ndarray | None) -> str | None:
@@ -572,7 +678,12 @@ def open_model(
             interface=cast(Interface, s.interface_of("judge")),
         )
     return TritonModel.from_settings(
-        s, s.generator_model, gate, tokenizer=s.generator_tokenizer, on_ready=on_ready
+        s,
+        s.generator_model,
+        gate,
+        tokenizer=s.generator_tokenizer,
+        on_ready=on_ready,
+        loops=LoopRule.of(s),
     )
 
 

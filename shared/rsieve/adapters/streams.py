@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import grpc
@@ -30,7 +30,7 @@ from tritonclient.grpc import InferResult, service_pb2
 from tritonclient.grpc._utils import _get_inference_request
 from tritonclient.utils import InferenceServerException
 
-__all__ = ["InferStream", "StreamBroken"]
+__all__ = ["InferStream", "StreamBroken", "streamed"]
 
 
 class StreamBroken(Exception):
@@ -128,3 +128,65 @@ class InferStream:
             except TimeoutError:
                 self._call.cancel()
                 self._reader.cancel()
+
+
+@contextlib.asynccontextmanager
+async def streamed(
+    client: grpcclient.InferenceServerClient,
+    model: str,
+    inputs: list[grpcclient.InferInput],
+    outputs: list[grpcclient.InferRequestedOutput],
+) -> AsyncIterator[AsyncIterator[InferResult]]:
+    """One request streamed on a stream of its own, for a caller that may stop it early
+    (a generation cut in a loop, rsieve.generate.loops): its responses as they come, to the
+    final one (Triton's empty-final-response flag marks it); leaving the block before then
+    cancels the stream, and with it the request at the engine (Triton's request
+    cancellation; the vLLM backend aborts the generation). A request of its own costs a
+    stream's setup (the module docstring), the price of being able to cancel it alone.
+    An error response raises InferenceServerException; the stream breaking, StreamBroken."""
+    request = _get_inference_request(
+        model_name=model,
+        inputs=inputs,
+        model_version="",
+        request_id=uuid.uuid4().hex,
+        outputs=outputs,
+        sequence_id=0,
+        sequence_start=False,
+        sequence_end=False,
+        priority=0,
+        timeout=None,
+        parameters=None,
+    )
+    request.parameters["triton_enable_empty_final_response"].bool_param = True
+    finished = asyncio.Event()
+
+    async def requests() -> AsyncIterator[service_pb2.ModelInferRequest]:
+        yield request
+        await finished.wait()  # the request side stays open until the last response
+
+    call = client._client_stub.ModelStreamInfer(
+        requests(), metadata=client._get_metadata(None), timeout=None
+    )
+
+    async def responses() -> AsyncGenerator[InferResult, None]:
+        try:
+            async for response in call:
+                if response.error_message:
+                    raise InferenceServerException(msg=response.error_message)
+                final = response.infer_response.parameters.get("triton_final_response")
+                yield InferResult(response.infer_response)
+                if final is not None and final.bool_param:
+                    return
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else None
+            raise StreamBroken(f"{getattr(code, 'name', code)} {exc}") from exc
+        raise StreamBroken("the server closed the stream before the final response")
+
+    reading = responses()
+    try:
+        yield reading
+    finally:
+        finished.set()
+        await reading.aclose()
+        if not call.done():
+            call.cancel()

@@ -29,6 +29,7 @@ __all__ = [
     "in_window",
     "kept_samples",
     "pass_rate",
+    "samples_saved",
     "sampling_summary",
     "settle",
     "settle_all",
@@ -216,6 +217,7 @@ def sampling_summary(outcomes: Sequence[Outcome]) -> dict[str, dict[str, Any]]:
     the verifier, so this is a lower bound of what one sample would have yielded)."""
     counts: dict[str, Counter[str]] = {}
     histograms: dict[str, Counter[tuple[int, int]]] = {}
+    drawn: dict[str, Counter[int]] = {}
     for o in outcomes:
         if o.samples is None:
             continue
@@ -227,13 +229,38 @@ def sampling_summary(outcomes: Sequence[Outcome]) -> dict[str, dict[str, Any]]:
         c["accepted_at_n"] += o.place == "accepted"
         c["accepted_at_1"] += 0 in o.samples.passed
         histograms.setdefault(family, Counter())[(passed, n)] += 1
+        drawn.setdefault(family, Counter())[n] += 1
+        for sample in (o, *o.samples.others):
+            tokens = sample.generation.output_tokens
+            if tokens is not None:
+                c["output_tokens"] += tokens
+                c["samples_with_tokens"] += 1
     return {
         family: {
             "items": c["items"],
             "samples": c["samples"],
             "pass_histogram": {f"{k}/{n}": v for (k, n), v in sorted(histograms[family].items())},
+            # Adaptive best-of-n (rsieve.generate.adaptive): samples answered per item.
+            "drawn_histogram": {str(n): v for n, v in sorted(drawn[family].items())},
             "accepted_at_n": c["accepted_at_n"],
             "accepted_at_1": c["accepted_at_1"],
+            "output_tokens": c["output_tokens"],
+            "samples_with_tokens": c["samples_with_tokens"],
         }
         for family, c in sorted(counts.items())
+    }
+
+
+def samples_saved(figures: dict[str, Any], samples: int) -> dict[str, Any]:
+    """A family's `sampling_summary` figures with what adaptive stopping saved against
+    drawing every one of `samples` per item: the samples not drawn, and the tokens they
+    would have cost at the family's mean output tokens per drawn sample (an estimate;
+    None when no sample reported its tokens)."""
+    not_drawn = max(0, figures["items"] * samples - figures["samples"])
+    known = figures.get("samples_with_tokens") or 0
+    mean = figures.get("output_tokens", 0) / known if known else None
+    return figures | {
+        "samples_max": samples,
+        "samples_not_drawn": not_drawn,
+        "tokens_saved_estimate": round(not_drawn * mean) if mean is not None else None,
     }

@@ -289,7 +289,8 @@ def _tokens(usage: dict[str, Any]) -> str:
 
 
 def _sampling_md(report: dict[str, Any]) -> list[str]:
-    """Best-of-n runs: per family, the pass rates and the yield at n against one sample."""
+    """Best-of-n runs: per family, the pass rates and the yield at n against one sample,
+    the samples drawn per item and what adaptive stopping saved."""
     sampling = report.get("sampling") or {}
     if not sampling:
         return []
@@ -300,16 +301,47 @@ def _sampling_md(report: dict[str, Any]) -> list[str]:
         "passed the verifier. An item's pass rate is its accepted samples over those "
         "answered. Yield at 1 counts the items whose first sample was accepted: the judge "
         "saw the first sample only when no sample passed, so it is a lower bound of what "
-        "one sample per question would have given.",
+        "one sample per question would have given. Samples were drawn in rounds, and an "
+        "item got no more once it had given its signal (adaptive best-of-n): enough "
+        "samples passed, or its pass-rate interval lay wholly inside or outside the "
+        "pass-rate window. Tokens saved are estimated at the family's mean output tokens "
+        "per drawn sample.",
         "",
-        "| family | items | samples | accepted at n | accepted at 1 | pass rates (k/n: items) |",
-        "|---|---|---|---|---|---|",
+        "| family | items | samples | accepted at n | accepted at 1 | pass rates (k/n: items) "
+        "| drawn per item (n: items) | samples not drawn | tokens saved (est.) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for family, s in sampling.items():
         histogram = ", ".join(f"{k}: {v}" for k, v in s["pass_histogram"].items())
+        drawn = ", ".join(f"{k}: {v}" for k, v in (s.get("drawn_histogram") or {}).items())
+        saved = s.get("tokens_saved_estimate")
         out.append(
             f"| {_cell(family)} | {s['items']} | {s['samples']} | {s['accepted_at_n']} "
-            f"| {s['accepted_at_1']} | {histogram} |"
+            f"| {s['accepted_at_1']} | {histogram} | {drawn} | {s.get('samples_not_drawn', '')} "
+            f"| {'' if saved is None else f'{saved:,}'} |"
+        )
+    return [*out, ""]
+
+
+def _loops_md(report: dict[str, Any]) -> list[str]:
+    """Families some of whose samples were cut in a repetition loop while they streamed."""
+    looped = {f: c for f, c in report["families"].items() if c.get("repetition_loops")}
+    if not looped:
+        return []
+    out = [
+        "## Loops cut short",
+        "",
+        "A generation whose text came to repeat one stretch word for word was cancelled "
+        "while it streamed and recorded `repetition_loop`, a failure like "
+        "`truncated_reasoning`; the tokens of its budget it never generated were saved.",
+        "",
+        "| family | samples cut | tokens generated | tokens saved |",
+        "|---|---|---|---|",
+    ]
+    for family, c in sorted(looped.items()):
+        out.append(
+            f"| {_cell(family)} | {c['repetition_loops']} | {c['loop_tokens_generated']:,} "
+            f"| {c['loop_tokens_saved']:,} |"
         )
     return [*out, ""]
 
@@ -697,7 +729,7 @@ def render_card(
         + ", ".join(f"`{s}` ← {_cell(f)}" for s, f in sorted(split_families.items())),
         "",
     ]
-    out += _sampling_md(report) + _cost_md(report) + ["", "## Examples", ""]
+    out += _sampling_md(report) + _loops_md(report) + _cost_md(report) + ["", "## Examples", ""]
     for split, rows in sorted(examples.items()):
         out += [f"### {split}", ""]
         for qa, image_path in rows:

@@ -26,6 +26,7 @@ from rsieve.clean.profiles import (
 )
 from rsieve.compact.compaction import dedupe, qa_key
 from rsieve.compact.rows import split_name
+from rsieve.compact.settle import samples_saved
 from rsieve.compact.traces import LengthBand, TraceLimits, gate_outcome
 from rsieve.dataset.card import render_card
 from rsieve.dataset.report import finish_report, report_part
@@ -137,6 +138,7 @@ def compose_report(
     bound: float,
     cleaning: dict[str, Any] | None,
     trace_gate: dict[str, Any] | None = None,
+    samples: int = 1,
 ) -> dict[str, Any]:
     """The run report from the partitions' merged summaries (rsieve.run.partitions);
     `trace_gate`: rsieve.compact.traces.gate_summary of the run's gate."""
@@ -148,6 +150,8 @@ def compose_report(
         calibration_tokens=calibration_tokens,
     )
     report["calibration"] = calibration
+    for family, figures in (report.get("sampling") or {}).items():
+        report["sampling"][family] = samples_saved(figures, samples)
     report["judge_false_promotion_bound"] = bound  # what `rsieve recheck DIR` holds back by
     report["judge_promotions"] = merged["promotions"]
     report["already_in_dataset"] = merged["already_in_dataset"]

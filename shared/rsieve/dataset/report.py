@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rsieve.compact.settle import sampling_summary
+from rsieve.generate.think import LOOP_FINISH
 from rsieve.judge.calibration import CalibrationRecord, record_state
 from rsieve.judge.cascade import verdict_state
 from rsieve.judge.verdicts import VERDICTS
@@ -84,6 +85,11 @@ def _family() -> dict[str, Any]:
         "near_misses": 0,
         "near_misses_promoted": 0,
         "near_miss_examples": [],
+        # Samples cut in a repetition loop while they streamed (rsieve.generate.loops):
+        # how many, the tokens they generated, and those of their budget never spent.
+        "repetition_loops": 0,
+        "loop_tokens_generated": 0,
+        "loop_tokens_saved": 0,
     }
 
 
@@ -239,6 +245,17 @@ def _count_blind(fam: dict[str, Any], outcome: Outcome) -> None:
             )
 
 
+def _count_loop(fam: dict[str, Any], gen: Generation) -> None:
+    """A sample cut in a repetition loop (rsieve.generate.loops): the tokens it generated
+    and those of its budget it never spent (unknown budget or tokens: not counted)."""
+    fam["repetition_loops"] += 1
+    budget = gen.sampling.get("max_tokens") or gen.sampling.get("max_new_tokens")
+    if gen.output_tokens is not None:
+        fam["loop_tokens_generated"] += gen.output_tokens
+        if isinstance(budget, int):
+            fam["loop_tokens_saved"] += max(0, budget - gen.output_tokens)
+
+
 def _near_miss_example(outcome: Outcome) -> dict[str, Any]:
     gen, decision = outcome.generation, outcome.decision
     assert decision is not None and decision.training is not None
@@ -287,6 +304,9 @@ def report_part(outcomes: Sequence[Outcome], quarantined: Iterable[Quarantined])
             fam["rejected_by_reason"][outcome.reason or "unknown"] += 1
         if gen.blind is not None:
             _count_blind(fam, outcome)
+        for sample in (outcome, *(outcome.samples.others if outcome.samples else ())):
+            if sample.generation.failure == LOOP_FINISH:
+                _count_loop(fam, sample.generation)
         if outcome.decision is not None and outcome.decision.near_miss:
             fam["near_misses"] += 1
             fam["near_misses_promoted"] += outcome.promoted_by == "judge"
@@ -401,6 +421,9 @@ def finish_report(
             firsts.setdefault(e["check"], e)
         fam["trace_examples"] = list(firsts.values())
     for figures in sampling.values():
+        figures["drawn_histogram"] = dict(
+            sorted(figures.get("drawn_histogram", {}).items(), key=lambda kv: int(kv[0]))
+        )
         figures["pass_histogram"] = dict(
             sorted(
                 figures["pass_histogram"].items(), key=lambda kv: tuple(map(int, kv[0].split("/")))

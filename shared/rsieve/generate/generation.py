@@ -27,6 +27,7 @@ __all__ = [
     "ready_items",
     "record_generations",
     "sampled",
+    "singles",
 ]
 
 
@@ -36,6 +37,15 @@ class ModelRequest:
     image: bytes | None = None
     # A best-of-n sample's own seed (rsieve.generate.draws); None: the model's configured one.
     seed: int | None = None
+    # The seeds of further samples of the same prompt and image (one round of an item's
+    # best-of-n, rsieve.generate.adaptive): an engine that takes vLLM's `n` answers them in
+    # one request, its prompt and image prefilled once; another asks each with its own
+    # seed, back to back (`singles`). Answered with 1 + len(seeds) replies, in order.
+    seeds: tuple[int, ...] = ()
+
+    @property
+    def n(self) -> int:
+        return 1 + len(self.seeds)
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,9 @@ class ModelReply:
     prompt_sent_sha256: str | None = None
     # The user's text as sent: the prompt, with special tokens neutralised.
     user_text: str | None = None
+    # The seed this output was drawn with, when not the request's own: output j of a
+    # request with `n` and seed s is drawn with s + j (vLLM's parallel sampling).
+    seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +101,17 @@ class AsyncModel(Protocol):
     async def generate_many_async(
         self, requests: Sequence[ModelRequest]
     ) -> list[ModelReply | Exception]: ...
+
+
+def singles(requests: Sequence[ModelRequest]) -> list[ModelRequest]:
+    """Each sample of `requests` as its own request with its own seed, in order: for an
+    engine that does not take `n` (its prefix cache, when it has one, serves the prompt
+    and image again)."""
+    return [
+        ModelRequest(r.prompt, r.image, seed)
+        for r in requests
+        for seed in ((r.seed, *r.seeds) if r.seeds else (r.seed,))
+    ]
 
 
 def _quarantine(item: Item, reason: str, detail: str = "") -> Quarantined:
@@ -202,7 +226,7 @@ def record_generations(
                 latency_s=reply.latency_s,
                 image_sent=image.meta(),
                 sample=draw.index if draw else None,
-                seed=draw.seed if draw else None,
+                seed=(reply.seed if reply.seed is not None else draw.seed) if draw else None,
             )
         )
     answered = {g.item.line for g in generations}

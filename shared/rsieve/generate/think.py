@@ -24,7 +24,10 @@ Failures, each a reason in `rsieve.schemas.REJECT_REASONS`, never scored:
 - `truncated_answer`: the budget hit after the reasoning, before any answer text (or
   inside an `<answer>` that never closes);
 - `empty_answer`: the model stopped with nothing after its reasoning;
-- `refusal`: the answer is a refusal to answer ("I'm sorry, but I can't help with that").
+- `refusal`: the answer is a refusal to answer ("I'm sorry, but I can't help with that");
+- `repetition_loop`: the generation fell into a repetition loop and was cancelled while it
+  streamed (finish reason `repetition_loop`, rsieve.generate.loops); what it wrote before
+  is kept as its reasoning.
 """
 
 from __future__ import annotations
@@ -32,9 +35,21 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["ANSWER_CLOSE", "ANSWER_OPEN", "CLOSE", "OPEN", "Parsed", "is_refusal", "parse_output"]
+__all__ = [
+    "ANSWER_CLOSE",
+    "ANSWER_OPEN",
+    "CLOSE",
+    "LOOP_FINISH",
+    "OPEN",
+    "Parsed",
+    "is_refusal",
+    "parse_output",
+]
 
 OPEN, CLOSE = "<think>", "</think>"
+# The finish reason of a generation cancelled in a loop (rsieve.generate.loops); never an
+# engine's own.
+LOOP_FINISH = "repetition_loop"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 
 # A refusal opens the answer; it is short. A long answer that merely contains "I cannot"
@@ -88,6 +103,8 @@ def _strip(text: str) -> str | None:
 
 def parse_output(raw: str, finish_reason: str = "stop") -> Parsed:
     text = raw or ""
+    if finish_reason == LOOP_FINISH:
+        return Parsed(_strip(text.split(OPEN, 1)[1] if OPEN in text else text), None, LOOP_FINISH)
     if CLOSE in text:
         head, _, tail = text.rpartition(CLOSE)
         reasoning = head.split(OPEN, 1)[1] if OPEN in head else head

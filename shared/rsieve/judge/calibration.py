@@ -17,7 +17,6 @@ audit. `summarise` keeps the run-wide bottom-k of the shards' records.
 from __future__ import annotations
 
 import hashlib
-import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any, Literal
@@ -26,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from rsieve import keys
 from rsieve.envelope import unseal
+from rsieve.intervals import Z95, wilson
 from rsieve.judge.cascade import rejection_reason, verdict_state
 from rsieve.judge.probes import WRONG_KINDS, Probe
 from rsieve.judge.verdicts import TEMPLATE_SHA256, read_verdict
@@ -47,8 +47,6 @@ __all__ = [
     "untrusted_families",
     "wilson",
 ]
-
-Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
 
 class _Model(BaseModel):
@@ -170,17 +168,6 @@ def record_state(record: CalibrationRecord) -> tuple[str, str | None]:
     if record.failed and record.verdict != "FAILED":  # stored before FAILED existed
         return "FAILED", verdict_state("FAILED", record.cause or "call_failed")[1]
     return verdict_state(record.verdict, record.cause)
-
-
-def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval of k successes in n trials (n = 0: the whole [0, 1])."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def _rate(k: int, n: int) -> dict[str, Any]:

@@ -75,6 +75,14 @@ class ModelSettings(BaseModel):
     # tokenizer's special tokens in text sent to the model. Empty: none (rsieve interface).
     generator_tokenizer: Annotated[str, DECIDES] = ""
     judge_tokenizer: Annotated[str, DECIDES] = ""
+    # Repetition loops cut short (rsieve.generate.loops, docs/sampling.md): the generator
+    # streams each answer and cancels one whose last characters are one unit of at most
+    # 512 repeated loop_min_repeats times or more, covering loop_min_chars, within the last
+    # loop_window_chars; the output is recorded `repetition_loop`. 0: no watching (and no
+    # streaming): a loop runs to max_new_tokens.
+    loop_window_chars: Annotated[int, SINCE_FIRST_ID] = Field(2048, ge=0, le=65536)
+    loop_min_repeats: Annotated[int, SINCE_FIRST_ID] = Field(4, ge=2, le=1000)
+    loop_min_chars: Annotated[int, SINCE_FIRST_ID] = Field(160, ge=16)
     # Reasoning on: what it means depends on the template's thinking mode (rsieve.generate.chat).
     reasoning: Annotated[bool, DECIDES] = True
     # Images are sent at most this long on their longest side (resized, re-encoded PNG).

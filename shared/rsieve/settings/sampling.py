@@ -22,6 +22,13 @@ class SamplingSettings(BaseModel):
     # seed sample_seed(seed, item id, k), so a rerun asks exactly the same.
     samples: Annotated[int, DECIDES] = Field(1, ge=1, le=64)
     seed: Annotated[int, DECIDES] = Field(0, ge=0, lt=2**31)
+    # Adaptive best-of-n (rsieve.generate.adaptive): an item stops once `enough` of its
+    # samples passed (None: 1 with keep first and no pass-rate window, else 0; 0: off), or
+    # once the Wilson interval of its pass rate lies wholly inside or outside the
+    # pass-rate window. Samples go out `sample_round` per item at a time (0: max(enough,
+    # samples / 4)), so an easy item stops after its first round.
+    enough: Annotated[int | None, SINCE_FIRST_ID] = Field(None, ge=0, le=64)
+    sample_round: Annotated[int, SINCE_FIRST_ID] = Field(0, ge=0, le=64)
     # Accepted answers kept per item: `first` keeps the first; `distinct` every one whose
     # answer the protocol does not match to a kept one's and whose reasoning differs.
     keep: Annotated[Literal["first", "distinct"], SINCE_FIRST_ID] = "first"
@@ -49,6 +56,24 @@ class SamplingSettings(BaseModel):
             raise ValueError(f"pass_rate_window {w} is not [low, high] with 0 <= low <= high <= 1")
         if w and self.samples == 1:
             raise ValueError("a pass-rate window needs several samples (samples > 1)")
+        return self
+
+    @model_validator(mode="after")
+    def _enough_is_a_stopping_rule(self) -> SamplingSettings:
+        if self.enough and self.samples == 1:
+            raise ValueError("enough stops an item's sampling early: it needs samples > 1")
+        if self.enough and self.enough > self.samples:
+            raise ValueError(f"enough={self.enough} is more than samples={self.samples}")
+        if self.enough and self.circular:
+            raise ValueError(
+                "circular sampling accepts an item only when every rotation passes: every "
+                "sample is drawn, so enough does not apply"
+            )
+        if self.enough and self.pass_rate_window:
+            raise ValueError(
+                "enough stops an item before its pass rate is known; with a pass-rate "
+                "window the item's pass-rate interval decides when it stops"
+            )
         return self
 
     @model_validator(mode="after")

@@ -41,6 +41,17 @@ BlindPolicy = Annotated[
         "(kept out of _RS_think) | drop (rejected)"
     ),
 ]
+Enough = Annotated[
+    int | None,
+    typer.Option(
+        help="adaptive best-of-n: an item stops once K samples passed (default 1 with "
+        "--keep first and no window; 0: every sample drawn)"
+    ),
+]
+SampleRound = Annotated[
+    int | None,
+    typer.Option(help="samples asked per item per round (default max(K, samples/4))"),
+]
 Window = Annotated[
     str | None,
     typer.Option(help="LOW,HIGH: keep accepted items whose pass rate lies within (e.g. 0.2,0.8)"),
@@ -55,6 +66,8 @@ OPTIONS: dict[str, Any] = {
     "keep": Keep,
     "max_kept": MaxKept,
     "pass_rate_window": Window,
+    "enough": Enough,
+    "sample_round": SampleRound,
     "circular": Circular,
     "blind_pass": BlindPass,
     "blind_policy": BlindPolicy,

@@ -1,0 +1,105 @@
+"""Repetition loops caught while the model still generates (docs/sampling.md, "Loops cut
+short"). Pure.
+
+A reasoning model that falls into a loop repeats one stretch of text, word for word, until
+its token budget ends; the output is then cut off inside the reasoning and teaches
+nothing, but every token of the loop was paid for. A streamed generation is watched
+instead: `LoopWatch.feed` takes each delta and says, every `LoopRule.every_chars` new
+characters, whether the text now ends in a loop; the caller cancels the request and
+records the output as `repetition_loop` (rsieve.schemas.REJECT_REASONS), counting the
+tokens it did not generate as saved.
+
+What counts as a loop (`loop_at_end`): the text's last characters are one unit of at most
+`max_unit_chars` repeated at least `min_repeats` times in a row, exactly, covering at
+least `min_chars`. Exact repetition is what a decoding loop looks like (the same tokens
+come back because they were the likeliest continuation of themselves); reasoning that
+returns to a subject in other words is not cut. The tail is read with the prefix
+function (Knuth-Morris-Pratt) of the reversed tail: the longest prefix of the reversed
+text with period p is the repeated stretch, in time linear in the tail.
+
+The trace gate's `repetition` check (rsieve.compact.traces) judges whole accepted traces
+by the share one span covers; this catches the running loop at its end, before the budget
+is spent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rsieve.settings import Settings
+
+__all__ = ["LoopRule", "LoopWatch", "loop_at_end"]
+
+
+@dataclass(frozen=True)
+class LoopRule:
+    """When a streamed output is a loop. `window_chars`: the tail examined (0: no
+    watching); `every_chars`: new characters between two looks."""
+
+    window_chars: int = 2048
+    min_repeats: int = 4
+    min_chars: int = 160
+    max_unit_chars: int = 512
+    every_chars: int = 256
+
+    @property
+    def on(self) -> bool:
+        return self.window_chars > 0
+
+    @classmethod
+    def of(cls, s: Settings) -> LoopRule:
+        return cls(
+            window_chars=s.loop_window_chars,
+            min_repeats=s.loop_min_repeats,
+            min_chars=s.loop_min_chars,
+        )
+
+
+def _prefix_function(s: str) -> list[int]:
+    pi = [0] * len(s)
+    k = 0
+    for i in range(1, len(s)):
+        c = s[i]
+        while k and s[k] != c:
+            k = pi[k - 1]
+        if s[k] == c:
+            k += 1
+        pi[i] = k
+    return pi
+
+
+def loop_at_end(text: str, rule: LoopRule) -> tuple[int, int] | None:
+    """(unit characters, characters the repeats cover) when `text` ends in a loop, else
+    None. Only the last `rule.window_chars` characters are read."""
+    tail = text[-rule.window_chars :][::-1] if rule.window_chars else ""
+    if len(tail) < rule.min_chars:
+        return None
+    pi = _prefix_function(tail)
+    # The longest prefix of the reversed tail that is periodic with a short period: for
+    # each length L from the longest down, its smallest period is L - pi[L-1].
+    for length in range(len(tail), rule.min_chars - 1, -1):
+        unit = length - pi[length - 1]
+        if unit <= rule.max_unit_chars and length >= unit * rule.min_repeats:
+            return unit, length
+    return None
+
+
+@dataclass
+class LoopWatch:
+    """One streamed output's watch: `feed` each delta; True once the text ends in a loop
+    (and from then on)."""
+
+    rule: LoopRule
+    text: str = ""
+    looped: tuple[int, int] | None = None
+    _since: int = field(default=0, repr=False)
+
+    def feed(self, delta: str) -> bool:
+        if self.looped is not None:
+            return True
+        self.text += delta
+        self._since += len(delta)
+        if self.rule.on and self._since >= self.rule.every_chars:
+            self._since = 0
+            self.looped = loop_at_end(self.text, self.rule)
+        return self.looped is not None
