@@ -8,6 +8,7 @@ import hashlib
 import io
 import shutil
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from rapidfuzz.distance import Levenshtein
 from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel
 from rsieve.adapters.tokenizer import load_chat_template
 from rsieve.errors import RetryableError
+from rsieve.generate.loops import LoopRule
 from rsieve.generate.think import parse_output
 from rsieve_cli.local import processes, triton_server
 from rsieve_cli.local.ports import free_port
@@ -153,6 +155,22 @@ def test_vllm_path_sends_what_the_backend_expects(triton: str, qwen3_vl: str) ->
         assert (parsed.answer, parsed.failure, reply.finish_reason) == ("MIMIC", None, "stop")
         assert reply.input_tokens and reply.output_tokens  # return_num_*_tokens honoured
         assert '"temperature": 0.0' in reply.text
+
+
+def test_vllm_path_streamed_is_the_same_reply(triton: str, qwen3_vl: str) -> None:
+    """Watching for loops streams each sample (a stream of its own, the empty final
+    response marking its end): the reply is the whole one's, token counts summed."""
+    requests = [ModelRequest("Read the amount.", png("11850"), seed=7), ModelRequest("Judge.")]
+    whole = replies(
+        TritonModel(triton, "vllm-mimic", max_new_tokens=64, tokenizer=qwen3_vl), requests
+    )
+    watched = TritonModel(
+        triton, "vllm-mimic", max_new_tokens=64, tokenizer=qwen3_vl, loops=LoopRule()
+    )
+    streamed = replies(watched, requests)
+    for a, b in zip(whole, streamed, strict=True):
+        assert replace(a, latency_s=None) == replace(b, latency_s=None)
+        assert b.finish_reason == "stop" and b.output_tokens
 
 
 def test_vllm_path_budget_hit_is_truncated_reasoning(triton: str, qwen3_vl: str) -> None:

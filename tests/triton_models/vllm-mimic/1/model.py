@@ -10,6 +10,10 @@ prepended to ``text_output`` unless ``exclude_input_in_output`` is true; the out
 at ``max_tokens`` whitespace-separated "tokens" (finish reason ``length``); finish reason
 and token counts are sent only when their ``return_*`` flag is true; a prompt whose count
 of ``<|image_pad|>`` differs from the number of images is refused, as vLLM refuses it.
+With ``stream`` true the answer comes in two responses, as the backend streams: the first
+half of the words (finish reason ``None``, the backend's while it runs), then the rest
+with the finish reason and the final flag; token counts are per response (the backend's
+deltas), and ``exclude_input_in_output`` must be true (the backend refuses otherwise).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ class TritonPythonModel:
         if not pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"])):
             raise pb_utils.TritonModelException("vllm-mimic must be decoupled, as vLLM is")
 
-    def _answer(self, request: Any) -> Any:
+    def _answer(self, request: Any) -> list[Any]:
         text_input = pb_utils.get_input_tensor_by_name(request, "text_input")
         if text_input is None:
             raise RequestError("text_input is required")
@@ -80,10 +84,23 @@ class TritonPythonModel:
         words = body.split(" ")
         budget = int(params.get("max_tokens", 16))
         finish = "length" if len(words) > budget else "stop"
-        generated = " ".join(words[:budget])
-        output = generated if _flag(request, "exclude_input_in_output") else prompt + generated
+        kept = words[:budget]
+        if not _flag(request, "stream"):
+            generated = " ".join(kept)
+            output = generated if _flag(request, "exclude_input_in_output") else prompt + generated
+            return [self._response(request, output, finish, prompt, len(kept))]
+        if not _flag(request, "exclude_input_in_output"):
+            raise RequestError("When streaming, `exclude_input_in_output` = False is not allowed.")
+        half = len(kept) // 2
+        first, rest = " ".join(kept[:half]), " ".join(kept[half:])
+        return [
+            self._response(request, first + (" " if half else ""), "None", prompt, half),
+            self._response(request, rest, finish, prompt, len(kept) - half),
+        ]
+
+    def _response(self, request: Any, text: str, finish: str, prompt: str, tokens: int) -> Any:
         tensors = [
-            pb_utils.Tensor("text_output", np.array([output.encode("utf-8")], dtype=np.object_))
+            pb_utils.Tensor("text_output", np.array([text.encode("utf-8")], dtype=np.object_))
         ]
         if _flag(request, "return_finish_reason"):
             tensors.append(
@@ -97,9 +114,7 @@ class TritonPythonModel:
             )
         if _flag(request, "return_num_output_tokens"):
             tensors.append(
-                pb_utils.Tensor(
-                    "num_output_tokens", np.array([min(budget, len(words))], dtype=np.uint32)
-                )
+                pb_utils.Tensor("num_output_tokens", np.array([tokens], dtype=np.uint32))
             )
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
@@ -108,10 +123,13 @@ class TritonPythonModel:
         for request in requests:
             sender = request.get_response_sender()
             try:
-                response = self._answer(request)
+                responses = self._answer(request)
             except Exception as exc:  # noqa: BLE001 - this request's error only
-                response = pb_utils.InferenceResponse(
-                    output_tensors=[], error=pb_utils.TritonError(f"vllm-mimic: {exc}")
-                )
-            sender.send(response, flags=final)
+                responses = [
+                    pb_utils.InferenceResponse(
+                        output_tensors=[], error=pb_utils.TritonError(f"vllm-mimic: {exc}")
+                    )
+                ]
+            for k, response in enumerate(responses):
+                sender.send(response, flags=final if k == len(responses) - 1 else 0)
         return None
