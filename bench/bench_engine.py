@@ -21,6 +21,18 @@ Figures (in the steady window, between 10% and 90% of the items finished by the 
   included; not Triton) over the run, per item;
 - engine_scaleout_ratio: items/s with two engines (two Triton servers, a generator worker
   each) over items/s with one, both steady.
+
+GPU tokens (issue 40; the engine's counters over whole runs, not a window):
+- adaptive: one pool at n = 8 with every sample drawn (`enough` 0) and with adaptive
+  stopping (the defaults: keep first, an item stops at its first round with a pass):
+  tokens_ratio (decode tokens generated, adaptive / every sample) and accepted_ratio
+  (items accepted, adaptive / every sample), from each run's report;
+- prefill_tokens_ratio: tokens the engine prefilled per item at n = 8 (the every-sample
+  run, the first on its pool) over n = 1 (the one-engine run);
+- loop_tokens_saved_ratio: over every run, the decode tokens the looping outputs never
+  generated because the generator cut them (rsieve.generate.loops) over the tokens those
+  loops were drawn to generate (to max_new_tokens). The stand-in makes LOOP_SHARE of its
+  outputs loop, in every run of this bench.
 """
 
 from __future__ import annotations
@@ -65,6 +77,10 @@ SETTINGS = {
     "RSIEVE_PURITY_EMBEDDING": "false",
     "RSIEVE_MAX_NEW_TOKENS": "4096",
 }
+# Outputs of the stand-in that fall into a repetition loop (to the token budget, unless cut).
+LOOP_SHARE = "0.03"
+# Best-of-n for the tokens figures: n = 8 on a pool of this share of the items.
+TOKENS_SAMPLES, TOKENS_SHARE = 8, 15
 _LINE = re.compile(r"^rsieve_standin_(\w+)\{[^}]*\}\s+([0-9.e+-]+)$", re.M)
 
 
@@ -164,9 +180,11 @@ def one_run(
     ports: list[int],
     pids: dict[str, int],
     samples: int = 1,
+    sampling_extra: dict[str, Any] | None = None,
+    steady_window: bool = True,
 ) -> dict[str, Any]:
     """One run of `pool`; `samples` > 1: best-of-n at temperature 0.7 (the run's own
-    sampling), the engine's steady window counted in samples."""
+    sampling, with `sampling_extra`), the engine's steady window counted in samples."""
     from rsieve_cli.client import wait_for_run
 
     settle(pids)
@@ -176,14 +194,18 @@ def one_run(
     t0_wall = time.time() - (time.monotonic() - sampler.t0)
     sampler.start()
     wall0 = time.monotonic()
-    sampling = {"samples": samples, "temperature": 0.7} if samples > 1 else None
+    sampling = (
+        {"samples": samples, "temperature": 0.7, **(sampling_extra or {})} if samples > 1 else None
+    )
     run, settings = submit(stack, pool, dataset, sampling)
     status = wait_for_run(settings, run, timeout=1200, poll_s=2.0)
     wall = time.monotonic() - wall0
     cpu = tree_cpu_s(list(pids.values())) - cpu0
+    time.sleep(0.3)  # the engine's last counters published
     sampler.stop.set()
     sampler.join()
-    figures = steady(sampler.samples, items * samples)
+    first, last = sampler.samples[0][1], engine_counters(ports)
+    figures = steady(sampler.samples, items * samples) if steady_window else {}
     timeline = [
         {
             "t": round(t, 2),
@@ -205,8 +227,39 @@ def one_run(
         "adds_up": status.get("manifest", {}).get("adds_up"),
         "timeline": timeline,
         "shards_stored_at_s": shard_times(settings, run, t0_wall),
+        # The engines' counters over the whole run (every engine summed).
+        "engine_totals": {
+            k: sum(m.get(k, 0.0) for m in last) - sum(m.get(k, 0.0) for m in first) for k in COUNTED
+        },
+        "accepted": accepted(settings, dataset, run),
         "settings": settings,
     }
+
+
+# The stand-in's counters a run's totals keep.
+COUNTED = (
+    "finished_total",
+    "generated_tokens_total",
+    "prefill_tokens_total",
+    "prefix_cached_tokens_total",
+    "cancelled_total",
+    "cancelled_unused_tokens_total",
+    "loop_outputs_total",
+    "loop_tokens_total",
+    "loop_unused_tokens_total",
+)
+
+
+def engine_counters(ports: list[int]) -> list[dict[str, float]]:
+    return [engine_metrics(p) for p in ports]
+
+
+def accepted(settings: Any, dataset: str, run: str) -> int:
+    """Items the run accepted, from its committed report."""
+    from rsieve.adapters.storage import S3Store
+
+    report = json.loads(S3Store(settings).get(f"datasets/{dataset}/commits/{run}/run_report.json"))
+    return sum(int(f["accepted"]) for f in report["families"].values())
 
 
 def second_engine(stack: Stack, root: Path) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
@@ -257,13 +310,15 @@ def bench(
     # Best-of-n at n = 4 on a quarter of the items: as many sequences as the n = 1 run.
     sampled_items = max(1, items // BEST_OF)
     sampled_pool = make_pool(root / "pool-n4", sampled_items, wrong_every=0, prefix="n4")
+    tokens_items = max(20, items // TOKENS_SHARE)
+    tokens_pool = make_pool(root / "pool-n8", tokens_items, wrong_every=0, prefix="n8")
     models = {
         ENGINE: ENGINE_DIR,
         "judge-abstain": ROOT / "deploy" / "triton" / "cpu" / "judge-abstain",
     }
     env = {**SETTINGS, "RSIEVE_GENERATOR_TOKENIZER": str(tokenizer), **(overrides or {})}
     print(f"engine: starting the stack in {root} ...", flush=True)
-    stack = start_stack(root / "stack", models, env)
+    stack = start_stack(root / "stack", models, env, {"RSIEVE_STANDIN_P_LOOP": LOOP_SHARE})
     out: dict[str, Any] = {}
     extra: list[subprocess.Popen[bytes]] = []
     try:
@@ -283,9 +338,33 @@ def bench(
             [stack.config.triton_metrics_port],
             pids,
             samples=BEST_OF,
+            sampling_extra={"enough": 0},  # every sample: the throughput of n = 4
         )
         four.pop("settings")
         out["best_of_n"] = best_of_n(one, four)
+        port = [stack.config.triton_metrics_port]
+        tokens: dict[str, dict[str, Any]] = {}
+        runs: tuple[tuple[str, dict[str, Any]], ...] = (
+            ("every_sample", {"enough": 0}),
+            ("adaptive", {}),
+        )
+        for name, chosen in runs:
+            print(
+                f"engine: {tokens_items} items x {TOKENS_SAMPLES} samples, {name} ...", flush=True
+            )
+            tokens[name] = one_run(
+                stack,
+                tokens_pool,
+                tokens_items,
+                f"bench-engine-n8-{name.replace('_', '-')}",
+                port,
+                pids,
+                samples=TOKENS_SAMPLES,
+                sampling_extra=chosen,
+                steady_window=False,
+            )
+            tokens[name].pop("settings")
+        out.update(gpu_tokens(one, four, tokens))
         if scale_out:
             print(f"engine: {items} items, two engines ...", flush=True)
             triton2, ports = second_engine(stack, root / "stack")
@@ -327,6 +406,52 @@ def bench(
 
 
 BEST_OF = 4
+
+
+def gpu_tokens(
+    one: dict[str, Any], four: dict[str, Any], tokens: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """The GPU-token figures (module docstring) from the runs' engine totals."""
+    fixed, adaptive = tokens["every_sample"], tokens["adaptive"]
+    ft, at = fixed["engine_totals"], adaptive["engine_totals"]
+    loops = [r["engine_totals"] for r in (one, four, fixed, adaptive)]
+    drawn = sum(t["loop_tokens_total"] for t in loops)
+    unused = sum(t["loop_unused_tokens_total"] for t in loops)
+    per_item_8 = ft["prefill_tokens_total"] / fixed["items"]
+    per_item_1 = one["engine_totals"]["prefill_tokens_total"] / one["items"]
+    return {
+        "adaptive": {
+            "samples": TOKENS_SAMPLES,
+            "items": fixed["items"],
+            "tokens_ratio": at["generated_tokens_total"] / ft["generated_tokens_total"],
+            "accepted_ratio": adaptive["accepted"] / fixed["accepted"],
+            "generated_tokens": {
+                "every_sample": ft["generated_tokens_total"],
+                "adaptive": at["generated_tokens_total"],
+            },
+            "outputs": {
+                "every_sample": ft["finished_total"] + ft["cancelled_total"],
+                "adaptive": at["finished_total"] + at["cancelled_total"],
+            },
+            "accepted": {"every_sample": fixed["accepted"], "adaptive": adaptive["accepted"]},
+            "wall_s": {"every_sample": fixed["wall_s"], "adaptive": adaptive["wall_s"]},
+        },
+        "prefill_tokens_ratio": per_item_8 / per_item_1,
+        "prefill_tokens_per_item": {
+            f"n={TOKENS_SAMPLES}": per_item_8,
+            "n=1": per_item_1,
+            f"n={TOKENS_SAMPLES} from the prefix cache": ft["prefix_cached_tokens_total"]
+            / fixed["items"],
+        },
+        "loop_tokens_saved_ratio": unused / drawn if drawn else None,
+        "loops": {
+            "share": float(LOOP_SHARE),
+            "outputs": sum(t["loop_outputs_total"] for t in loops),
+            "tokens_drawn": drawn,
+            "tokens_saved": unused,
+            "cancelled": sum(t["cancelled_total"] for t in loops),
+        },
+    }
 
 
 def best_of_n(one: dict[str, Any], four: dict[str, Any]) -> dict[str, Any]:
@@ -414,6 +539,40 @@ def print_table(r: dict[str, Any]) -> None:
                 f"{b['cpu_ms_per_item']:.2f}",
                 f"{b['cpu_ms_per_sample']:.2f} per sample; {base['cpu_ms_per_item']:.2f} at n = 1 "
                 f"({b['items']} items x {b['samples']})",
+            ),
+        ]
+    if "adaptive" in r:
+        a = r["adaptive"]
+        g, acc = a["generated_tokens"], a["accepted"]
+        p = r["prefill_tokens_per_item"]
+        at_n = p[f"n={a['samples']}"]
+        loops = r["loops"]
+        rows += [
+            (
+                "tokens_ratio",
+                f"{a['tokens_ratio']:.3f}",
+                f"n = {a['samples']}, {a['items']} items: {g['adaptive']:,.0f} decode tokens "
+                f"adaptive / {g['every_sample']:,.0f} every sample",
+            ),
+            (
+                "accepted_ratio",
+                f"{a['accepted_ratio']:.3f}",
+                f"{acc['adaptive']} / {acc['every_sample']} items accepted",
+            ),
+            (
+                "prefill_tokens_ratio",
+                f"{r['prefill_tokens_ratio']:.3f}",
+                f"{at_n:.0f} tokens prefilled per item at n = {a['samples']} / "
+                f"{p['n=1']:.0f} at n = 1",
+            ),
+            (
+                "loop_tokens_saved_ratio",
+                "n/a"
+                if r["loop_tokens_saved_ratio"] is None
+                else f"{r['loop_tokens_saved_ratio']:.3f}",
+                f"{loops['tokens_saved']:,.0f} of {loops['tokens_drawn']:,.0f} loop tokens "
+                f"never generated; {loops['outputs']:.0f} looping outputs "
+                f"({100 * loops['share']:.0f}% of outputs), {loops['cancelled']:.0f} cancelled",
             ),
         ]
     print(f"\n{'figure':<28}{'value':>14}  conditions")

@@ -305,12 +305,21 @@ def floor_cpu_ms(pool: Path) -> dict[str, float]:
 
 
 # ----------------------------------------------------------------------------- stack runs
-def start_stack(root: Path, models: dict[str, Path], settings_env: dict[str, str]) -> Stack:
+def start_stack(
+    root: Path,
+    models: dict[str, Path],
+    settings_env: dict[str, str],
+    triton_env: dict[str, str] | None = None,
+) -> Stack:
     repo = root / "models"
     for name, src in models.items():
         shutil.copytree(src, repo / name)
     config = StackConfig.free_ports(
-        root / "state", model_repository=repo, models=list(models), settings_env=settings_env
+        root / "state",
+        model_repository=repo,
+        models=list(models),
+        settings_env=settings_env,
+        triton_env=triton_env or {},
     )
     stack = Stack(config)
     stack.up()
@@ -574,7 +583,13 @@ def main() -> None:
 
         engine = bench_engine.bench(args.items, machine=machine)
         results["engine"] = engine
-        for key in ("engine_saturation_ratio", "engine_cpu_ms_per_item", "engine_scaleout_ratio"):
+        for key in (
+            "engine_saturation_ratio",
+            "engine_cpu_ms_per_item",
+            "engine_scaleout_ratio",
+            "prefill_tokens_ratio",
+            "loop_tokens_saved_ratio",
+        ):
             results[key] = engine[key]
     results["conditions"] = {
         "machine": f"{os.cpu_count()} cores, no GPU; all processes on it",
