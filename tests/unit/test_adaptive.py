@@ -35,7 +35,7 @@ def test_the_wilson_interval_is_the_published_one() -> None:
 
 
 def test_the_defaults_stop_keep_first_at_its_first_pass() -> None:
-    base = {"samples": 8, "temperature": 0.7}
+    base: dict[str, Any] = {"samples": 8, "temperature": 0.7}
     assert adaptive_of(Settings(**base)) == Adaptive(samples=8, enough=1, round=2)
     # distinct wants several different answers: every sample unless `enough` is set.
     assert not adaptive_of(Settings(**base, keep="distinct", max_kept=3)).on
@@ -172,8 +172,9 @@ def test_the_audit_holds_with_variable_samples(runs: dict[str, Any]) -> None:
 
 def test_a_runs_identity_names_its_stopping_rule() -> None:
     base: dict[str, Any] = {"samples": 8, "temperature": 0.7}
+    extras: list[dict[str, Any]] = [{}, {"enough": 0}, {"enough": 2}, {"sample_round": 4}]
     ids = {
         json.dumps(identity(Settings(**base, **extra).fingerprint()), sort_keys=True)
-        for extra in ({}, {"enough": 0}, {"enough": 2}, {"sample_round": 4})
+        for extra in extras
     }
     assert len(ids) == 4

@@ -346,6 +346,7 @@ class TritonPythonModel:
             elif index:
                 digest.update(b"\0output %d" % index)
             return digest.digest()
+
         mode = (
             "plain"
             if prompt.endswith(CLOSED_EMPTY)
