@@ -98,6 +98,12 @@ def test_every_deciding_field_changes_the_run_id(name: str) -> None:
         for policy in ("nothink", "drop"):
             assert _rid(Settings(blind_pass=True, blind_policy=policy)) != _rid(blind)
         return
+    if name in ("enough", "sample_round"):  # adaptive sampling needs several samples
+        several: dict[str, Any] = {"samples": 4, "temperature": 0.5}
+        for value in (0, 2) if name == "enough" else (1, 2):
+            changed = Settings(**several, **{name: value})
+            assert _rid(changed) != _rid(Settings(**several)), (name, value)
+        return
     if name == "pass_rate_window":  # a window needs several samples
         sampled: dict[str, Any] = {"samples": 4, "temperature": 0.5}
         windowed = Settings(pass_rate_window=[0.2, 0.8], **sampled)

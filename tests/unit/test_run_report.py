@@ -106,6 +106,9 @@ def test_consistent_run_adds_up() -> None:
         "near_misses": 0,
         "near_misses_promoted": 0,
         "near_miss_examples": [],
+        "repetition_loops": 0,
+        "loop_tokens_generated": 0,
+        "loop_tokens_saved": 0,
     }
     # Records written before the thinking mode and model kinds were stored.
     assert report["thinking_modes"] == {"unrecorded": 6}
