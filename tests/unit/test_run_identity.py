@@ -101,7 +101,8 @@ def test_every_deciding_field_changes_the_run_id(name: str) -> None:
     if name in ("enough", "sample_round"):  # adaptive sampling needs several samples
         several: dict[str, Any] = {"samples": 4, "temperature": 0.5}
         for value in (0, 2) if name == "enough" else (1, 2):
-            changed = Settings(**several, **{name: value})
+            chosen: dict[str, Any] = {**several, name: value}
+            changed = Settings(**chosen)
             assert _rid(changed) != _rid(Settings(**several)), (name, value)
         return
     if name == "pass_rate_window":  # a window needs several samples
