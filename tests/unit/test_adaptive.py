@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,8 @@ from pydantic import ValidationError
 from rsieve.dataset.audit import audit_run
 from rsieve.generate.adaptive import Adaptive, adaptive_of, next_round, stopped
 from rsieve.generate.draws import sample_seed
+from rsieve.generate.generation import ModelInfo, ModelReply, singles
+from rsieve.generate.think import LOOP_FINISH
 from rsieve.intervals import wilson
 from rsieve.settings import Settings, identity
 from tests.unit.test_best_of_n import StochasticStandIn, make_pool, outputs, pipeline, report
@@ -178,3 +181,48 @@ def test_a_runs_identity_names_its_stopping_rule() -> None:
         for extra in extras
     }
     assert len(ids) == 4
+
+
+class Looping(StochasticStandIn):
+    """The stochastic stand-in, but a sample whose seed is even was cut in a repetition
+    loop after 300 tokens (what the adapters return when rsieve.generate.loops fires)."""
+
+    async def generate_many_async(self, requests: Any) -> list[Any]:
+        replies = await super().generate_many_async(requests)
+        self.info = ModelInfo(
+            name="looping-stand-in",
+            version="1",
+            interface="rsieve",
+            kind="stand-in",
+            sampling={"temperature": 0.7, "max_new_tokens": 4096},
+        )
+        out = []
+        for request, reply in zip(singles(requests), replies, strict=True):
+            if request.seed is not None and request.seed % 2 == 0:
+                reply = ModelReply(
+                    text="<think>Wait, let me look again. " * 9,
+                    finish_reason=LOOP_FINISH,
+                    output_tokens=300,
+                )
+            out.append(reply)
+        return out
+
+
+def test_a_loop_cut_is_a_failure_counted_with_the_tokens_it_saved(tmp_path: Path) -> None:
+    pool = make_pool(tmp_path / "pool", count=40)
+    model = Looping(P)
+    ctx, store, run, _ = pipeline(pool, model, dataset="loops", samples=4, temperature=0.7)
+    gens = [g for out in outputs(ctx, run)["generate"].values() for g in out.generations]
+    cut = [g for g in gens if g.seed is not None and g.seed % 2 == 0]
+    assert cut and all(g.failure == LOOP_FINISH and g.answer is None for g in cut)
+    # A loop is never a pass: its item gets its next round.
+    fam = report(store, "loops", run)["families"]["SynthWords"]
+    assert fam["repetition_loops"] == len(cut)
+    assert fam["loop_tokens_generated"] == 300 * len(cut)
+    assert fam["loop_tokens_saved"] == (4096 - 300) * len(cut)
+    assert fam["adds_up"]
+    settled = [o for out in outputs(ctx, run)["judge"].values() for o in out.outcomes]
+    only_loops = [o for o in settled if o.place == "rejected" and o.reason == LOOP_FINISH]
+    assert fam["rejected_by_reason"].get(LOOP_FINISH, 0) == len(only_loops)
+    card = store.get(f"datasets/loops/commits/{run}/README.md").decode()
+    assert "## Loops cut short" in card and f"| {len(cut)} | {300 * len(cut):,} |" in card
