@@ -247,6 +247,7 @@ COUNTED = (
     "loop_outputs_total",
     "loop_tokens_total",
     "loop_unused_tokens_total",
+    "responses_total",
 )
 
 

@@ -568,17 +568,16 @@ class TritonModel:
                 asyncio.timeout(self.timeout_s),
                 streamed(client, self.model, inputs, outputs) as responses,
             ):
-                async for result in responses:
-                    delta = _first_str(result.as_numpy("text_output")) or ""
+                async for got in responses:
+                    delta = str(got.get("text_output", ""))
                     parts.append(delta)
-                    said = _first_str(result.as_numpy("finish_reason"))
+                    said = got.get("finish_reason")
                     if said and said != "None":  # the backend's str(None) while it runs
-                        finish = said
-                    if n_in is None:
-                        n_in = _first_int(result.as_numpy("num_input_tokens"))
-                    count = _first_int(result.as_numpy("num_output_tokens"))
-                    if count is not None:
-                        n_out = (n_out or 0) + count
+                        finish = str(said)
+                    if n_in is None and "num_input_tokens" in got:
+                        n_in = int(got["num_input_tokens"])
+                    if "num_output_tokens" in got:
+                        n_out = (n_out or 0) + int(got["num_output_tokens"])
                     if watch.feed(delta):
                         finish = LOOP_FINISH
                         break

@@ -30,7 +30,7 @@ from tritonclient.grpc import InferResult, service_pb2
 from tritonclient.grpc._utils import _get_inference_request
 from tritonclient.utils import InferenceServerException
 
-__all__ = ["InferStream", "StreamBroken", "streamed"]
+__all__ = ["InferStream", "StreamBroken", "first_elements", "streamed"]
 
 
 class StreamBroken(Exception):
@@ -136,10 +136,11 @@ async def streamed(
     model: str,
     inputs: list[grpcclient.InferInput],
     outputs: list[grpcclient.InferRequestedOutput],
-) -> AsyncIterator[AsyncIterator[InferResult]]:
+) -> AsyncIterator[AsyncIterator[dict[str, str | int]]]:
     """One request streamed on a stream of its own, for a caller that may stop it early
-    (a generation cut in a loop, rsieve.generate.loops): its responses as they come, to the
-    final one (Triton's empty-final-response flag marks it); leaving the block before then
+    (a generation cut in a loop, rsieve.generate.loops): its responses as they come, each
+    as its outputs' first elements (`first_elements`), to the final one (Triton's
+    empty-final-response flag marks it); leaving the block before then
     cancels the stream, and with it the request at the engine (Triton's request
     cancellation; the vLLM backend aborts the generation). A request of its own costs a
     stream's setup (the module docstring), the price of being able to cancel it alone.
@@ -168,13 +169,13 @@ async def streamed(
         requests(), metadata=client._get_metadata(None), timeout=None
     )
 
-    async def responses() -> AsyncGenerator[InferResult, None]:
+    async def responses() -> AsyncGenerator[dict[str, str | int], None]:
         try:
             async for response in call:
                 if response.error_message:
                     raise InferenceServerException(msg=response.error_message)
                 final = response.infer_response.parameters.get("triton_final_response")
-                yield InferResult(response.infer_response)
+                yield first_elements(response.infer_response)
                 if final is not None and final.bool_param:
                     return
         except grpc.RpcError as exc:
@@ -190,3 +191,24 @@ async def streamed(
         await reading.aclose()
         if not call.done():
             call.cancel()
+
+
+_INTS = {"UINT32": (4, False), "INT32": (4, True), "UINT64": (8, False), "INT64": (8, True)}
+
+
+def first_elements(response: service_pb2.ModelInferResponse) -> dict[str, str | int]:
+    """Each output's first element, read straight off the raw contents: a BYTES element as
+    text (its 4-byte length, then its bytes), an integer as an int. A streamed sample gets
+    a response per engine tick, so what InferResult.as_numpy costs (a numpy array per
+    output per response) is paid hundreds of times per sample; this is the cheap read."""
+    out: dict[str, str | int] = {}
+    raw = response.raw_output_contents
+    for tensor, data in zip(response.outputs, raw, strict=False):
+        if tensor.datatype == "BYTES":
+            if len(data) >= 4:
+                size = int.from_bytes(data[:4], "little")
+                out[tensor.name] = data[4 : 4 + size].decode("utf-8", "replace")
+        elif tensor.datatype in _INTS and data:
+            width, signed = _INTS[tensor.datatype]
+            out[tensor.name] = int.from_bytes(data[:width], "little", signed=signed)
+    return out

@@ -13,9 +13,10 @@ What counts as a loop (`loop_at_end`): the text's last characters are one unit o
 `max_unit_chars` repeated at least `min_repeats` times in a row, exactly, covering at
 least `min_chars`. Exact repetition is what a decoding loop looks like (the same tokens
 come back because they were the likeliest continuation of themselves); reasoning that
-returns to a subject in other words is not cut. The tail is read with the prefix
-function (Knuth-Morris-Pratt) of the reversed tail: the longest prefix of the reversed
-text with period p is the repeated stretch, in time linear in the tail.
+returns to a subject in other words is not cut. A unit is found by looking up the tail's
+last 32 characters earlier in it (`str.rfind`, in C): a loop has them again exactly one
+unit earlier, so normal prose costs a lookup or two, and each candidate unit is checked by
+comparing the tail with the unit repeated.
 
 The trace gate's `repetition` check (rsieve.compact.traces) judges whole accepted traces
 by the share one span covers; this catches the running loop at its end, before the budget
@@ -55,32 +56,38 @@ class LoopRule:
         )
 
 
-def _prefix_function(s: str) -> list[int]:
-    pi = [0] * len(s)
-    k = 0
-    for i in range(1, len(s)):
-        c = s[i]
-        while k and s[k] != c:
-            k = pi[k - 1]
-        if s[k] == c:
-            k += 1
-        pi[i] = k
-    return pi
+# The tail's last characters looked up again to find a unit: any loop of `min_repeats`
+# units covering `min_chars` has them again exactly one unit earlier.
+_PROBE_CHARS = 32
 
 
 def loop_at_end(text: str, rule: LoopRule) -> tuple[int, int] | None:
     """(unit characters, characters the repeats cover) when `text` ends in a loop, else
     None. Only the last `rule.window_chars` characters are read."""
-    tail = text[-rule.window_chars :][::-1] if rule.window_chars else ""
-    if len(tail) < rule.min_chars:
+    tail = text[-rule.window_chars :] if rule.window_chars else ""
+    n = len(tail)
+    if n < rule.min_chars:
         return None
-    pi = _prefix_function(tail)
-    # The longest prefix of the reversed tail that is periodic with a short period: for
-    # each length L from the longest down, its smallest period is L - pi[L-1].
-    for length in range(len(tail), rule.min_chars - 1, -1):
-        unit = length - pi[length - 1]
-        if unit <= rule.max_unit_chars and length >= unit * rule.min_repeats:
-            return unit, length
+    width = max(1, min(_PROBE_CHARS, rule.min_chars // rule.min_repeats))
+    probe = tail[n - width :]
+    at = n - width  # where the probe starts
+    lowest = max(0, at - rule.max_unit_chars)
+    hi = n - 1  # an earlier occurrence starts before `at`
+    while (found := tail.rfind(probe, lowest, hi)) >= 0:
+        unit = at - found
+        hi = found + width - 1
+        if unit * rule.min_repeats > n:
+            break  # farther occurrences only give longer units
+        piece = tail[n - unit :]
+        if tail.endswith(piece * rule.min_repeats):
+            repeats = rule.min_repeats
+            while n >= (repeats + 1) * unit and tail.startswith(piece, n - (repeats + 1) * unit):
+                repeats += 1
+            covered = repeats * unit
+            while covered < n and tail[n - covered - 1] == piece[-1 - (covered % unit)]:
+                covered += 1  # a part of the unit before the whole ones
+            if covered >= rule.min_chars:
+                return unit, covered
     return None
 
 

@@ -157,6 +157,7 @@ SHELL_COUNTERS = {  # metric name -> help; counted here, not by the engine
     "loop_outputs_total": "outputs drawn to loop until max_tokens",
     "loop_tokens_total": "tokens the looping outputs were drawn to generate (max_tokens each)",
     "loop_unused_tokens_total": "decode tokens aborted looping outputs did not generate",
+    "responses_total": "responses sent (one per request answered whole, one per tick streamed)",
 }
 COUNTERS = {name: help_ for name, (_, help_) in ENGINE_COUNTERS.items()} | SHELL_COUNTERS
 GAUGES = {
@@ -526,6 +527,7 @@ class TritonPythonModel:
             return False
         if answer is not None:
             sender.send(self._response(req, *answer), flags=FINAL if final else 0)
+            self.counts["responses_total"] += 1
         elif final:
             sender.send(flags=FINAL)
         return True
