@@ -94,7 +94,7 @@ def loop_at_end(text: str, rule: LoopRule) -> tuple[int, int] | None:
 @dataclass
 class LoopWatch:
     """One streamed output's watch: `feed` each delta; True once the text ends in a loop
-    (and from then on)."""
+    (and from then on). `text` holds the last `window_chars` characters only."""
 
     rule: LoopRule
     text: str = ""
@@ -104,7 +104,8 @@ class LoopWatch:
     def feed(self, delta: str) -> bool:
         if self.looped is not None:
             return True
-        self.text += delta
+        # Only the tail is ever read: keeping it bounds the watch's memory and copying.
+        self.text = (self.text + delta)[-self.rule.window_chars :] if self.rule.on else ""
         self._since += len(delta)
         if self.rule.on and self._since >= self.rule.every_chars:
             self._since = 0
