@@ -1,4 +1,5 @@
-"""Best-of-n through the real stack: `rsieve run --samples 4 --temperature 0.7` on Triton's
+"""Best-of-n through the real stack: `rsieve run --samples 4 --temperature 0.7` (adaptive,
+the default: an item stops at its first pass) on Triton's
 stochastic stand-in (tests/triton_models/stochastic-standin: not a model; right with
 probability 0.3 per sample, decided by the sample's seed, which the client sends as the
 model's optional `seed` input). The same pool once with one sample: the yield grows as
@@ -57,25 +58,31 @@ def test_four_samples_per_question_through_the_stack(stack: Stack, tmp_path: Pat
     accepted = {n: r["families"]["SynthWords"]["accepted"] for n, r in reports.items()}
     assert accepted["one"] < accepted["four"]
     sampling = reports["four"]["sampling"]["SynthWords"]
-    assert (sampling["items"], sampling["samples"]) == (ITEMS, 4 * ITEMS)
+    # Adaptive by default (keep first): rounds of one sample, an item stops at its first
+    # pass, and what it did not draw is counted.
+    assert sampling["items"] == ITEMS and sampling["samples"] < 4 * ITEMS
+    assert sampling["samples"] + sampling["samples_not_drawn"] == 4 * ITEMS
+    assert sum(sampling["drawn_histogram"].values()) == ITEMS
     assert sampling["accepted_at_n"] == accepted["four"]
     assert "sampling" not in reports["one"]
-    # Every accepted qa entry carries its item's pass rate; the rejected its wrong answers.
+    # Every accepted qa entry carries its item's pass rate over the samples it drew: its
+    # one pass, the last of them; the rejected its wrong answers, after all four.
     ds = datasets.load_dataset(str(tmp_path / "four" / "four"))
     for row in ds["SynthWords_RS_nothink"]:
         for qa in row["qa"]:
-            assert qa["samples"] == 4 and qa["pass_rate"] == qa["passed"] / 4 > 0
-            assert qa["seed"] is not None and 0 <= qa["sample"] < 4
+            assert qa["passed"] == 1 and 1 <= qa["samples"] <= 4
+            assert qa["pass_rate"] == 1 / qa["samples"]
+            assert qa["seed"] is not None and qa["sample"] == qa["samples"] - 1
     for row in ds["SynthWords_rejected"]:
         for qa in row["qa"]:
-            assert qa["passed"] == 0 and len(qa["wrong_answers"]) >= 1
+            assert qa["passed"] == 0 and qa["samples"] == 4 and len(qa["wrong_answers"]) >= 1
     card = (tmp_path / "four" / "four" / "README.md").read_text()
-    assert "## Best-of-n" in card and "answered every question 4 times" in card
+    assert "## Best-of-n" in card and "answered each question up to 4 times" in card
     run = reports["four"]["run"]
     audit = run_cli(stack, "audit", run, "--json")
     assert audit.returncode == 0, audit.stdout[-3000:]
     result = json.loads(audit.stdout)
-    assert result["ok"] and result["samples"] == 4 * ITEMS
+    assert result["ok"] and result["samples"] == sampling["samples"]
     # A dataset of single-sample runs refuses a best-of-n run, saying why.
     mixed = run_cli(
         stack, "submit", str(pool), "--dataset", "one", "--samples", "4", "--temperature", "0.7"

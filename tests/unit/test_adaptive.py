@@ -162,6 +162,10 @@ def test_adaptive_accepts_what_every_sample_accepts_with_fewer_samples(
     assert sa["samples"] / sf["samples"] < 0.8
     card = runs["adaptive"][1].get(f"datasets/adaptive/commits/{runs['adaptive'][2]}/README.md")
     assert "drawn per item (n: items)" in card.decode()
+    assert (
+        "answered each question up to 8 times in rounds of 2 (adaptive best-of-n: an item "
+        "got no more once 1 of its samples passed)"
+    ) in card.decode()
 
 
 def test_the_audit_holds_with_variable_samples(runs: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ import yaml
 
 from rsieve.compact.rows import features
 from rsieve.dataset.report import REASONING_FORMS, UNRECORDED
+from rsieve.generate.adaptive import rule
 from rsieve.judge.calibration import wilson
 from rsieve.judge.verdicts import TEMPLATE_SHA256, VERDICTS
 from rsieve.schemas import QUARANTINE_REASONS, REJECT_REASONS
@@ -154,8 +155,28 @@ def _production(settings: dict[str, Any], report: dict[str, Any]) -> str:
     modes = report.get("thinking_modes") or {}
     text = f"Model {names} answered every question at temperature {settings['temperature']}"
     if settings.get("samples", 1) > 1:
+        adaptive = rule(
+            settings["samples"],
+            enough=settings.get("enough"),
+            keep=settings.get("keep", "first"),
+            window=settings.get("pass_rate_window") or (),
+            circular=bool(settings.get("circular")),
+            sample_round=settings.get("sample_round", 0),
+        )
+        asked = (
+            f"each question up to {adaptive.samples} times in rounds of {adaptive.round} "
+            "(adaptive best-of-n: an item got no more once "
+            + (
+                f"{adaptive.enough} of its samples passed"
+                if adaptive.enough
+                else "its pass-rate interval lay wholly inside or outside the window"
+            )
+            + ")"
+            if adaptive.on
+            else f"every question {settings['samples']} times (best-of-n)"
+        )
         text = (
-            f"Model {names} answered every question {settings['samples']} times (best-of-n) "
+            f"Model {names} answered {asked} "
             f"at temperature {settings['temperature']}, top_p {settings.get('top_p', 1.0)}, "
             f"each sample with its own seed from base seed {settings.get('seed', 0)}; "
             f"accepted answers kept: `{settings.get('keep', 'first')}`"

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from rsieve.intervals import wilson
 from rsieve.settings import Settings
 
-__all__ = ["Adaptive", "Stop", "adaptive_of", "next_round", "stopped"]
+__all__ = ["Adaptive", "Stop", "adaptive_of", "next_round", "rule", "stop_reasons", "stopped"]
 
 # Why an item got no more samples (the card counts them).
 Stop = str  # "enough" | "inside_window" | "outside_window" | "all_drawn"
@@ -58,16 +58,36 @@ class Adaptive:
 
 
 def adaptive_of(s: Settings) -> Adaptive:
-    """The run's rule: `enough` as set, else 1 with `keep first` and no pass-rate window
-    (else 0: every sample drawn); rounds of `sample_round`, else max(K, N/4 rounded up)."""
-    if s.samples <= 1 or s.circular:
-        return Adaptive(samples=s.samples)
-    window = (s.pass_rate_window[0], s.pass_rate_window[1]) if s.pass_rate_window else None
-    enough = s.enough
+    """The run's rule (`rule`, from its settings)."""
+    return rule(
+        s.samples,
+        enough=s.enough,
+        keep=s.keep,
+        window=s.pass_rate_window,
+        circular=s.circular,
+        sample_round=s.sample_round,
+    )
+
+
+def rule(
+    samples: int,
+    *,
+    enough: int | None = None,
+    keep: str = "first",
+    window: Sequence[float] = (),
+    circular: bool = False,
+    sample_round: int = 0,
+) -> Adaptive:
+    """`enough` as set, else 1 with `keep first` and no pass-rate window (else 0: every
+    sample drawn); rounds of `sample_round`, else max(K, N/4 rounded up). Circular sampling
+    draws every sample (an item is accepted only when every rotation passes)."""
+    if samples <= 1 or circular:
+        return Adaptive(samples=samples)
+    bounds = (window[0], window[1]) if window else None
     if enough is None:
-        enough = 1 if s.keep == "first" and window is None else 0
-    step = s.sample_round or max(enough, math.ceil(s.samples / 4))
-    return Adaptive(samples=s.samples, enough=enough, window=window, round=min(step, s.samples))
+        enough = 1 if keep == "first" and bounds is None else 0
+    step = sample_round or max(enough, math.ceil(samples / 4))
+    return Adaptive(samples=samples, enough=enough, window=bounds, round=min(step, samples))
 
 
 def stopped(passed: int, answered: int, drawn: int, rule: Adaptive) -> Stop | None:
