@@ -33,6 +33,7 @@ from rsieve.generate.generation import (
     poisoned_item,
     ready_items,
     record_generations,
+    round_requests,
     sampled,
 )
 from rsieve.generate.progress import batches
@@ -137,27 +138,9 @@ def register(ctx: Context) -> None:
         async def ask(positions: list[int]) -> list[ModelReply | Exception]:
             # One request per item and round: its samples, answered with vLLM's `n` where
             # the engine takes it (one prefill), else back to back.
-            requests = [
-                ModelRequest(i.question, im.data, d.seed if d else None, tuple(more))
-                for (i, im), d, more in _rounds(positions)
-            ]
-            answers = await model.generate_many_async(requests)
+            answers = await model.generate_many_async(round_requests(entries, positions))
             await asyncio.to_thread(progress.record, positions, answers, model.info)
             return answers
-
-        def _rounds(
-            positions: list[int],
-        ) -> list[tuple[tuple[Item, PreparedImage], Draw | None, list[int]]]:
-            grouped: list[tuple[tuple[Item, PreparedImage], Draw | None, list[int]]] = []
-            for k in positions:
-                (item, image), draw = entries[k]
-                last = grouped[-1][0][0] if grouped else None
-                # Only the same question (circular sampling rotates it per sample).
-                if last and draw and (last.line, last.question) == (item.line, item.question):
-                    grouped[-1][2].append(draw.seed)
-                else:
-                    grouped.append(((item, image), draw, []))
-            return grouped
 
         async def ask_all(positions: Sequence[int]) -> list[ModelReply | Exception]:
             # Every batch in flight at once (created in order: FIFO at the gate), each

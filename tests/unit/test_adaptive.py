@@ -4,6 +4,7 @@ test_best_of_n (not a model: right with probability p per sample, decided by its
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import random
@@ -230,3 +231,36 @@ def test_a_loop_cut_is_a_failure_counted_with_the_tokens_it_saved(tmp_path: Path
     assert fam["rejected_by_reason"].get(LOOP_FINISH, 0) == len(only_loops)
     card = store.get(f"datasets/loops/commits/{run}/README.md").decode()
     assert "## Loops cut short" in card and f"| {len(cut)} | {300 * len(cut):,} |" in card
+
+
+def test_an_items_round_is_one_request_with_its_samples_seeds() -> None:
+    from rsieve.generate.draws import Draw, circular_items
+    from rsieve.generate.generation import round_requests
+    from rsieve.images import prepare_image
+    from rsieve.schemas import Item
+    from tests.e2e.pools import picture
+    from tests.unit._records import make_item
+
+    buf = io.BytesIO()
+    picture("round", (48, 32)).save(buf, format="PNG")
+    image = prepare_image(buf.getvalue(), max_side=64, max_pixels=64 * 64)
+
+    def item(line: int, question: str) -> Item:
+        return make_item(f"i{line}", line=line, question=question, protocol="mc")
+
+    a, b = item(1, "Say A"), item(2, "Say B")
+    entries = [((a, image), Draw(k, 100 + k)) for k in range(4)]
+    entries += [((b, image), Draw(k, 200 + k)) for k in range(4)]
+    requests = round_requests(entries, [0, 1, 2, 4, 5])
+    assert [(r.prompt, r.seed, r.seeds) for r in requests] == [
+        ("Say A", 100, (101, 102)),
+        ("Say B", 200, (201,)),
+    ]
+    assert [r.n for r in requests] == [3, 2] and singles(requests)[1].seed == 101
+    # Circular sampling rotates the question per sample: each sample its own request.
+    mcq = item(3, "Pick one\nA. x\nB. y\nC. z")
+    rotated = [((it, image), Draw(k, 300 + k)) for k, it in enumerate(circular_items(mcq, 3))]
+    assert [r.n for r in round_requests(rotated, [0, 1, 2])] == [1, 1, 1]
+    # One sample per item (no best-of-n): each its own request, no seed.
+    plain = [((a, image), None), ((b, image), None)]
+    assert [(r.seed, r.seeds) for r in round_requests(plain, [0, 1])] == [(None, ()), (None, ())]

@@ -7,7 +7,7 @@ images, asks the model and stores the result; `rsieve.adapters.model` speaks to 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from rsieve.generate.draws import Draw, circular_items
@@ -26,6 +26,7 @@ __all__ = [
     "poisoned_item",
     "ready_items",
     "record_generations",
+    "round_requests",
     "sampled",
     "singles",
 ]
@@ -112,6 +113,26 @@ def singles(requests: Sequence[ModelRequest]) -> list[ModelRequest]:
         for r in requests
         for seed in ((r.seed, *r.seeds) if r.seeds else (r.seed,))
     ]
+
+
+def round_requests(
+    entries: Sequence[tuple[tuple[Item, PreparedImage], Draw | None]], positions: Sequence[int]
+) -> list[ModelRequest]:
+    """The requests that ask `positions` of a shard's entries (`sampled`), in order: the
+    consecutive samples of one item with the same question as sent (circular sampling
+    rotates it per sample) are one request with the further samples' seeds (`seeds`), one
+    round of the item's best-of-n; answered with one reply per position, in order."""
+    requests: list[ModelRequest] = []
+    last: Item | None = None
+    for k in positions:
+        (item, image), draw = entries[k]
+        same = last is not None and (last.line, last.question) == (item.line, item.question)
+        if draw is not None and same:
+            requests[-1] = replace(requests[-1], seeds=(*requests[-1].seeds, draw.seed))
+        else:
+            requests.append(ModelRequest(item.question, image.data, draw.seed if draw else None))
+        last = item
+    return requests
 
 
 def _quarantine(item: Item, reason: str, detail: str = "") -> Quarantined:
