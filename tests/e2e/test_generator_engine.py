@@ -161,8 +161,9 @@ def test_a_slow_last_item_does_not_empty_the_engine_while_shards_wait(
     assert len(window) >= 40, ("the sampler saw too little of the run", running)
     full = sum(r >= SEQS for r in running) / len(running)
     print("running while shards waited:", running)
-    # A sample may fall between an item's end and its successor's arrival (milliseconds).
-    assert min(running) >= SEQS - 2, running
+    # A sample may fall between an item's end and its successor's arrival (milliseconds:
+    # each sample streams on a gRPC stream of its own, opened when its slot frees).
+    assert min(running) >= SEQS - 3, running
     assert full >= 0.9, (full, running)
     # The limit was learned from the engine (8), not max_inflight (32): nothing queued
     # inside the engine beyond requests in transit (those sent as items ended within one
