@@ -169,14 +169,19 @@ async def streamed(
         requests(), metadata=client._get_metadata(None), timeout=None
     )
 
+    ended = False
+
     async def responses() -> AsyncGenerator[dict[str, str | int], None]:
+        nonlocal ended
         try:
             async for response in call:
                 if response.error_message:
                     raise InferenceServerException(msg=response.error_message)
                 final = response.infer_response.parameters.get("triton_final_response")
-                yield first_elements(response.infer_response)
                 if final is not None and final.bool_param:
+                    ended = True
+                yield first_elements(response.infer_response)
+                if ended:
                     return
         except grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else None
@@ -187,9 +192,11 @@ async def streamed(
     try:
         yield reading
     finally:
+        # The request side closes; a request answered to its final response lets the
+        # server end the call, any other is cancelled (and aborted at the engine).
         finished.set()
         await reading.aclose()
-        if not call.done():
+        if not ended and not call.done():
             call.cancel()
 
 
