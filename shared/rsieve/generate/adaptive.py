@@ -27,14 +27,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from rsieve.intervals import wilson
 from rsieve.settings import Settings
 
-__all__ = ["Adaptive", "Stop", "adaptive_of", "next_round", "rule", "stop_reasons", "stopped"]
+__all__ = ["Adaptive", "Stop", "adaptive_of", "next_round", "rule", "stopped"]
 
-# Why an item got no more samples (the card counts them).
-Stop = str  # "enough" | "inside_window" | "outside_window" | "all_drawn"
+# Why an item gets no more samples.
+Stop = Literal["enough", "inside_window", "outside_window", "all_drawn"]
 
 
 @dataclass(frozen=True)
@@ -133,23 +134,6 @@ def next_round(
             answered = sum(v is not None for v in verdicts)
             why = stopped(sum(v is True for v in verdicts), answered, drawn, rule)
             target = drawn if why or drawn >= count else min(count, drawn + step)
-            if drawn == 0:
-                target = min(count, step)
         todo.extend(range(offset + drawn, offset + target))
         offset += count
     return todo
-
-
-def stop_reasons(
-    counts: Sequence[int], done: Mapping[int, bool | None], rule: Adaptive
-) -> list[tuple[int, Stop | None]]:
-    """Per item: (samples drawn, why it stopped), once `next_round` asks nothing more."""
-    out: list[tuple[int, Stop | None]] = []
-    offset = 0
-    for count in counts:
-        verdicts = [done[offset + k] for k in range(count) if offset + k in done]
-        drawn = len(verdicts)
-        answered = sum(v is not None for v in verdicts)
-        out.append((drawn, stopped(sum(v is True for v in verdicts), answered, drawn, rule)))
-        offset += count
-    return out
