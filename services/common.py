@@ -85,7 +85,9 @@ class BoundedCache:
         return value
 
     def __len__(self) -> int:
-        return len(self._data)
+        # under the lock: a put holds one entry over the size until it evicts
+        with self._lock:
+            return len(self._data)
 
 
 @dataclass
