@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help run test test-fast bench bench-scale test-unit lint stack-up stack-down example-pool clean
+.PHONY: help run test test-fast bench bench-scale test-unit lint stack-up stack-down example-pool clean images compose-run compose-test
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -66,5 +66,20 @@ stack-down: $(STAMP) ## stop the local stack
 example-pool: $(STAMP) ## regenerate examples/pool (byte-identical)
 	$(PY) -m scripts.make_example_pool
 
+# Containers (docs/deploy.md, "Compose without registries"): Docker's engine and Compose v2
+# installed and started when missing, the base images made here with debootstrap.
+images: $(STAMP) ## build every image of docker-compose.yml's cpu profile here, with no registry (about 10 min the first time)
+	bash deploy/docker/local/images.sh
+
+compose-run: $(STAMP) ## the example pool through `docker compose` (cpu profile), exported to out-compose/ (after `make images`)
+	$(PY) -m scripts.compose_run $(if $(wildcard out/rsieve-example/run_report.json),--expect out)
+
+# Not in `make test` (it would take CI past its time): run it before a change to deploy/,
+# docker-compose.yml or a Dockerfile lands (docs/deploy.md).
+compose-test: $(STAMP) ## compose-run with the generator killed mid-run, compared with `make run` (after `make images`)
+	$(VENV)/bin/rsieve run examples/pool --out out --dataset rsieve-example
+	$(VENV)/bin/rsieve stack down
+	RSIEVE_COMPOSE_TEST=1 $(PY) -m pytest -q -p no:xdist tests/compose
+
 clean: stack-down ## stop the stack and remove its state and the export
-	rm -rf var out
+	rm -rf var out out-compose

@@ -5,6 +5,10 @@
 #   entrypoint.sh beat [ARG...]  exec `python -m services.cleaner.beat ARG...`: the Celery beat
 #                                of continuous ingestion (exactly one per deployment; exits 0
 #                                at once when RSIEVE_WATCH_PREFIX is empty)
+#   entrypoint.sh judge-server ARG...
+#                                exec `python -m rsieve_cli.local.llama_judge ARG...`: the
+#                                cpu profile's judge, llama.cpp's server (its own /health
+#                                is its health check; the key comes from RSIEVE_LLAMA_API_KEY)
 #   entrypoint.sh --healthcheck  exit 0 when this container's rsieve service is healthy
 #
 # The service runs as PID 1 (exec, no shell in between), so `docker stop` delivers SIGTERM
@@ -24,7 +28,7 @@ set -eu
 SERVICES="api cleaner compactor generator judge verifier"
 
 usage() {
-    echo "usage: $0 {$(echo "$SERVICES" | tr ' ' '|')} | beat [--schedule FILE] | --healthcheck" >&2
+    echo "usage: $0 {$(echo "$SERVICES" | tr ' ' '|')} | beat [--schedule FILE] | judge-server ARG... | --healthcheck" >&2
 }
 
 healthcheck() {
@@ -88,6 +92,10 @@ if [ "$name" = "beat" ]; then
     shift
     cd "$(dirname "$0")/../.."
     exec python -m services.cleaner.beat "$@"
+fi
+if [ "$name" = "judge-server" ]; then
+    shift
+    exec python -m rsieve_cli.local.llama_judge "$@"
 fi
 for service in $SERVICES; do
     if [ "$service" = "$name" ]; then

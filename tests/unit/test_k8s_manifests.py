@@ -25,7 +25,8 @@ import yaml
 
 from rsieve.adapters.queues import QUEUES
 from rsieve.settings import Settings
-from tests.unit.test_deploy_files import dockerfile_stages
+from rsieve_cli.local.llama_judge import API_KEY_ENV as LLAMA_API_KEY_ENV
+from tests.unit.test_deploy_files import dockerfile_stages, interpolate, stage_lineage
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "k8s"
@@ -301,15 +302,16 @@ def model_parameters(config_pbtxt: str) -> dict[str, str]:
 
 
 def app_image_copies() -> dict[str, str]:
-    """Where the rsieve image (Dockerfile stage `app`) gets files from the builder stage:
-    destination -> source."""
-    (app,) = [body for _, name, body in dockerfile_stages() if name == "app"]
+    """Where the rsieve image (Dockerfile stage `app` and the stages it derives from) gets
+    files from the builder stage: destination -> source."""
+    bodies = {name: body for _, name, body in dockerfile_stages()}
     copies: dict[str, str] = {}
-    for line in app:
-        parts = line.split()
-        if parts[0] == "COPY" and "--from=builder" in parts:
-            source, dest = [p for p in parts[1:] if not p.startswith("--")]
-            copies[dest] = source
+    for stage in stage_lineage("app"):
+        for line in bodies[stage]:
+            parts = line.split()
+            if parts[0] == "COPY" and "--from=builder" in parts:
+                source, dest = [p for p in parts[1:] if not p.startswith("--")]
+                copies[dest] = source
     return copies
 
 
@@ -832,10 +834,10 @@ def _triton_model(
 def test_no_chat_template_setting_anywhere() -> None:
     """RSIEVE_CHAT_TEMPLATE (hand-written templates) is gone: the checkpoint's own template is
     read from its tokenizer files (RSIEVE_*_TOKENIZER). No deploy file may still set it, and
-    every RSIEVE_ name the deploy files mention is a Settings field or a variable a Triton
-    model reads (deploy/triton)."""
+    every RSIEVE_ name the deploy files mention is a Settings field or a variable a model
+    server reads (a Triton model of deploy/triton, or compose's judge-server its key)."""
     assert "chat_template" not in Settings.model_fields
-    model_vars: set[str] = set()
+    model_vars: set[str] = {LLAMA_API_KEY_ENV}
     for path in (REPO / "deploy" / "triton").rglob("*"):
         if path.is_file() and path.suffix in {".py", ".pbtxt"}:
             model_vars |= set(re.findall(r"RSIEVE_[A-Z0-9_]+", path.read_text()))
@@ -1235,7 +1237,8 @@ def test_images_agree_with_compose(rendered: dict[str, list[dict[str, Any]]]) ->
             ports = {p["containerPort"] for p in triton["ports"]}
             assert ports == {8000, 8001, 8002}
         redis = get(objs, "StatefulSet", "redis")["spec"]["template"]["spec"]["containers"][0]
-        assert redis["image"] == compose["redis"]["image"]
+        # compose's default image (.env.example's; compose.env names a local stand-in).
+        assert redis["image"] == interpolate(compose["redis"]["image"], env)
     weed = get(rendered["cpu"], "StatefulSet", "s3")["spec"]["template"]["spec"]["containers"][0]
     assert weed["image"] == f"chrislusf/seaweedfs:{env['SEAWEEDFS_VERSION']}"
     api_port = compose["api"]["ports"][0].rpartition(":")[2]
