@@ -76,7 +76,7 @@ compose-run: $(STAMP) ## the example pool through `docker compose` (cpu profile)
 
 # Not in `make test` (it would take CI past its time): run it before a change to deploy/,
 # docker-compose.yml or a Dockerfile lands (docs/deploy.md).
-compose-test: $(STAMP) ## compose-run with the generator killed mid-run, compared with `make run` (after `make images`)
+compose-test: images ## make images, then compose-run with the generator killed mid-run, compared with `make run`
 	$(VENV)/bin/rsieve run examples/pool --out out --dataset rsieve-example
 	$(VENV)/bin/rsieve stack down
 	RSIEVE_COMPOSE_TEST=1 $(PY) -m pytest -q -p no:xdist tests/compose

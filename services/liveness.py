@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 import threading
 import time
@@ -36,7 +37,7 @@ class Liveness:
     """One per process: its holder id, its heartbeat thread, its holdings."""
 
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
-        self.holder = holder_id(socket.gethostname(), os.getpid())
+        self.holder = holder_id(socket.gethostname(), os.getpid(), secrets.token_hex(4))
         self.heartbeat_s = settings.heartbeat_s
         self.lapse_s = settings.holder_lapse_s
         self.holdings = Holdings(client, settings.holder_lapse_s)

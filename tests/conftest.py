@@ -55,6 +55,7 @@ TIERS = {
 # By module, where the module as a whole needs the tier (tests/e2e is `stack` by folder).
 _TIER_MODULES = {
     "test_compose_s3": ("stack",),
+    "test_compose_stack": ("deploy", "stack"),
     "test_engine_standin": ("triton",),
     "test_generator_models": ("triton", "model"),
     "test_judge_qwen_stack": ("model",),

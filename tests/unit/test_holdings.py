@@ -229,3 +229,28 @@ def test_get_run_shows_held_orphaned_and_failed_shards(tmp_path: Path) -> None:
     assert status["failed"] == [{"shard": "00002", "reason": "E"}]
     assert "00002" in status["cannot_finish"]
     assert status["progress"]["generate"]["eta_s"] is None
+
+
+def test_a_restarted_process_is_a_new_holder() -> None:
+    """In a container the restarted service is PID 1 again under the same hostname: its id
+    must differ from the dead process's, or its heartbeat would keep the dead one's
+    holdings alive and their shards would never be requeued."""
+    from rsieve.run.holdings import holder_id, holder_pid
+
+    before, after = holder_id("c0ffee", 1, "1a2b3c4d"), holder_id("c0ffee", 1, "5e6f7a8b")
+    assert before != after
+    assert holder_pid(before) == holder_pid(after) == 1
+    assert holder_pid(holder_id("host:with:colons", 4242, "00ff00ff")) == 4242
+
+
+def test_two_liveness_in_one_process_lifetime_are_distinct_holders() -> None:
+    """Each Liveness (one per process incarnation) draws its own token."""
+    import fakeredis
+
+    from rsieve.settings import Settings
+    from services.liveness import Liveness
+
+    client = fakeredis.FakeRedis()
+    a, b = Liveness(client, Settings()), Liveness(client, Settings())
+    assert a.holder != b.holder
+    assert a.holder.split(":")[:2] == b.holder.split(":")[:2]

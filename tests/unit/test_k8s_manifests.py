@@ -303,13 +303,13 @@ def model_parameters(config_pbtxt: str) -> dict[str, str]:
 
 def app_image_copies() -> dict[str, str]:
     """Where the rsieve image (Dockerfile stage `app` and the stages it derives from) gets
-    files from the builder stage: destination -> source."""
+    files from the builder stages (builder, checkpoints): destination -> source."""
     bodies = {name: body for _, name, body in dockerfile_stages()}
     copies: dict[str, str] = {}
     for stage in stage_lineage("app"):
         for line in bodies[stage]:
             parts = line.split()
-            if parts[0] == "COPY" and "--from=builder" in parts:
+            if parts[0] == "COPY" and {"--from=builder", "--from=checkpoints"} & set(parts):
                 source, dest = [p for p in parts[1:] if not p.startswith("--")]
                 copies[dest] = source
     return copies

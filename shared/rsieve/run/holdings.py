@@ -21,6 +21,7 @@ from rsieve.schemas import TASK_QUEUES
 __all__ = [
     "Holding",
     "holder_id",
+    "holder_pid",
     "orphaned",
     "run_liveness",
     "stage_eta",
@@ -32,9 +33,18 @@ def stage_of(task: str) -> str:
     return TASK_QUEUES.get(task, task.removeprefix("rsieve."))
 
 
-def holder_id(hostname: str, pid: int) -> str:
-    """One id per process that runs tasks (a prefork child, a thread-pool worker)."""
-    return f"{hostname}:{pid}"
+def holder_id(hostname: str, pid: int, incarnation: str) -> str:
+    """One id per process that runs tasks (a prefork child, a thread-pool worker), unique
+    across restarts: `incarnation` is the process's own random token. Hostname and pid
+    alone repeat in a container, whose restarted service is PID 1 again under the same
+    hostname, and would take over the dead process's heartbeat, so its shards would never
+    count as orphaned."""
+    return f"{hostname}:{pid}:{incarnation}"
+
+
+def holder_pid(holder: str) -> int:
+    """The process id inside a holder id `hostname:pid:incarnation`."""
+    return int(holder.rsplit(":", 2)[1])
 
 
 class Holding(BaseModel):

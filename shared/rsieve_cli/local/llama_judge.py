@@ -55,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     # is named by what decides its content (see _prefix_file); absent: no file, as before.
     parser.add_argument("--kv-dir", default="")
     args = parser.parse_args(argv)
+    key = os.environ.get(API_KEY_ENV, "")
+    if not key and not _loopback(args.host):
+        # Reachable from other machines (a container's 0.0.0.0): never without a key.
+        parser.error(f"--host {args.host} is not loopback: set {API_KEY_ENV} (the bearer key)")
 
     import xllamacpp as xlc
 
@@ -73,7 +77,6 @@ def main(argv: list[str] | None = None) -> int:
     # Prometheus counters at /metrics (tokens read and generated, requests): how a test or
     # an operator sees that a run called the judge, or did not.
     params.endpoint_metrics = True
-    key = os.environ.get(API_KEY_ENV, "")
     if key:
         params.api_keys = [key]
     prefix_file = ""
@@ -108,6 +111,18 @@ def main(argv: list[str] | None = None) -> int:
     stop.wait()
     del server
     return 0
+
+
+def _loopback(host: str) -> bool:
+    """Whether `host` is an address only this machine reaches (127.0.0.0/8, ::1, localhost)."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _prefix_file(model: str, ctx_per_slot: int, xlc: object) -> str:
