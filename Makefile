@@ -80,6 +80,7 @@ compose-test: images ## make images, then compose-run with the generator killed 
 	$(VENV)/bin/rsieve run examples/pool --out out --dataset rsieve-example
 	$(VENV)/bin/rsieve stack down
 	RSIEVE_COMPOSE_TEST=1 $(PY) -m pytest -q -p no:xdist tests/compose
+	@cat out-compose/compose-test.json
 
 clean: stack-down ## stop the stack and remove its state and the export
 	rm -rf var out out-compose

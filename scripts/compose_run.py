@@ -5,9 +5,10 @@ cpu profile, on the images `make images` built on this machine (docs/deploy.md).
 
 1. `docker compose up --wait`: every service healthy (non-root, with its declared limits);
 2. examples/pool uploaded through the API with the token (`rsieve_cli.client.upload`);
-3. with `--fault`, the generator's process SIGKILLed from the host once the run is under
-   way, as the kernel's OOM killer would: compose restarts the container (restart policy),
-   the shards it held come back through the heartbeats, and the run finishes;
+3. with `--fault`, the generator's process SIGKILLed from the host once it holds a shard of
+   the run, as the kernel's OOM killer would: compose restarts the container (restart
+   policy), the shard comes back through the heartbeats (delivered a second time), and the
+   run finishes;
 4. the run waited for, audited from storage (every item in exactly one place), exported to
    out-compose/<dataset>/ and loaded with `datasets`;
 5. with `--expect DIR` (a `make run` export), splits and counts compared with it;
@@ -119,6 +120,33 @@ def hardening_failures(found: dict[str, dict[str, Any]]) -> list[str]:
     return failures
 
 
+def redis_cli(*args: str) -> str:
+    """`redis-cli ARGS` inside the redis container (which has the password in its env)."""
+    redis = containers()["redis"]["Id"]
+    return subprocess.run(
+        ["docker", "exec", redis, "redis-cli", *args], check=True, text=True, capture_output=True
+    ).stdout
+
+
+def generator_holds_a_shard(run: str) -> bool:
+    """Whether a generator process has recorded that it runs a shard of `run` (its holding,
+    services/liveness.py): killed now, it dies with work in hand."""
+    for value in redis_cli("hvals", "rsieve:holdings").splitlines():
+        try:
+            holding = json.loads(value)
+        except ValueError:
+            continue
+        if holding.get("task") == "rsieve.generate" and holding.get("kwargs", {}).get("run") == run:
+            return True
+    return False
+
+
+def deliveries(stage: str, run: str) -> int:
+    """How often the shards of `run` were delivered to `stage` (services/stage.py counts)."""
+    keys = redis_cli("--scan", "--pattern", f"rsieve:{stage}:{run}:*:deliveries").split()
+    return sum(int(redis_cli("get", key).strip() or 0) for key in keys)
+
+
 def kill_generator() -> int:
     """SIGKILL the generator container's main process from the host (a crash: compose's
     restart policy applies, unlike `docker kill`, which counts as a stop). Returns the
@@ -177,9 +205,8 @@ def main(argv: list[str] | None = None) -> int:
 
         def on_status(status: dict[str, Any]) -> None:
             nonlocal killed, restarts_before
-            # Once the cleaner has handed the generator work, and before the generator is
-            # done: the generator holds a shard when it dies.
-            if args.fault and not killed and status["stages"].get("clean", 0) >= 1:
+            # Once the generator holds a shard of the run: it dies with work in hand.
+            if args.fault and not killed and generator_holds_a_shard(run_id):
                 restarts_before = kill_generator()
                 killed = True
                 figures["killed_at_s"] = round(time.monotonic() - t0, 1)
@@ -187,9 +214,12 @@ def main(argv: list[str] | None = None) -> int:
         final = wait_for_run(settings, run_id, timeout=args.timeout, on_status=on_status)
         figures["run_s"] = round(time.monotonic() - t0, 1)
         figures["splits"] = final["manifest"]["splits"]
+        figures["generate_deliveries"] = deliveries("generate", run_id)
         if args.fault:
             generator = containers()["generator"]
             figures["generator_restarts"] = int(generator["RestartCount"]) - restarts_before
+            if figures["generate_deliveries"] < 2:
+                failures.append("the killed generator's shard was never delivered again")
             if not killed:
                 failures.append("the run ended before the generator could be killed")
             elif figures["generator_restarts"] < 1 or not generator["State"]["Running"]:

@@ -5,6 +5,7 @@ in containers); docs/deploy.md says when to run it."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 MAKE_RUN_OUT = compose_run.REPO / "out"
+FIGURES = compose_run.REPO / "out-compose" / "compose-test.json"
 
 
 def test_compose_run_survives_a_killed_generator_and_equals_make_run(
@@ -27,12 +29,15 @@ def test_compose_run_survives_a_killed_generator_and_equals_make_run(
     code = compose_run.main(
         ["--fault", "--expect", str(MAKE_RUN_OUT), "--out", str(tmp_path / "out")]
     )
-    import json
-
     figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    # The figures, for whoever runs `make compose-test` (it prints them).
+    FIGURES.parent.mkdir(parents=True, exist_ok=True)
+    FIGURES.write_text(json.dumps(figures, indent=1))
     assert figures["failures"] == [] and code == 0, figures
     # The kill happened mid-run and compose brought the container back.
     assert figures["generator_restarts"] >= 1 and "killed_at_s" in figures, figures
+    # The shard the generator died with was delivered again.
+    assert figures["generate_deliveries"] >= 2, figures
     # Every item in exactly one place, and the same splits and counts as `make run`.
     assert figures["audit_ok"] is True
     assert figures["compose"]["splits"] == figures["make_run"]["splits"]
