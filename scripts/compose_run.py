@@ -24,8 +24,12 @@ import json
 import subprocess
 import sys
 import time
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rsieve.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 LOCAL = REPO / "deploy" / "docker" / "local"
@@ -73,7 +77,7 @@ def compose_env() -> dict[str, str]:
     return env
 
 
-def client_settings(env: dict[str, str]) -> Any:
+def client_settings(env: dict[str, str]) -> Settings:
     """The settings an operator on this host uses: the API and S3 on their loopback ports."""
     from rsieve.settings import Settings
 
@@ -120,11 +124,19 @@ def hardening_failures(found: dict[str, dict[str, Any]]) -> list[str]:
     return failures
 
 
+@cache
+def redis_container() -> str:
+    """The redis container's id (it is never restarted during a run)."""
+    return str(containers()["redis"]["Id"])
+
+
 def redis_cli(*args: str) -> str:
     """`redis-cli ARGS` inside the redis container (which has the password in its env)."""
-    redis = containers()["redis"]["Id"]
     return subprocess.run(
-        ["docker", "exec", redis, "redis-cli", *args], check=True, text=True, capture_output=True
+        ["docker", "exec", redis_container(), "redis-cli", *args],
+        check=True,
+        text=True,
+        capture_output=True,
     ).stdout
 
 
@@ -144,7 +156,7 @@ def generator_holds_a_shard(run: str) -> bool:
 def deliveries(stage: str, run: str) -> int:
     """How often the shards of `run` were delivered to `stage` (services/stage.py counts)."""
     keys = redis_cli("--scan", "--pattern", f"rsieve:{stage}:{run}:*:deliveries").split()
-    return sum(int(redis_cli("get", key).strip() or 0) for key in keys)
+    return sum(int(count) for count in redis_cli("mget", *keys).split()) if keys else 0
 
 
 def kill_generator() -> int:
@@ -248,13 +260,10 @@ def main(argv: list[str] | None = None) -> int:
                 failures.append("the compose export differs from make run's in splits or counts")
     except (subprocess.CalledProcessError, TimeoutError, OSError) as exc:
         failures.append(f"{type(exc).__name__}: {exc}")
-        logs = subprocess.run(
-            ["bash", "-c", f'. "{LOCAL / "engine.sh"}" && compose logs --tail 40'],
-            cwd=REPO,
-            text=True,
-            capture_output=True,
-        )
-        print(logs.stdout[-20000:], file=sys.stderr)
+        try:
+            print(compose("logs", "--tail", "40", capture=True).stdout[-20000:], file=sys.stderr)
+        except subprocess.CalledProcessError:
+            pass  # no stack to show
     finally:
         if not args.keep:
             compose("down", "-v", "--remove-orphans")
