@@ -162,8 +162,10 @@ def test_a_slow_last_item_does_not_empty_the_engine_while_shards_wait(
     full = sum(r >= SEQS for r in running) / len(running)
     print("running while shards waited:", running)
     # A sample may fall between an item's end and its successor's arrival (milliseconds:
-    # each sample streams on a gRPC stream of its own, opened when its slot frees).
-    assert min(running) >= SEQS - 3, running
+    # each sample streams on a gRPC stream of its own, opened when its slot frees); under
+    # the suite's load on 2 cores, a rare sample caught several at once (4 of 8, once in a
+    # fresh-clone CI). An engine left to empty would show many such samples, not one in 50.
+    assert sum(r < SEQS - 3 for r in running) <= 0.02 * len(running), running
     assert full >= 0.9, (full, running)
     # The limit was learned from the engine (8), not max_inflight (32): nothing queued
     # inside the engine beyond requests in transit (those sent as items ended within one
