@@ -45,6 +45,7 @@ from rsieve.dataset.commit import (
 from rsieve.dataset.report import token_usage, tokens_summed
 from rsieve.images import IMAGE_FORMATS
 from rsieve.judge.calibration import CalibrationRecord, bottom_k, summarise
+from rsieve.judge.sequential import FamilyStop
 from rsieve.run.partitions import (
     merge_summaries,
     outcome_partition,
@@ -123,6 +124,7 @@ def route(ctx: Context, run: str, group: int) -> None:
     count = the_plan["partitions"]
     pieces: list[dict[str, list[Any]]] = [{"outcomes": [], "quarantined": []} for _ in range(count)]
     records: list[CalibrationRecord] = []
+    stops: list[dict[str, Any]] = []
     lengths: list[dict[str, list[int]]] = []
     for shard in the_plan["groups"][group]:
         judged = ctx.load_raw(run, "judge", shard)
@@ -137,6 +139,7 @@ def route(ctx: Context, run: str, group: int) -> None:
             pieces[quarantine_partition(q["line"], count)]["quarantined"].append(q)
         if cal := ctx.calibration_shard(run, shard):
             records += cal.records
+            stops.append({f: st.model_dump() for f, st in cal.stops.items()})
     for p, piece in enumerate(pieces):
         ctx.store.put(_piece(run, p, group), json.dumps(piece).encode())
     # The run's summary needs each group's bottom-k alone; the tokens of every call; its
@@ -148,6 +151,7 @@ def route(ctx: Context, run: str, group: int) -> None:
             for r in bottom_k(records, ctx.settings.judge_calibration_size)
         ],
         "tokens": token_usage((), records),
+        "stops": stops,
     }
     ctx.store.put(keys.compact_routed(run, group), json.dumps(marked).encode())  # the group's mark
 
@@ -166,6 +170,7 @@ def calibration(ctx: Context, run: str, groups: int | None) -> dict[str, Any]:
     stored = ctx.load_json(key)
     if stored is None:
         records: list[CalibrationRecord] = []
+        stops: list[dict[str, FamilyStop]] = []
         tokens: list[dict[str, Any]] = []
         lengths: list[dict[str, list[int]]] = []
         if groups is None:
@@ -173,16 +178,24 @@ def calibration(ctx: Context, run: str, groups: int | None) -> dict[str, Any]:
                 lengths.append(trace_lengths(ctx.load_raw(run, "judge", shard)["outcomes"]))
                 if cal := ctx.calibration_shard(run, shard):
                     records += cal.records
+                    stops.append(dict(cal.stops))
             tokens.append(token_usage((), records))
         else:
             for g in range(groups):
                 marked = json.loads(ctx.store.get(keys.compact_routed(run, g)))
                 records += [CalibrationRecord.model_validate(r) for r in marked["records"]]
                 tokens.append(marked["tokens"])
+                stops += [
+                    {f: FamilyStop.model_validate(st) for f, st in part.items()}
+                    for part in marked.get("stops", [])  # routed before sequential calibration
+                ]
                 lengths.append(marked.get("trace_lengths", {}))  # routed before the gate
         s = ctx.settings
         summary = summarise(
-            records, size=s.judge_calibration_size, bound=s.judge_false_promotion_bound
+            records,
+            size=s.judge_calibration_size,
+            bound=s.judge_false_promotion_bound,
+            stops=stops,
         )
         bands = length_bands(merge_lengths(lengths), TraceLimits.of(ctx.run_settings(run)))
         stored = {

@@ -13,10 +13,17 @@ from rsieve import keys
 from rsieve.adapters.tokenizer import preload_chat_template
 from rsieve.compact.settle import in_window, settle_all, to_judge
 from rsieve.generate.chat import neutralise
-from rsieve.judge.calibration import CalibrationShard, calibration_record, hopeless_families
+from rsieve.judge.calibration import (
+    CalibrationRecord,
+    CalibrationShard,
+    calibration_record,
+    hopeless_families,
+    record_state,
+)
 from rsieve.judge.cascade import apply_verdict, judge_prompt, skip_judge
 from rsieve.judge.judgecache import judge_identity
-from rsieve.judge.probes import calibration_probes, calibration_rates, probe_prompt
+from rsieve.judge.probes import WRONG_KINDS, calibration_probes, calibration_rates, probe_prompt
+from rsieve.judge.sequential import family_stops, needed, next_round, order_probes
 from rsieve.schemas import ShardOutput
 from services.common import Context
 from services.judge.ask import Pacing, ask_once, judge_specials
@@ -42,12 +49,14 @@ def register(ctx: Context) -> None:
                 size=s.judge_calibration_size,
                 rate=s.judge_calibration_rate,
             )
-            probes = calibration_probes(
-                verified,
-                size=s.judge_calibration_size,
-                rate=s.judge_calibration_rate,
-                rates=rates,
-                policy=s.training_policy(),
+            probes = order_probes(
+                calibration_probes(
+                    verified,
+                    size=s.judge_calibration_size,
+                    rate=s.judge_calibration_rate,
+                    rates=rates,
+                    policy=s.training_policy(),
+                )
             )
             # Exactly what the judge receives (its tokenizer's special tokens neutralised,
             # as its client does), known before the call: the verdict cache's key.
@@ -59,28 +68,43 @@ def register(ctx: Context) -> None:
                 batch=ctx.settings.progress_batch_items,
                 paced=lambda seconds, items: observe_pace(ctx, "judge", seconds, items),
             )
-            # Calibration first: a family whose complete calibration already shows false
-            # promotions beyond the bound is not judged (judge_skipped), never paid for.
-            probe_replies = ask_once(
-                ctx.store,
-                client,
-                who,
-                [neutralise(probe_prompt(p), specials) for p in probes],
-                **pacing,
-            )
-            records = [
-                calibration_record(probe, model=model, **probe_replies[k])
-                for k, probe in enumerate(probes)
-            ]
             in_shard = Counter(
                 f for f, _ in {(o.generation.item.family, o.generation.item.id) for o in verified}
             )
             planned = index.get("families") or {}
+            bound = s.judge_false_promotion_bound
+            # A family is decided here when the shard holds all of it (or it is too small
+            # to clear the bound whatever its other shards hold); a part of one asks its
+            # whole sample unless its own probes already clear it.
+            complete = [
+                f
+                for f, n in in_shard.items()
+                if f in planned
+                and (n >= planned[f] or planned[f] * len(WRONG_KINDS) < needed(bound))
+            ]
+            # Calibration first, sequentially: each round asks every undecided family the
+            # verdicts it still needs, in one batch; a family stops once decided.
+            records: dict[int, CalibrationRecord] = {}
+            states: dict[int, str] = {}
+            while batch := next_round(probes, states, bound, complete=complete):
+                probe_replies = ask_once(
+                    ctx.store,
+                    client,
+                    who,
+                    [neutralise(probe_prompt(probes[i]), specials) for i in batch],
+                    **pacing,
+                )
+                for i, reply in zip(batch, probe_replies, strict=True):
+                    records[i] = calibration_record(probes[i], model=model, **reply)
+                    states[i] = record_state(records[i])[0]
+            stops = family_stops(probes, states, bound, complete=complete)
+            # A family whose complete calibration already shows false promotions beyond
+            # the bound is not judged (judge_skipped), never paid for.
             skipped = hopeless_families(
-                records,
+                records.values(),
                 [f for f, n in in_shard.items() if f in planned and n >= planned[f]],
                 size=s.judge_calibration_size,
-                bound=s.judge_false_promotion_bound,
+                bound=bound,
             )
             asked = [i for i in pending if verified[i].generation.item.family not in skipped]
             replies = ask_once(
@@ -97,9 +121,10 @@ def register(ctx: Context) -> None:
                     shard=shard,
                     size=s.judge_calibration_size,
                     rate=s.judge_calibration_rate,
-                    records=records,
+                    records=[records[i] for i in sorted(records)],
                     rates=rates,
                     skipped=skipped,
+                    stops=stops,
                 ),
             )
             outcomes = list(verified)

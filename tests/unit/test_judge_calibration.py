@@ -158,7 +158,7 @@ def test_rates_count_only_correct_and_wrong_and_show_the_rest_apart() -> None:
     assert s["model_kinds"] == {"judge-m": None}
     md = render_calibration_markdown({"SynthWords": s}, bound=0.05)
     assert "| SynthWords | 4 | 1/1 = 100.0%" in md
-    assert "| 1 / 0 | 1 / 1 | yes |" in md  # UNSURE, then failed, agreement / known-wrong
+    assert "| 1 / 0 | 1 / 1 | - | yes |" in md  # UNSURE, failed (agreement / known-wrong), no stop
     assert "- SynthWords: `call_failed` 1, `judge_unparsable` 1" in md
 
 

@@ -13,7 +13,7 @@ from fastapi import APIRouter, File, Form, HTTPException, Query, UploadFile
 from pydantic import ValidationError
 
 from rsieve import keys
-from rsieve.judge.calibration import summarise
+from rsieve.judge.calibration import CalibrationShard, summarise
 from rsieve.schemas import DATASET_PATTERN
 from services.api import reviews, runs, submission
 from services.api.archive import ArchiveError, extract_pool
@@ -179,10 +179,14 @@ def calibration(run: str, ctx: Authorised) -> dict[str, Any]:
     stored = list(ctx.store.list(keys.calibration_prefix(run)))
     if not stored:
         raise HTTPException(404, f"run {run!r} has no calibration stored")
-    records = [r for k in stored for r in json.loads(ctx.store.get(k))["records"]]
+    shards = [CalibrationShard.model_validate(json.loads(ctx.store.get(k))) for k in stored]
+    records = [r for shard in shards for r in shard.records]
     s = ctx.settings
     families = summarise(
-        records, size=s.judge_calibration_size, bound=s.judge_false_promotion_bound
+        records,
+        size=s.judge_calibration_size,
+        bound=s.judge_false_promotion_bound,
+        stops=[shard.stops for shard in shards],
     )
     human: dict[str, dict[str, int]] = {}
     for r in reviews.reviews(ctx, run).values():

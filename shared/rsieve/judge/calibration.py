@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -28,6 +28,7 @@ from rsieve.envelope import unseal
 from rsieve.intervals import Z95, wilson
 from rsieve.judge.cascade import rejection_reason, verdict_state
 from rsieve.judge.probes import WRONG_KINDS, Probe
+from rsieve.judge.sequential import FamilyStop, merge_stops, stop_reason
 from rsieve.judge.verdicts import TEMPLATE_SHA256, read_verdict
 from rsieve.schemas import Outcome
 
@@ -91,6 +92,9 @@ class CalibrationShard(_Model):
     # Families whose rejections this shard did not judge (`judge_skipped`), with the reason
     # (`hopeless_families`).
     skipped: dict[str, str] = {}
+    # Where each family's sequential calibration stopped in this shard
+    # (rsieve.judge.sequential); empty on shards calibrated before it existed.
+    stops: dict[str, FamilyStop] = {}
 
     @model_validator(mode="before")
     @classmethod
@@ -197,6 +201,7 @@ def summarise(
     *,
     size: int | None = None,
     bound: float | None = None,
+    stops: Iterable[Mapping[str, FamilyStop]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Per family: sensitivity (CORRECT on verifier-accepted answers) and false promotion
     (CORRECT on known-wrong candidates), each `{k, n, rate, lo, hi}` (Wilson 95%) over the
@@ -208,7 +213,10 @@ def summarise(
     from the verdict cache); the judge models and their kinds.
     `size`: count only the run-wide `size` lowest-ranked items per family (the bottom-k
     sample; None counts every record). `bound`: also say per family whether its judge
-    promotions are held back (uncalibrated, or upper bound above `bound`)."""
+    promotions are held back (uncalibrated, or upper bound above `bound`). `stops`: every
+    shard's `CalibrationShard.stops`; with `bound`, each family also gets the run's
+    sequential `stop` (rsieve.judge.sequential) and the `reason` its promotions are or
+    are not trusted, and a family the shards found too small to probe is listed too."""
     recs = [
         r if isinstance(r, CalibrationRecord) else CalibrationRecord.model_validate(r)
         for r in records
@@ -220,12 +228,13 @@ def summarise(
         fam: {i for _, i in sorted(ids)[:size]} if size is not None else {i for _, i in ids}
         for fam, ids in items.items()
     }
+    parts = list(stops or [])
     out: dict[str, dict[str, Any]] = {}
-    for family in sorted(items):
+    for family in sorted(set(items) | {f for part in parts for f in part}):
         fam = [
             (r, *record_state(r))
             for r in recs
-            if r.probe.family == family and r.probe.item_id in kept[family]
+            if r.probe.family == family and r.probe.item_id in kept.get(family, set())
         ]
         sides = {
             "agreement": [x for x in fam if x[0].probe.expected == "CORRECT"],
@@ -251,7 +260,7 @@ def summarise(
             sum(r.verdict == "CORRECT" for r in decided["known_wrong"]), len(decided["known_wrong"])
         )
         entry: dict[str, Any] = {
-            "items": len(kept[family]),
+            "items": len(kept.get(family, set())),
             "sensitivity": _rate(
                 sum(r.verdict == "CORRECT" for r in decided["agreement"]), len(decided["agreement"])
             ),
@@ -273,6 +282,14 @@ def summarise(
             entry["bound"] = bound
             entry["held_back"] = _untrusted(entry, bound)
         out[family] = entry
+    if bound is not None and parts:
+        tallies = {
+            f: (e["false_promotion"]["k"], e["false_promotion"]["n"]) for f, e in out.items()
+        }
+        for family, stop in merge_stops(parts, tallies, bound).items():
+            out[family]["stop"] = stop.model_dump()
+            out[family]["reason"] = stop_reason(stop, bound)
+            out[family]["held_back"] = out[family]["held_back"] or stop.stop != "cleared"
     return out
 
 
@@ -381,9 +398,14 @@ def render_calibration_markdown(
     ]
     if bound is not None:
         out += [
-            f"A family whose false-promotion upper bound exceeds {bound:g}, that has no "
-            "false-promotion figure (n/a), or that has no calibration has its judge "
-            "promotions held back in the rejected split with reason `judge_untrusted`.",
+            f"A family's judge promotions count only once the Wilson 95% upper bound of its "
+            f"false-promotion rate lies under {bound:g}. Its probes are asked in a fixed "
+            "order (items by a hash of their id), in rounds of the verdicts it still needs, "
+            "and asking stops as soon as that is decided: cleared, or false promotions no "
+            "probe left could outweigh; a family whose accepted items could never give the "
+            "verdicts the bound needs is not probed at all. A family not cleared, with no "
+            "false-promotion figure (n/a), or with no calibration has its judge promotions "
+            "held back in the rejected split with reason `judge_untrusted`.",
             "",
         ]
     if not summary:
@@ -391,10 +413,11 @@ def render_calibration_markdown(
     out += [
         "| family | items | sensitivity | false promotion | by kind (k/n) | "
         "UNSURE (agreement / known-wrong) | failed (agreement / known-wrong) |"
-        + (" held back |" if bound is not None else ""),
-        "|---|---|---|---|---|---|---|" + ("---|" if bound is not None else ""),
+        + (" known-wrong asked / available | held back |" if bound is not None else ""),
+        "|---|---|---|---|---|---|---|" + ("---|---|" if bound is not None else ""),
     ]
     causes: list[str] = []
+    reasons: list[str] = []
     for family, s in summary.items():
         kinds = ", ".join(f"{k} {v['k']}/{v['n']}" for k, v in s["false_promotion_by_kind"].items())
         row = (
@@ -403,12 +426,18 @@ def render_calibration_markdown(
             f"{_sides(s['unsure'])} | {_sides(s['failed_by_probe'])} |"
         )
         if bound is not None:
-            row += f" {'yes' if _untrusted(s, bound) else 'no'} |"
+            stop = s.get("stop")
+            asked = f"{stop['asked']} / {stop['capacity']}" if stop else "-"
+            row += f" {asked} | {'yes' if s.get('held_back', _untrusted(s, bound)) else 'no'} |"
+            if s.get("reason"):
+                reasons.append(f"- {family}: {s['reason']}.")
         out.append(row)
         if s.get("failure_causes"):
             causes.append(
                 f"- {family}: " + ", ".join(f"`{c}` {n}" for c, n in s["failure_causes"].items())
             )
+    if reasons:
+        out += ["", "Why each family's judge promotions are or are not trusted:", "", *reasons]
     if causes:
         out += ["", "Causes of the failed calibration verdicts:", "", *causes]
     reused = {f: s["reused"] for f, s in summary.items() if s.get("reused")}
