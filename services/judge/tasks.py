@@ -86,7 +86,9 @@ def register(ctx: Context) -> None:
             # verdicts it still needs, in one batch; a family stops once decided.
             records: dict[int, CalibrationRecord] = {}
             states: dict[int, str] = {}
-            while batch := next_round(probes, states, bound, complete=complete):
+            while batch := next_round(
+                probes, states, bound, complete=complete, stop=s.judge_calibration_stop
+            ):
                 probe_replies = ask_once(
                     ctx.store,
                     client,

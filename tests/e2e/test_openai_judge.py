@@ -46,6 +46,7 @@ def stack(start_stack: Callable[..., Stack], server: Server) -> Stack:
             "RSIEVE_JUDGE_TOKENIZER": str(smollm2_checkpoint()),
             "RSIEVE_JUDGE_MAX_NEW_TOKENS": str(SMOLLM2_MAX_NEW_TOKENS),
             "RSIEVE_JUDGE_CALIBRATION_SIZE": "2",
+            "RSIEVE_JUDGE_CALIBRATION_STOP": "sample",  # a fixed sample, too small to decide
             "RSIEVE_SHARD_SIZE": "6",
             "RSIEVE_MODEL_BACKOFF_S": "0.5",
             # `transformers serve` answers one request after another: under load (the

@@ -141,6 +141,7 @@ def stack(start_stack: Callable[..., Stack], server: CraftedServer) -> Stack:
             "RSIEVE_GENERATOR_MODEL": GENERATOR,
             "RSIEVE_JUDGE_MODEL": JUDGE,
             "RSIEVE_JUDGE_CALIBRATION_SIZE": "2",
+            "RSIEVE_JUDGE_CALIBRATION_STOP": "sample",  # every near miss asked (none decides)
             "RSIEVE_MODEL_RETRIES": "0",
         },
     )

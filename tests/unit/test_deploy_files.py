@@ -747,7 +747,6 @@ JUDGE_ASKING = (
     "JUDGE_OPENAI_URL",
     "JUDGE_WEIGHTS_SHA256",
     "JUDGE_MAX_NEW_TOKENS",
-    "JUDGE_CALIBRATION_SIZE",
 )
 
 
@@ -796,7 +795,8 @@ def test_profiles_name_served_models_and_tokenizers(
     assert cpu["JUDGE_WEIGHTS_SHA256"] == checkpoints.QWEN_JUDGE_SHA256
     assert cpu["JUDGE_TOKENIZER"] == f"/models/{checkpoints.QWEN_JUDGE_TOKENIZER}"
     assert cpu["JUDGE_MAX_NEW_TOKENS"] == str(stack.QWEN_MAX_NEW_TOKENS)
-    assert cpu["JUDGE_CALIBRATION_SIZE"] == str(stack.QWEN_CALIBRATION_SIZE)
+    # Calibration as in production: neither profile gives the judge a size of its own.
+    assert "JUDGE_CALIBRATION_SIZE" not in cpu
     # What the card calls it: the stack sets RSIEVE_JUDGE_KIND=llm, compose the default.
     assert Settings.model_fields["judge_kind"].default == "llm"
 

@@ -43,6 +43,7 @@ def _another_value(name: str) -> Any:
             "image_and_question",
             "stand-in",
             "distinct",
+            "sample",  # judge_calibration_stop
             "0" * 64,  # a sha256 (judge_weights_sha256)
             default + "-other",
         ]

@@ -157,6 +157,7 @@ def next_round(
     bound: float,
     *,
     complete: Iterable[str] = (),
+    stop: Literal["decided", "sample"] = "decided",
 ) -> list[int]:
     """The indices into `ordered` (`order_probes`) to ask next: for every family still
     open, the next probes in order up to the known-wrong verdicts it still `needed` to
@@ -164,7 +165,10 @@ def next_round(
     family of `complete` (every item in hand) stops when `decide` says so; a family held
     only in part asks its whole sample unless its own probes already decide it, because
     the probes of other shards count too (they may clear what this part cannot, or
-    bring false promotions this part has not seen). `answered`: index -> verdict state."""
+    bring false promotions this part has not seen). `answered`: index -> verdict state.
+    `stop="sample"`: every probe not yet asked, in one round (no sequential stop)."""
+    if stop == "sample":
+        return [i for i in range(len(ordered)) if i not in answered]
     whole = set(complete)
     by_family: dict[str, list[int]] = defaultdict(list)
     for i, p in enumerate(ordered):

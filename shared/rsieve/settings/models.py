@@ -99,6 +99,10 @@ class ModelSettings(BaseModel):
     )
     judge_calibration_rate: Annotated[float, DECIDES] = Field(1.0, ge=0.0, le=1.0)
     judge_false_promotion_bound: Annotated[float, DECIDES] = Field(0.05, ge=0.0, le=1.0)
+    # When a family's probes stop (rsieve.judge.sequential): `decided`, as soon as its bound
+    # is decided (a family too small to clear it is not probed); `sample`, only when every
+    # probe of its sample was asked (a fixed-size measurement, e.g. to compare judges).
+    judge_calibration_stop: Annotated[Literal["decided", "sample"], SINCE_FIRST_ID] = "decided"
 
     @model_validator(mode="after")
     def _openai_needs_an_endpoint(self) -> ModelSettings:

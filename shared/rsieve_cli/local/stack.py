@@ -55,25 +55,12 @@ SMOLLM2_MODEL = "judge-smollm2"
 JUDGE_CHECKPOINT_ENV = "RSIEVE_JUDGE_CHECKPOINT"
 # The SmolLM2 judge's token budget on the local stack (its config's default too).
 SMOLLM2_MAX_NEW_TOKENS = 64
-# Accepted items probed per family to calibrate the SmolLM2 judge on the local stack. A
-# verdict costs about 1.5 s of 2 CPU cores (batched) and each sampled item about five
-# probes, so the default 60 would make `make run` last minutes; with 2, a family's
-# calibration is too small to clear the false-promotion bound and its promotions are held
-# back, which the card says. `rsieve run` on a real pool should name a larger size
-# (RSIEVE_JUDGE_CALIBRATION_SIZE; docs/judge.md).
-SMOLLM2_CALIBRATION_SIZE = 2
 # The local stack's judge: Qwen2.5-Coder-1.5B-Instruct (GGUF Q4_K_M) on llama.cpp's own
 # server (rsieve_cli.local.llama_judge), beside Triton, through the `openai` interface. Not
 # a Triton model: `models` names it and the stack starts its server (docs/models.md).
 QWEN_JUDGE_MODEL = "judge-qwen2.5-coder-1.5b"
 # A verdict is one word; the budget leaves room for a short phrase before it.
 QWEN_MAX_NEW_TOKENS = 32
-# Accepted items probed per family to calibrate it on the local stack: each item costs
-# about five probes of two to three seconds of two CPU cores, and the example pool is for
-# seeing the pipeline whole in about a minute. A calibration this small cannot clear the
-# false-promotion bound, so the example's judge promotions are held back and the card says
-# so; a real pool names its own size (RSIEVE_JUDGE_CALIBRATION_SIZE; docs/judge.md).
-QWEN_CALIBRATION_SIZE = 1
 # Verdicts in flight on the local judge server: on two cores two slots read as fast as
 # four, and each slot reads the template's shared part once (docs/models.md).
 QWEN_PARALLEL = 2
@@ -190,13 +177,11 @@ class StackConfig:
             defaults = {
                 "RSIEVE_JUDGE_TOKENIZER": str(qwen_judge_tokenizer()),
                 "RSIEVE_JUDGE_MAX_NEW_TOKENS": str(QWEN_MAX_NEW_TOKENS),
-                "RSIEVE_JUDGE_CALIBRATION_SIZE": str(QWEN_CALIBRATION_SIZE),
             }
         elif (judge or named) == SMOLLM2_MODEL and SMOLLM2_MODEL in self.models:
             defaults = {
                 "RSIEVE_JUDGE_TOKENIZER": str(self.judge_checkpoint()),
                 "RSIEVE_JUDGE_MAX_NEW_TOKENS": str(SMOLLM2_MAX_NEW_TOKENS),
-                "RSIEVE_JUDGE_CALIBRATION_SIZE": str(SMOLLM2_CALIBRATION_SIZE),
             }
         # What serving the judge well needs, unless named in settings_env or the environment.
         out.update(
