@@ -305,6 +305,14 @@ def test_the_second_run_of_a_pool_asks_the_judge_nothing(tmp_path: Path) -> None
     assert two["calibration"] and all(
         c["reused"] == sum(c["probes"].values()) for c in two["calibration"].values()
     )
+    # Sequential calibration: each family stopped where its bound was decided, and the
+    # report and the card say why, per family.
+    for family, c in one["calibration"].items():
+        stop = c["stop"]
+        assert stop["asked"] <= stop["capacity"] and c["held_back"] == (stop["stop"] != "cleared")
+        if stop["stop"] == "cleared":  # no more than a round past the 4 verdicts 0.5 needs
+            assert 4 <= stop["n"] and c["false_promotion"]["hi"] < 0.5
+        assert f"- {family}: {c['reason']}." in store.get("datasets/one/README.md").decode()
     card = (export_dataset(store, "two", tmp_path) / "README.md").read_text()
     assert f"Reused: {verdicts} of the {verdicts} verdicts" in card
     assert f"and {probes} calibration probes were judged before" in card
