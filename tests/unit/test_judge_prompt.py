@@ -39,18 +39,18 @@ def test_prompt_is_reproducible_and_mark_depends_on_content() -> None:
 
 
 def test_mark_and_template_are_pinned() -> None:
-    # docs/judge.md: the mark is the first 12 hex digits of sha256("judge/6" \0 question
+    # docs/judge.md: the mark is the first 12 hex digits of sha256("judge/7" \0 question
     # \0 references... \0 \0 candidate); these digests were computed by hand, once.
-    assert judge_mark("Q?", ["42"], "41") == "538ff3a5c1b5"
-    assert judge_mark("Q?", ["4", "2"], "") == "8a98d0f03e03"
+    assert judge_mark("Q?", ["42"], "41") == "6f301ac1b3c2"
+    assert judge_mark("Q?", ["4", "2"], "") == "9af42540a7d2"
     prompt = build_judge_prompt("Q?", ["42", "forty-two"], "41")
-    assert _block(prompt, "question") == ["a7850ff503f4| Q?"]
-    assert _block(prompt, "reference") == ["a7850ff503f4| 42 | forty-two"]
+    assert _block(prompt, "question") == ["40fa6accc7ff| Q?"]
+    assert _block(prompt, "reference") == ["40fa6accc7ff| 42 | forty-two"]
     # Records carry template_sha256: the template's text belongs to its version, so a change
     # to TEMPLATE needs a new TEMPLATE_VERSION (and new pins here).
     assert (TEMPLATE_VERSION, TEMPLATE_SHA256) == (
-        "judge/6",
-        "d8a98473e93154e055447f22d4c86d6d29ca0ea0de949fae734c3be7d10717c5",
+        "judge/7",
+        "401bbe1c28891733c1a57757c3c50020bf1b3a177e9a8a1c3274f8c49225e6c5",
     )
 
 
