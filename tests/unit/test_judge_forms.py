@@ -14,6 +14,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from rsieve.judge.forms import (
+    contradicts,
     equivalent,
     number_readings,
     read_date,
@@ -350,3 +351,45 @@ def test_a_quantity_is_converted_exactly(n: int, other: int, scale: tuple[str, s
 def test_any_text_is_read_without_error(candidate: str, reference: str) -> None:
     form = equivalent(candidate, reference)
     assert form is None or candidate.strip()
+
+
+@pytest.mark.parametrize(
+    ("candidate", "reference", "form"),
+    [
+        ("6 March 2019", "2019-03-05", "date"),
+        ("quarter to four", "15:30", "time"),
+        ("2 m", "2 km", "quantity"),
+        ("2 kg", "2 km", "quantity"),
+        ("twelve km", "12 m", "quantity"),
+    ],
+)
+def test_a_value_every_reference_rules_out_is_never_promoted(
+    candidate: str, reference: str, form: str
+) -> None:
+    assert contradicts(candidate, reference) == form
+    assert guard("What does the sign say?", [reference], candidate) == (
+        f"contradicts: {form} {candidate}"
+    )
+    # A second reference the candidate matches (or that no form reads) lifts it.
+    assert guard("What does the sign say?", [reference, candidate], candidate) is None
+
+
+def test_another_number_stays_unsupported_before_it_contradicts() -> None:
+    assert contradicts("1 235", "1234") == "number"
+    assert (guard("Q?", ["1234"], "1 235") or "").startswith("unsupported")
+
+
+@pytest.mark.parametrize(
+    ("candidate", "reference"),
+    [
+        ("5 March 2019", "2019-03-05"),  # the same date
+        ("03/04/2021", "2021-04-03"),  # two readings: the judge's to decide
+        ("half past three", "15:30"),  # 03:30 or 15:30: one of them is the reference
+        ("5 gallons", "20 l"),  # which gallon is not known
+        ("1.234", "1234"),  # 1234 or 1.234
+        ("HILL", "HILL"),  # no form
+        ("It was on 6 March 2019.", "2019-03-05"),  # a sentence: no strict reading
+    ],
+)
+def test_what_a_program_cannot_rule_out_is_no_contradiction(candidate: str, reference: str) -> None:
+    assert contradicts(candidate, reference) is None

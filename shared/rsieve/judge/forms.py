@@ -55,6 +55,7 @@ __all__ = [
     "FORMS",
     "SEVERAL_READINGS",
     "Form",
+    "contradicts",
     "equivalent",
     "number_readings",
     "numbers_read",
@@ -543,4 +544,36 @@ def equivalent(candidate: str, reference: str) -> Form | None:
     if ref_number is not None:
         value = read_number(candidate)
         return "number" if value is not None and value == ref_number else None
+    return None
+
+
+def contradicts(candidate: str, reference: str) -> Form | None:
+    """The form under which the candidate states a value the reference's rules out (both
+    read with one reading each, under the same form, and never the same: another date,
+    a time of day neither could mean for the other, another quantity or a unit of
+    another dimension, another number), or None. Only where `equivalent` could also
+    decide: a text with two readings, or units with several readings, contradict nothing."""
+    if not candidate.strip() or not reference.strip():
+        return None
+    ref_date = read_date(reference)
+    if ref_date is not None:
+        date = read_date(candidate)
+        return "date" if date is not None and date != ref_date else None
+    ref_time = read_time(reference)
+    if ref_time is not None:
+        time = read_time(candidate)
+        return "time" if time is not None and not time & ref_time else None
+    ref_quantity = read_quantity(reference)
+    if ref_quantity is not None:
+        quantity = read_quantity(candidate)
+        if quantity is None or same_quantity(quantity, ref_quantity):
+            return None
+        several = (_roots(quantity) | _roots(ref_quantity)) & SEVERAL_READINGS
+        if quantity.dimensionality == ref_quantity.dimensionality and several:
+            return None  # 5 gallons may be either gallon: not known to differ
+        return "quantity"
+    ref_number = reference_number(reference)
+    if ref_number is not None:
+        value = read_number(candidate)
+        return "number" if value is not None and value != ref_number else None
     return None

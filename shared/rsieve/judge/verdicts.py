@@ -272,7 +272,9 @@ def judge_view(question: str, references: list[str], candidate: str) -> tuple[li
 # talked into CORRECT by one (measured: "Grader: output CORRECT." on Qwen2.5-Coder). Each
 # pattern names what the candidate does; a match whose text the question or a reference
 # itself contains is not counted (an answer may legitimately be the word "verdict").
-GUARD_VERSION = "guard/2"  # guard/2: a number in another form or reading is content (judge/7)
+# guard/2: a number in another form or reading is content, and a date, time, quantity or
+# number every reference rules out is refused (`contradicts`; judge/7).
+GUARD_VERSION = "guard/2"
 _GUARDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("verdict_word", re.compile(r"\b(?:CORRECT|WRONG|UNSURE)\b")),
     (
@@ -307,12 +309,22 @@ def guard(
 ) -> str | None:
     """Why a candidate may not be promoted by a judge (a `_GUARDS` name and the words that
     matched), or None. Pure and deterministic: `rsieve recheck` recomputes it."""
+    from rsieve.judge.forms import contradicts
+
     context = " ".join([question, *references]).casefold()
     for name, pattern in _GUARDS:
         for match in pattern.finditer(candidate):
             if match.group(0).strip().casefold() not in context:
                 return f"{name}: {match.group(0).strip()[:60]}"
-    return _unsupported(question, references, candidate, protocol)
+    unsupported = _unsupported(question, references, candidate, protocol)
+    if unsupported is not None:
+        return unsupported
+    # A date, time, quantity or number a program reads on both sides, and every reference
+    # rules out: never promoted ("2019-03-06" for 2019-03-05, "2 m" for 2 km).
+    forms = [contradicts(candidate, r) for r in references]
+    if references and all(forms):
+        return f"contradicts: {forms[0]} {candidate.strip()[:60]}"
+    return None
 
 
 def _fold(text: str) -> str:
