@@ -30,7 +30,7 @@ def _probes(family: str, items: int) -> list[Probe]:
         for kind in ("agreement", *WRONG_KINDS_OF_A_WORD):
             out.append(
                 Probe(
-                    kind=kind,  # type: ignore[arg-type]
+                    kind=kind,
                     expected="CORRECT" if kind == "agreement" else "WRONG",
                     item_id=item,
                     family=family,

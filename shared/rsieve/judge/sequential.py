@@ -179,10 +179,10 @@ def next_round(
         k, n, asked = tallies.get(family, (0, 0, 0))
         left = [i for i in idx if i not in answered]
         remaining = sum(ordered[i].expected == "WRONG" for i in left)
-        stop = decide(k, n, asked, remaining, bound)
-        if family not in whole and stop != "cleared" and remaining:
-            stop = "open"  # the probes of other shards count too: ask this part whole
-        if stop != "open":
+        state = decide(k, n, asked, remaining, bound)
+        if family not in whole and state != "cleared" and remaining:
+            state = "open"  # the probes of other shards count too: ask this part whole
+        if state != "open":
             continue
         want = max(1, needed(bound, k) - n)
         for i in left:
