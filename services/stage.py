@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import redis
 from celery import Celery
-from celery.exceptions import Reject, Retry
+from celery.exceptions import Reject, Retry, TimeLimitExceeded
 from kombu.exceptions import OperationalError
 
 from rsieve import __version__, keys
@@ -29,6 +29,7 @@ from rsieve.run.failures import (
 )
 from rsieve.schemas import Quarantined, ShardOutput
 from services.liveness import Held
+from services.progress import PACED
 
 if TYPE_CHECKING:
     from services.common import Context
@@ -158,6 +159,29 @@ class StageTask(Held):
                 "rsieve_task_failures", self.name, type(exc).__name__
             )
         )
+        if isinstance(exc, TimeLimitExceeded):
+            self._past_its_limit(kwargs)
+
+    def _past_its_limit(self, kwargs: dict[str, Any]) -> None:
+        """A generate or judge shard killed at its hard time limit (called in the worker's
+        main process) is acked like any failure, so nothing would run it again before the
+        sweeper (`sweep_after_s`). What it finished is kept (the generator's progress, the
+        judge's verdict cache), so it is sent again at once, with a limit from the pace
+        its killed delivery recorded: it resumes where it stopped. Every delivery counts
+        towards `max_deliveries` (ItemGuard), so a shard that never fits is isolated."""
+        ctx, run = self.rsieve_ctx, kwargs.get("run")
+        if ctx is None or self.name not in PACED or not isinstance(run, str):
+            return
+        log.warning(
+            "%s run=%s shard=%s past its time limit: sent again",
+            self.name,
+            run,
+            kwargs.get("shard"),
+        )
+        try:
+            ctx.next(self.name, **kwargs)
+        except BROKER_DOWN as exc:  # the sweeper sends it once the broker is back
+            log.warning("%s not sent again: %s", self.name, exc)
 
 
 _METRICS: dict[tuple[int, str], RedisMetrics] = {}

@@ -275,3 +275,41 @@ def test_a_failure_of_every_item_stops_the_run_until_it_is_reconciled(
     assert result.ok, result.problems
     family = stack.report("stopped", run)["families"]["SynthWords"]
     assert family["quarantined"] == 0 and family["in"] == ITEMS and family["adds_up"]
+
+
+# --- a shard killed at its hard time limit ---------------------------------------------------
+
+
+def test_a_shard_killed_at_its_time_limit_is_sent_again_with_a_limit_from_its_pace() -> None:
+    import fakeredis
+    from celery.exceptions import TimeLimitExceeded
+
+    from rsieve.settings import Settings
+    from services.common import bootstrap
+    from services.judge.tasks import register as judge_tasks
+    from services.progress import observe_pace, time_limit
+    from services.verifier.tasks import register as verifier_tasks
+    from tests.fakes import MemoryStore, Sent
+
+    sent = Sent()
+    ctx = bootstrap(
+        Settings(judge_model="judge-m"),
+        store=MemoryStore(),
+        redis_client=fakeredis.FakeRedis(),
+        send=sent,
+        judge_model=lambda name: None,  # type: ignore[arg-type,return-value]
+    )
+    judge_tasks(ctx)
+    verifier_tasks(ctx)
+    shard = {"run": "r-000000000000", "shard": "00000", "lines": 128}
+    # The killed delivery recorded its pace: 9 s a verdict, so 128 lines need far more
+    # than the 600 s floor it was sent with.
+    observe_pace(ctx, "judge", 900.0, 100)
+    judge = ctx.app.tasks["rsieve.judge"]
+    judge.on_failure(TimeLimitExceeded(600), "t-1", (), shard, None)
+    assert sent.tasks == [("rsieve.judge", shard)]
+    assert (time_limit(ctx, "rsieve.judge", shard) or 0) > 600
+    # Any other failure Celery sees, or a task not paced by a model, is not sent again.
+    judge.on_failure(RuntimeError("x"), "t-2", (), shard, None)
+    ctx.app.tasks["rsieve.verify"].on_failure(TimeLimitExceeded(600), "t-3", (), shard, None)
+    assert len(sent.tasks) == 1
