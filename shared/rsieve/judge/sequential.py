@@ -272,7 +272,8 @@ def stop_reason(s: FamilyStop, bound: float) -> str:
         )
     if s.stop == "too_small":
         return (
-            f"held back, too small to calibrate: {s.items} accepted items could give at "
+            f"held back, too small to calibrate: {s.items} accepted "
+            f"item{'' if s.items == 1 else 's'} could give at "
             f"most {s.capacity} known-wrong probes, and {100 * bound:g}% needs {s.needed} "
             "judged without a false promotion; none was asked"
         )
