@@ -22,6 +22,7 @@ from rsieve.judge.forms import (
     read_quantity,
     read_time,
     reference_number,
+    stated_answers,
 )
 from rsieve.judge.verdicts import build_judge_prompt, guard, judge_view
 
@@ -393,3 +394,40 @@ def test_another_number_stays_unsupported_before_it_contradicts() -> None:
 )
 def test_what_a_program_cannot_rule_out_is_no_contradiction(candidate: str, reference: str) -> None:
     assert contradicts(candidate, reference) is None
+
+
+@pytest.mark.parametrize(
+    ("candidate", "reference"),
+    [
+        ("The text on the sign is PHARMACY.", "PHARMACY"),
+        ("Label: ORCHARD", "ORCHARD"),
+        ("WESTGATE is the text printed on the sign.", "WESTGATE"),
+        ("The number shown is 48213.", "48213"),
+        ("The date printed is 17 August 2022.", "2022-08-17"),  # a form in the slot
+        ("The selected option is (D).", "D"),
+    ],
+)
+def test_an_answer_stated_after_a_lead_in_is_shown_as_the_reference(
+    candidate: str, reference: str
+) -> None:
+    question = "Pick one.\nA. one\nB. two\nC. three\nD. four" if reference == "D" else "Q?"
+    shown = judge_view(question, [reference], candidate)
+    assert shown[1:] == (reference, candidate)
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [
+        "The word shown is not ORCHARD.",  # a negation
+        "The label reads ORCHARD or ORCHID.",  # a second answer
+        "It might be ORCHARD.",  # a hedge: "might" introduces nothing
+        "The label reads ORCHID.",  # another word
+        "ORCHARD (all capitals)",  # no lead-in
+        "The sign reads TEXT",  # the reference is a lead-in word, not the answer's place
+    ],
+)
+def test_a_sentence_that_does_not_state_the_reference_is_shown_as_written(candidate: str) -> None:
+    reference = "TEXT" if candidate.endswith("TEXT") else "ORCHARD"
+    reference = "SIGN" if reference == "TEXT" else reference
+    assert judge_view("Q?", [reference], candidate)[1:] == (candidate, "")
+    assert reference.casefold() not in [s.casefold() for s in stated_answers(candidate)]

@@ -184,7 +184,13 @@ def test_numbers_are_shown_as_digits_and_option_letters_with_their_text() -> Non
     assert "\n<candidate_as_written>\n" not in plain
     # Not an amount (a sentence, a unit the program does not know), or not a number asked.
     assert judge_view("Q?", ["3.5"], "$3.50 per kg")[1:] == ("$3.50 per kg", "")
-    assert judge_view("Q?", ["3815"], "The amount is 3815.")[1:] == ("The amount is 3815.", "")
+    # A lead-in sentence stating the reference is shown as the reference (judge/7), a
+    # negation or a second answer as written.
+    assert judge_view("Q?", ["3815"], "The amount is 3815.")[1:] == ("3815", "The amount is 3815.")
+    assert judge_view("Q?", ["3815"], "The amount is not 3815.")[1:] == (
+        "The amount is not 3815.",
+        "",
+    )
     assert judge_view("What word?", ["CAT"], "two")[1:] == ("two", "")
     question = "Which animal?\nA. cat\nB. dog\nC. cow"
     assert judge_view(question, ["B"], "dog") == (["B. dog"], "dog", "")

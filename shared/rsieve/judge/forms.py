@@ -53,6 +53,7 @@ from typing import Any, Literal
 
 __all__ = [
     "FORMS",
+    "LEAD_WORDS",
     "SEVERAL_READINGS",
     "Form",
     "contradicts",
@@ -65,6 +66,7 @@ __all__ = [
     "read_time",
     "reference_number",
     "same_quantity",
+    "stated_answers",
 ]
 
 Form = Literal["date", "time", "quantity", "number"]
@@ -577,3 +579,54 @@ def contradicts(candidate: str, reference: str) -> Form | None:
         value = read_number(candidate)
         return "number" if value is not None and value != ref_number else None
     return None
+
+
+# -- an answer stated in a sentence ---------------------------------------------------------
+# A candidate that is nothing but a lead-in and its answer ("The word shown is HILL.",
+# "Answer: MARRIOTT", "EVEREST is the text shown.") states that answer: the lead-in's words
+# are only words that introduce an answer (`LEAD_WORDS`), and the answer takes a fixed
+# place (after a colon or a verb that introduces it, or before "is" in the reversed form),
+# so a negation, a hedge or a second answer ("is not HILL", "HILL or HALL") leaves no slot
+# that equals the reference, and the candidate is shown as written.
+LEAD_WORDS = frozenset(
+    "the a an this that it its i my here word words text label sign answer final shown "
+    "written printed displayed visible in on of image picture photo crop cropped name brand "
+    "number amount value digits digit handwritten title caption option choice correct "
+    "selected letter date time total price count result".split()
+)
+_INTRODUCES = r"is|are|was|reads|read|says|say|shows|show|spells"
+_TRAIL = (
+    r"(?:\s+(?:in|on)\s+(?:the|this)\s+(?:image|picture|photo|sign|label|crop|cheque|check"
+    r"|document))?"
+)
+_REVERSED = re.compile(r"(?i)^(?P<slot>.+?)\s+(?:is|are)\s+(?P<lead>.+)$")
+_QUOTES = "\"'`“”‘’«»"
+
+
+def _lead_only(words: str) -> bool:
+    return all(w in LEAD_WORDS for w in re.findall(r"[^\W_]+", words.casefold()))
+
+
+def stated_answers(candidate: str) -> list[str]:
+    """Every answer the candidate states in a lead-in sentence (see above), one per way to
+    read it; [] when it is no such sentence."""
+    t = " ".join(unicodedata.normalize("NFKC", candidate).replace("*", "").split())
+    t = t.rstrip(".!").strip()
+    if not t or len(t) > 200:
+        return []
+    slots = []
+    # The answer after a colon or a verb that introduces it, wherever the lead-in ends.
+    for m in re.finditer(rf"(?i):|\b(?:{_INTRODUCES})\b", t):
+        lead, tail = t[: m.start()], t[m.end() :].strip()
+        if lead.strip() and _lead_only(lead) and tail:
+            slots.append(re.sub(rf"(?i){_TRAIL}$", "", tail))
+    for m in _REVERSED.finditer(t):
+        lead = m.group("lead")
+        if _lead_only(lead) and re.search(r"(?i)\b(?:word|text|answer|label|name|option)\b", lead):
+            slots.append(m.group("slot"))
+    out = []
+    for s in slots:
+        s = s.strip().strip(_QUOTES).strip()
+        if s and s not in out:
+            out.append(s)
+    return out

@@ -248,18 +248,30 @@ def judge_view(question: str, references: list[str], candidate: str) -> tuple[li
     as that reference, and its own text is given after it; otherwise, when a reference is a
     number and the candidate is an amount written any other way, the candidate is shown as
     its digits and its own text is given after it."""
-    from rsieve.judge.forms import equivalent
+    from rsieve.judge.forms import equivalent, stated_answers
     from rsieve.mcq import lettered_options
 
     options = lettered_options(question) or {}
     shown = [
         f"{r.strip()}. {options[r.strip()]}" if r.strip() in options else r for r in references
     ]
-    for ref in (r.strip() for r in references):
+    refs = [r.strip() for r in references]
+    for ref in refs:
         if ref in options or ref == candidate.strip():
             continue
         if equivalent(candidate, ref) is not None:
             return shown, ref, candidate
+    # An answer stated in a lead-in sentence ("The word shown is HILL.", "Answer: C") that
+    # is a reference, as written or in another form.
+    for slot in stated_answers(candidate):
+        for ref in refs:
+            if ref in options:
+                same = slot.strip("().").strip().upper() == ref.upper()
+            else:
+                same = _fold(" ".join(slot.split())) == _fold(" ".join(ref.split()))
+                same = same or equivalent(slot, ref) is not None
+            if same:
+                return shown, ref, candidate
     numeric = any(_PLAIN_NUMBER.fullmatch(r.strip()) and _as_number(r) for r in references)
     amount = _amount(candidate) if numeric else None
     if amount is not None and amount != candidate.strip():
