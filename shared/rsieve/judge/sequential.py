@@ -267,7 +267,7 @@ def stop_reason(s: FamilyStop, bound: float) -> str:
         if bound >= 1.0:
             return "trusted: hold-back is off (bound 1)"
         return (
-            f"trusted: {verdicts}, upper bound {100 * hi:.2f}% < {100 * bound:g}% after "
+            f"trusted: {verdicts}, upper bound {100 * hi:.3f}% < {100 * bound:g}% after "
             f"{s.asked} of {s.capacity} probes"
         )
     if s.stop == "too_small":
@@ -279,17 +279,17 @@ def stop_reason(s: FamilyStop, bound: float) -> str:
         )
     if s.stop == "false_promotions":
         return (
-            f"held back: {verdicts} (upper bound {100 * hi:.2f}%); the {s.capacity - s.asked} "
+            f"held back: {verdicts} (upper bound {100 * hi:.3f}%); the {s.capacity - s.asked} "
             f"probes left could not bring it under {100 * bound:g}% (that needs {s.needed} "
             "verdicts)"
         )
     if s.stop == "exhausted":
         return (
             f"held back: every one of its {s.capacity} probes asked, {s.n} judged CORRECT or "
-            f"WRONG (the rest UNSURE or failed), upper bound {100 * hi:.2f}% >= "
+            f"WRONG (the rest UNSURE or failed), upper bound {100 * hi:.3f}% >= "
             f"{100 * bound:g}%"
         )
     return (
-        f"held back, undecided: {verdicts} (upper bound {100 * hi:.2f}%), {s.asked} of "
+        f"held back, undecided: {verdicts} (upper bound {100 * hi:.3f}%), {s.asked} of "
         f"{s.capacity} probes asked"
     )
