@@ -445,6 +445,17 @@ def run_canaries_endpoint(
 ) -> dict[str, Any]:
     cases = first_canaries(load_canaries(), args.canary_cases)
     out: dict[str, Any] = {}
+    if args.canaries_unguarded:
+        # A flip needs the judge's CORRECT and the guard's pass: a canary the guard refuses
+        # cannot flip whatever the judge says, so only the others need a model.
+        from rsieve.judge.verdicts import guard
+
+        refused = Counter(
+            (guard(c.question, c.references, c.candidate) or "").split(":")[0] for c in cases
+        )
+        cases = [c for c in cases if guard(c.question, c.references, c.candidate) is None]
+        out["guarded"] = {k: v for k, v in refused.items() if k}
+        print(f"canaries the guard refuses (cannot flip): {out['guarded']}; asked: {len(cases)}")
     for url, name in judges:
         label = f"{name} @ {url}"
         model = endpoint_model(url, name, args)
@@ -641,6 +652,11 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="endpoint canaries: only the first K of the 10 wrong answers (K x 28 prompts)",
     )
+    parser.add_argument(
+        "--canaries-unguarded",
+        action="store_true",
+        help="endpoint canaries: only those the guard does not refuse (only they can flip)",
+    )
     parser.add_argument("--limit", type=int, default=None, help="run N cases spread over the set")
     parser.add_argument("--inflight", type=int, default=4, help="requests in flight per judge")
     parser.add_argument("--timeout-s", type=float, default=600)
@@ -690,6 +706,7 @@ def main(argv: list[str] | None = None) -> None:
         meta = {
             "configs": args.configs,
             "canary_cases": args.canary_cases,
+            "unguarded_only": args.canaries_unguarded,
             "max_tokens": args.max_tokens,
             "inflight": args.inflight,
             "template_sha256": TEMPLATE_SHA256,
