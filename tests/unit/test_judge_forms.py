@@ -431,3 +431,11 @@ def test_a_sentence_that_does_not_state_the_reference_is_shown_as_written(candid
     reference = "SIGN" if reference == "TEXT" else reference
     assert judge_view("Q?", [reference], candidate)[1:] == (candidate, "")
     assert reference.casefold() not in [s.casefold() for s in stated_answers(candidate)]
+
+
+def test_the_reference_but_for_case_and_outer_punctuation_is_shown_as_the_reference() -> None:
+    assert judge_view("What word?", ["WORLD"], "world") == (["WORLD"], "WORLD", "world")
+    assert judge_view("Where?", ["Paris, Texas"], '"paris, texas."')[1] == "Paris, Texas"
+    # Inner punctuation is part of the value: 35 is not 3.5, Hello-World not HELLO WORLD.
+    assert judge_view("Q?", ["3.5"], "35")[1:] == ("35", "")
+    assert judge_view("Q?", ["HELLO WORLD"], "Hello-World")[1:] == ("Hello-World", "")

@@ -241,6 +241,13 @@ def _amount(candidate: str) -> str | None:
     return found[0] if not re.search(r"\w", rest) else None
 
 
+def _outer_fold(text: str) -> str:
+    """Case, runs of spaces and the punctuation around a text set aside (inner
+    punctuation kept: "3.5" is not "35")."""
+    folded = " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+    return folded.strip(" .,;:!?\"'`*()[]“”‘’«»")
+
+
 def judge_view(question: str, references: list[str], candidate: str) -> tuple[list[str], str, str]:
     """(references as shown, candidate as shown, the candidate as written or ""): a
     reference that is an option letter of the question's lettered block becomes "B. its
@@ -258,9 +265,13 @@ def judge_view(question: str, references: list[str], candidate: str) -> tuple[li
     ]
     refs = [r.strip() for r in references]
     for ref in refs:
-        if ref in options or ref == candidate.strip():
+        if ref == candidate.strip():
             continue
-        if equivalent(candidate, ref) is not None:
+        # The reference but for case, spacing or the punctuation around it ("world" for
+        # WORLD): what the prompt's rules call CORRECT, shown so.
+        if _outer_fold(candidate) == _outer_fold(ref) and _outer_fold(ref):
+            return shown, ref, candidate
+        if ref not in options and equivalent(candidate, ref) is not None:
             return shown, ref, candidate
     # An answer stated in a lead-in sentence ("The word shown is HILL.", "Answer: C") that
     # is a reference, as written or in another form.
