@@ -228,4 +228,6 @@ def test_the_blind_pass_asks_triton_without_the_image(
         for qa in row["qa"]
     }
     assert flags == {"blind-000": True, "blind-001": False, "blind-002": False, "blind-003": False}
-    assert _requests(stack) - before >= 8  # four with the image, four without
+    # The four with their images and again without, each at least one (batched) request;
+    # nothing else reaches Triton: with hold-back off (bound 1) calibration asks nothing.
+    assert _requests(stack) - before >= 2
