@@ -22,8 +22,14 @@ from rsieve.judge.calibration import (
 )
 from rsieve.judge.cascade import apply_verdict, judge_prompt, skip_judge
 from rsieve.judge.judgecache import judge_identity
-from rsieve.judge.probes import WRONG_KINDS, calibration_probes, calibration_rates, probe_prompt
-from rsieve.judge.sequential import family_stops, needed, next_round, order_probes
+from rsieve.judge.probes import calibration_probes, calibration_rates, probe_prompt
+from rsieve.judge.sequential import (
+    decided_here,
+    family_stops,
+    next_round,
+    order_probes,
+    whole_families,
+)
 from rsieve.schemas import ShardOutput
 from services.common import Context
 from services.judge.ask import Pacing, ask_once, judge_specials
@@ -73,15 +79,7 @@ def register(ctx: Context) -> None:
             )
             planned = index.get("families") or {}
             bound = s.judge_false_promotion_bound
-            # A family is decided here when the shard holds all of it (or it is too small
-            # to clear the bound whatever its other shards hold); a part of one asks its
-            # whole sample unless its own probes already clear it.
-            complete = [
-                f
-                for f, n in in_shard.items()
-                if f in planned
-                and (n >= planned[f] or planned[f] * len(WRONG_KINDS) < needed(bound))
-            ]
+            complete = decided_here(in_shard, planned, bound)
             # Calibration first, sequentially: each round asks every undecided family the
             # verdicts it still needs, in one batch; a family stops once decided.
             records: dict[int, CalibrationRecord] = {}
@@ -104,7 +102,7 @@ def register(ctx: Context) -> None:
             # the bound is not judged (judge_skipped), never paid for.
             skipped = hopeless_families(
                 records.values(),
-                [f for f, n in in_shard.items() if f in planned and n >= planned[f]],
+                whole_families(in_shard, planned),
                 size=s.judge_calibration_size,
                 bound=bound,
             )

@@ -11,11 +11,13 @@ from rsieve.judge.probes import Probe, ProbeKind, sample_rank
 from rsieve.judge.sequential import (
     FamilyStop,
     decide,
+    decided_here,
     family_stops,
     merge_stops,
     needed,
     next_round,
     order_probes,
+    whole_families,
 )
 
 BOUND = 0.05
@@ -152,3 +154,11 @@ def test_the_run_decides_over_every_shards_probes() -> None:
     assert decide(1, 40, 40, 20, BOUND) == "false_promotions"
     assert decide(0, 0, 0, 72, BOUND) == "too_small"
     assert decide(9, 9, 9, 0, 1.0) == "cleared"  # a bound of 1 turns hold-back off
+
+
+def test_a_shard_decides_the_families_it_holds_whole_and_those_too_small_anywhere() -> None:
+    in_shard = {"IC13": 36, "SVT": 40, "Tiny": 3, "Unplanned": 5}
+    planned = {"IC13": 40, "SVT": 40, "Tiny": 9}
+    assert whole_families(in_shard, planned) == ["SVT"]
+    # Tiny: 9 items x 8 probe kinds < 73, too small whatever its other shards hold.
+    assert decided_here(in_shard, planned, BOUND) == ["SVT", "Tiny"]

@@ -41,7 +41,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from rsieve.intervals import wilson
-from rsieve.judge.probes import Probe
+from rsieve.judge.probes import WRONG_KINDS, Probe
 
 __all__ = [
     "KIND_ORDER",
@@ -49,12 +49,14 @@ __all__ = [
     "FamilyStop",
     "Stop",
     "decide",
+    "decided_here",
     "family_stops",
     "merge_stops",
     "needed",
     "next_round",
     "order_probes",
     "stop_reason",
+    "whole_families",
 ]
 
 SEQUENTIAL_VERSION = "calibration/2"
@@ -93,6 +95,22 @@ class FamilyStop(BaseModel):
     needed: int
     # Whether the shard held every item of the family (only then is `too_small` final).
     complete: bool = True
+
+
+def whole_families(in_shard: Mapping[str, int], planned: Mapping[str, int]) -> list[str]:
+    """The families a shard holds every item of (`in_shard` against the pool's plan)."""
+    return [f for f, n in in_shard.items() if f in planned and n >= planned[f]]
+
+
+def decided_here(
+    in_shard: Mapping[str, int], planned: Mapping[str, int], bound: float
+) -> list[str]:
+    """The families a shard decides on its own probes: those it holds whole, and those
+    whose planned items could never clear `bound` whatever their other shards hold (every
+    probe kind for every item, all judged WRONG). A part of any other family asks its
+    whole part of the sample (`next_round`)."""
+    small = [f for f in in_shard if f in planned and planned[f] * len(WRONG_KINDS) < needed(bound)]
+    return sorted(set(whole_families(in_shard, planned)) | set(small))
 
 
 def upper(k: int, n: int) -> float:
