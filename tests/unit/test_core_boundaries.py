@@ -41,7 +41,9 @@ VENDOR = {
 SHELLS = {"services", "rsieve_cli"}
 # The core's stage packages in pipeline order (verification's rules are the base's
 # rsieve.verify: cleaning, settings and every later stage use its protocol registry).
-STAGES = ("run", "clean", "generate", "judge", "compact", "dataset")
+# `rewards` (the verifiers as RL rewards) reads answers with generate's parse and no later
+# stage's rules, so a reward never depends on the judge; dataset's exports encode with it.
+STAGES = ("run", "clean", "generate", "rewards", "judge", "compact", "dataset")
 # Packages of the base: the settings, one module per concern.
 BASE_PACKAGES = ("settings",)
 
