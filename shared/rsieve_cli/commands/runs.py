@@ -177,6 +177,9 @@ def submit(
         console.print(f"follow it with: rsieve status {run_id} --watch")
 
 
+FORMATS = ("card", "messages", "dpo", "kto", "rl")
+
+
 @friendly
 def export(
     run_id: Run,
@@ -184,15 +187,17 @@ def export(
         Path,
         typer.Option(
             "--to",
-            help="folder; the dataset goes to TO/<dataset> (messages: TO/<dataset>-messages)",
+            help="folder; the dataset goes to TO/<dataset> (messages: TO/<dataset>-messages; "
+            "dpo, kto, rl: TO/<dataset>-<run>-<format>[-<layout>])",
         ),
     ],
     fmt: Annotated[
         str,
         typer.Option(
             "--format",
-            help="card: the dataset as published; messages: one row per question in TRL's "
-            "conversational format, splits think/nothink (docs/operations.md)",
+            help="card: the dataset as published; messages: SFT rows in TRL's conversational "
+            "format; dpo: preference pairs; kto: one labelled row per sample; rl: a prompt set "
+            "with rewards (docs/training.md)",
         ),
     ] = "card",
     include_rejected: Annotated[
@@ -201,23 +206,51 @@ def export(
             "--include-rejected", help="messages: also a `rejected` split (the reference answers)"
         ),
     ] = False,
+    mode: Annotated[
+        str,
+        typer.Option(help="dpo, kto: `think` (reasoning inline) or `nothink` (the answer alone)"),
+    ] = "think",
+    chosen_include_judged: Annotated[
+        bool,
+        typer.Option(
+            "--chosen-include-judged",
+            help="dpo, kto: judge promotions of calibrated families may be chosen",
+        ),
+    ] = False,
+    rejected_requires: Annotated[
+        str,
+        typer.Option(
+            help="dpo, kto: not_promoted (the judge did not call it CORRECT or UNSURE) or "
+            "judge_wrong (the judge called it WRONG)"
+        ),
+    ] = "not_promoted",
+    max_pairs_per_item: Annotated[int, typer.Option(min=1, help="dpo: pairs kept per item")] = 15,
+    pair_seed: Annotated[int, typer.Option(help="dpo: the seed of the pairs' draw")] = 0,
+    pass_rate_band: Annotated[
+        tuple[float, float] | None,
+        typer.Option(help="rl: keep items whose pass rate lies strictly between LOW and HIGH"),
+    ] = None,
+    layout: Annotated[str, typer.Option(help="rl: trl, verl or easyr1")] = "trl",
 ) -> None:
     """Copy RUN's published dataset (Parquet, card, run_report.json, quarantine.jsonl), or
-    write it for trainers (`--format messages`)."""
+    write it for trainers: SFT (`messages`), preference optimisation (`dpo`, `kto`) or RL
+    with verifiable rewards (`rl`)."""
     from rsieve.adapters.exports import EmptyExport, export_dataset, export_messages
 
-    if fmt not in ("card", "messages"):
-        raise Failure(f"unknown format {fmt!r}", "use --format card or --format messages")
+    if fmt not in FORMATS:
+        raise Failure(f"unknown format {fmt!r}", "use --format " + ", ".join(FORMATS))
     if include_rejected and fmt != "messages":
         raise Failure(
             "--include-rejected applies to --format messages only",
             "the card format always holds the rejected splits",
         )
+    if pass_rate_band is not None and fmt != "rl":
+        raise Failure("--pass-rate-band applies to --format rl only")
     ctx = shell.context()
     spec = shell.published(ctx, run_id)
     if fmt == "card":
         target = export_dataset(ctx.store, spec.dataset, to)
-    else:
+    elif fmt == "messages":
         try:
             target = export_messages(
                 ctx.store,
@@ -229,7 +262,91 @@ def export(
             )
         except EmptyExport as exc:
             raise Failure(str(exc), "add --include-rejected to export the rejected split") from exc
+    else:
+        target = _export_training(
+            ctx,
+            spec,
+            to,
+            fmt,
+            mode=mode,
+            chosen_include_judged=chosen_include_judged,
+            rejected_requires=rejected_requires,
+            max_pairs_per_item=max_pairs_per_item,
+            pair_seed=pair_seed,
+            band=pass_rate_band,
+            layout=layout,
+        )
     typer.echo(str(target))
+
+
+def _export_training(
+    ctx: Any,
+    spec: Any,
+    to: Path,
+    fmt: str,
+    *,
+    mode: str,
+    chosen_include_judged: bool,
+    rejected_requires: str,
+    max_pairs_per_item: int,
+    pair_seed: int,
+    band: tuple[float, float] | None,
+    layout: str,
+) -> Path:
+    """The dpo, kto and rl exports: the run's judged outcomes, shard by shard."""
+    from rsieve.adapters.exports import EmptyExport, run_file_key
+    from rsieve.adapters.training_exports import export_preference, export_rl
+    from rsieve.dataset.preference import PairRules
+    from rsieve.dataset.rlsets import LAYOUTS, Band
+
+    run = spec.run
+    shards = sorted(ctx.stored_shards(run, "judge"))
+    outcomes = (ctx.load(run, "judge", shard).outcomes for shard in shards)
+    common = {
+        "dataset": spec.dataset,
+        "run": run,
+        "sampling": spec.settings,
+        "shard_bytes": ctx.settings.parquet_shard_bytes,
+    }
+    try:
+        if fmt == "rl":
+            if layout not in LAYOUTS:
+                raise Failure(f"unknown layout {layout!r}", "use --layout " + ", ".join(LAYOUTS))
+            policy = ctx.run_settings(run).training_policy()
+            return export_rl(
+                ctx.store,
+                outcomes,
+                to,
+                layout=layout,
+                band=Band(*band) if band else Band(),
+                training_rule_of=lambda item: policy.rule_for(item.family, item.protocol),
+                **common,
+            )
+        rules = PairRules(
+            mode=mode,  # type: ignore[arg-type]
+            chosen_include_judged=chosen_include_judged,
+            rejected_requires=rejected_requires,  # type: ignore[arg-type]
+            max_pairs_per_item=max_pairs_per_item,
+            seed=pair_seed,
+        )
+        report = json.loads(
+            ctx.store.get(run_file_key(ctx.store, spec.dataset, run, "run_report.json"))
+        )
+        bound = report.get("judge_false_promotion_bound")
+        return export_preference(
+            ctx.store,
+            outcomes,
+            to,
+            fmt=fmt,  # type: ignore[arg-type]
+            rules=rules,
+            report=report,
+            bound=ctx.settings.judge_false_promotion_bound if bound is None else bound,
+            **common,
+        )
+    except ValueError as exc:
+        if isinstance(exc, EmptyExport):
+            raise Failure(str(exc), "docs/training.md: what each export needs") from exc
+        raise Failure(str(exc)) from exc
 
 
 @friendly
