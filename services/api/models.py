@@ -23,6 +23,8 @@ class Sampling(BaseModel):
     keep: Literal["first", "distinct"] | None = None
     max_kept: int | None = Field(None, ge=1)
     judge_samples: int | None = Field(None, ge=1)
+    # Also judge the refused samples of items that passed (one call per distinct answer).
+    judge_pair_rejections: bool | None = None
     pass_rate_window: list[float] | None = Field(None, min_length=2, max_length=2)
     # Adaptive best-of-n (docs/sampling.md): an item stops once `enough` samples passed
     # (0: every sample drawn); samples go out `sample_round` per item at a time.

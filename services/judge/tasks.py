@@ -11,7 +11,7 @@ from collections import Counter
 
 from rsieve import keys
 from rsieve.adapters.tokenizer import preload_chat_template
-from rsieve.compact.settle import in_window, settle_all, to_judge
+from rsieve.compact.settle import in_window, refused_of_passed, settle_all, to_judge
 from rsieve.generate.chat import neutralise
 from rsieve.judge.calibration import (
     CalibrationRecord,
@@ -45,8 +45,10 @@ def register(ctx: Context) -> None:
         if not ctx.done(run, "judge", shard):
             s, model = ctx.run_settings(run), ctx.settings.judge_model
             verified = ctx.load(run, "verify", shard).verified
-            # Best-of-n: only items none of whose samples passed, the first few samples.
-            pending = to_judge(verified, s.judge_samples)
+            # Best-of-n: only items none of whose samples passed, the first few samples;
+            # with judge_pair_rejections, also each distinct refused answer of passed items.
+            pending = to_judge(verified, s.judge_samples, s.judge_pair_rejections)
+            pairs = refused_of_passed(verified) if s.judge_pair_rejections else {}
             # Each family's eligible rate from its items when the pool was planned: about
             # 1.5 x size items probed per family run-wide, whatever the number of shards.
             families = {o.generation.item.family for o in verified}
@@ -133,6 +135,17 @@ def register(ctx: Context) -> None:
                     outcomes[i] = skip_judge(verified[i])
             for k, i in enumerate(asked):
                 outcomes[i] = apply_verdict(verified[i], model=model, **replies[k])
+            # A refused answer's other samples take its verdict, the same prompt's reply
+            # reused: the judge is asked once per distinct answer, and no call is counted.
+            reply_of = dict(zip(asked, replies, strict=True))
+            for i, lead in pairs.items():
+                if i == lead:
+                    continue
+                outcomes[i] = (
+                    apply_verdict(verified[i], model=model, **(reply_of[lead] | {"reused": True}))
+                    if lead in reply_of
+                    else skip_judge(verified[i])
+                )
             # One per item; a pass-rate window (when set) quarantines what lies outside.
             outcomes, outside = in_window(
                 settle_all(outcomes, s.keep, s.max_kept, s.circular), s.pass_rate_window

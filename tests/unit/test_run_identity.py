@@ -106,6 +106,11 @@ def test_every_deciding_field_changes_the_run_id(name: str) -> None:
             changed = Settings(**chosen)
             assert _rid(changed) != _rid(Settings(**several)), (name, value)
         return
+    if name == "judge_pair_rejections":  # judging the refused of passed items needs several
+        best_of_4: dict[str, Any] = {"samples": 4, "temperature": 0.5}
+        paired = Settings(judge_pair_rejections=True, **best_of_4)
+        assert _rid(paired) != _rid(Settings(**best_of_4))
+        return
     if name == "pass_rate_window":  # a window needs several samples
         sampled: dict[str, Any] = {"samples": 4, "temperature": 0.5}
         windowed = Settings(pass_rate_window=[0.2, 0.8], **sampled)

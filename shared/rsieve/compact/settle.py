@@ -2,7 +2,8 @@
 verified, settled into one place per item with its pass rate. Pure.
 
 - `to_judge`: which rejected samples the judge sees: only those of items no sample of
-  which passed the verifier, the first `judge_samples` of each.
+  which passed the verifier, the first `judge_samples` of each; with `judge_pair_rejections`,
+  also one per distinct refused answer of each item that passed (`refused_of_passed`).
 - `settle`: the samples of one item (after the verifier and the judge) as the item's one
   `Outcome`: accepted when any sample was accepted (the first accepted, with the others
   kept as `keep` says), else rejected (its first judged sample); `Outcome.samples` records
@@ -25,10 +26,12 @@ from rsieve.schemas import Outcome, Quarantined, Samples
 from rsieve.verify import canonical, verify
 
 __all__ = [
+    "answer_form",
     "dataset_conflict",
     "in_window",
     "kept_samples",
     "pass_rate",
+    "same_answer",
     "samples_saved",
     "sampling_summary",
     "settle",
@@ -39,15 +42,23 @@ __all__ = [
 Keep = Literal["first", "distinct"]
 
 
-def to_judge(verified: Sequence[Outcome], judge_samples: int) -> list[int]:
+def to_judge(
+    verified: Sequence[Outcome], judge_samples: int, pair_rejections: bool = False
+) -> list[int]:
     """Indexes into `verified` (every sample of a shard, items' samples together) of the
     rejected samples the judge is asked about: those pending a verdict, of items none of
-    whose samples the verifier accepted, the first `judge_samples` per item."""
+    whose samples the verifier accepted, the first `judge_samples` per item; with
+    `pair_rejections`, also the first sample of each distinct refused answer of every item
+    the verifier accepted (`refused_of_passed`)."""
     accepted_lines = {o.generation.item.line for o in verified if o.place == "accepted"}
+    leaders = set(refused_of_passed(verified).values()) if pair_rejections else set()
     asked: dict[int, int] = {}
     chosen: list[int] = []
     for i, o in enumerate(verified):
         line = o.generation.item.line
+        if i in leaders:
+            chosen.append(i)
+            continue
         if not needs_judge(o) or line in accepted_lines:
             continue
         if o.generation.sample is not None and asked.get(line, 0) >= judge_samples:
@@ -57,14 +68,47 @@ def to_judge(verified: Sequence[Outcome], judge_samples: int) -> list[int]:
     return chosen
 
 
+def answer_form(outcome: Outcome) -> tuple[str, str]:
+    """What makes two refused answers of an item the same one for the judge: the answer's
+    normal form under the item's protocol, else (no form) its text with spacing folded."""
+    item, answer = outcome.generation.item, outcome.generation.answer or ""
+    form = canonical(item.protocol, answer, item.options)
+    # Tagged, so that a text without a form never equals another answer's form.
+    return ("form", form) if form is not None else ("text", _folded(answer))
+
+
+def refused_of_passed(verified: Sequence[Outcome]) -> dict[int, int]:
+    """Every sample pending a verdict (`needs_judge`) of an item some sample of which the
+    verifier accepted, by index into `verified`, mapped to the index of the first such
+    sample of the item with the same answer (`answer_form`): the one the judge is asked
+    about, whose verdict the others share."""
+    accepted_lines = {o.generation.item.line for o in verified if o.place == "accepted"}
+    first: dict[tuple[int, tuple[str, str]], int] = {}
+    out: dict[int, int] = {}
+    for i, o in enumerate(verified):
+        line = o.generation.item.line
+        if line in accepted_lines and needs_judge(o):
+            out[i] = first.setdefault((line, answer_form(o)), i)
+    return out
+
+
 def _folded(text: str | None) -> str:
     return re.sub(r"\s+", " ", text or "").strip()
 
 
+def same_answer(protocol: str, a: str, b: str, options: dict[str, str] | None = None) -> bool:
+    """Whether two answers are the same answer under a protocol: the same normal form
+    (rsieve.verify.canonical); for a protocol without one, each matched to the other as
+    its reference."""
+    fa, fb = canonical(protocol, a, options), canonical(protocol, b, options)
+    if fa is not None and fb is not None:
+        return fa == fb
+    extra: dict[str, Any] = {"options": options} if options else {}
+    return verify(protocol, a, [b], **extra).accepted and verify(protocol, b, [a], **extra).accepted
+
+
 def _same_answer(a: Outcome, b: Outcome) -> bool:
-    """Whether two accepted answers normalise the same under the item's protocol
-    (rsieve.verify.canonical); for a protocol without a normal form, whether it matches
-    each to the other as its reference."""
+    """Whether two accepted answers, in the forms that passed, are the same answer."""
     item = a.generation.item
 
     def text(o: Outcome) -> str:
@@ -73,15 +117,7 @@ def _same_answer(a: Outcome, b: Outcome) -> bool:
             o.generation.answer or "", target_variant(decision) if decision else None
         )
 
-    ta, tb = text(a), text(b)
-    fa, fb = canonical(item.protocol, ta, item.options), canonical(item.protocol, tb, item.options)
-    if fa is not None and fb is not None:
-        return fa == fb
-    options: dict[str, Any] = {"options": item.options} if item.options else {}
-    return (
-        verify(item.protocol, ta, [tb], **options).accepted
-        and verify(item.protocol, tb, [ta], **options).accepted
-    )
+    return same_answer(item.protocol, text(a), text(b), item.options)
 
 
 def kept_samples(accepted: Sequence[Outcome], keep: Keep, max_kept: int) -> list[Outcome]:
@@ -125,7 +161,10 @@ def settle(
             update={"place": "rejected", "reason": "circular_inconsistent", "promoted_by": None}
         )
         return head.model_copy(update={"samples": _record(ordered, head, accepted, [])})
-    kept = kept_samples(accepted, keep, max_kept)
+    # A refused sample the judge promoted on an item the verifier passed (judge_pair_rejections)
+    # counts in the pass rate only: the item's answer stays the verifier's, and so its place.
+    by_verifier = [o for o in accepted if o.promoted_by == "verifier"]
+    kept = kept_samples(by_verifier or accepted, keep, max_kept)
     if kept:
         head = kept[0]
     else:  # rejected: the first sample the judge saw, else the first sample

@@ -3,10 +3,11 @@ proves it per family (in = accepted + rejected + quarantined).
 
 Beside the accounting, per family: the judge's verdicts (CORRECT / WRONG / UNSURE /
 FAILED, with the failure causes, and how many were reused from the verdict cache), the
-model outputs by reasoning form (`closed`, `absent`,
-`unclosed`) and the accepted items without reasoning; for the run: the thinking modes the
-prompts were rendered with, the models that answered and judged, with their kinds, and
-the tokens they used (`token_usage`)."""
+model outputs by reasoning form (`closed`, `absent`, `unclosed`) and the accepted items
+without reasoning; with judge_pair_rejections, the verdicts on the refused samples of
+items the verifier accepted (`pair_rejections`, apart); for the run: the thinking modes
+the prompts were rendered with, the models that answered and judged, with their kinds,
+and the tokens they used (`token_usage`)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ __all__ = [
     "run_report",
     "token_usage",
     "tokens_summed",
+    "verifier_passed",
 ]
 
 UNKNOWN_FAMILY = "(unknown)"
@@ -141,7 +143,9 @@ def token_usage(
     """The tokens the run's answered calls used, as the model servers reported them: one
     generator call per outcome, and one per blind request answered (the blind pass); one
     judge call per verdict; one per calibration record, counted apart (`calibration`
-    inside every judge entry). A judge call that failed (no reply: cause `call_failed`)
+    inside every judge entry), and one per verdict on a refused sample of an item the
+    verifier accepted (judge_pair_rejections), counted apart too (`pair_rejections` inside
+    the judge entries that have some). A judge call that failed (no reply: cause `call_failed`)
     is not counted, nor is an item quarantined as
     `model_error` (it has no outcome). A verdict or calibration record whose reply was
     reused from the verdict cache made no call: it is counted in the judge's `reused`
@@ -154,10 +158,16 @@ def token_usage(
     `by_model`: `[{model, role, **usage}]` (judges with `calibration`), generators first;
     `by_family`: family -> `{generator: usage, judge: usage}`; `total`: the same per role,
     and `all`, every call of the run, calibration included."""
-    calls: list[tuple[str, str, str, bool, int | None, int | None, bool]] = []
+    # (role, model, family, part, prompt, completion, reused); part: the judge usage's
+    # sub-usage the call counts in (calibration, pair_rejections), None for its own.
+    calls: list[tuple[str, str, str, str | None, int | None, int | None, bool]] = []
     # Best-of-n: every sample's calls, not only the settled one's.
     heads = list(outcomes)
-    sampled = [s for o in heads for s in (o, *(o.samples.others if o.samples else ()))]
+    sampled = [
+        (s, "pair_rejections" if verifier_passed(o) else None)
+        for o in heads
+        for s in (o, *(o.samples.others if o.samples else ()))
+    ]
     for o in heads:
         # The blind pass's calls (rsieve.judge.blind): the generator's, once per item (every
         # sample of the item carries the same record).
@@ -165,34 +175,43 @@ def token_usage(
         if blind is not None:
             g = o.generation
             for prompt, completion in zip(blind.input_tokens, blind.output_tokens, strict=True):
-                calls.append(
-                    ("generator", g.model, g.item.family, False, prompt, completion, False)
-                )
-    for o in sampled:
+                calls.append(("generator", g.model, g.item.family, None, prompt, completion, False))
+    for o, part in sampled:
         g, v = o.generation, o.verdict
         calls.append(
-            ("generator", g.model, g.item.family, False, g.input_tokens, g.output_tokens, False)
+            ("generator", g.model, g.item.family, None, g.input_tokens, g.output_tokens, False)
         )
         if v is not None and verdict_state(v.verdict, v.cause)[1] != "call_failed":
             calls.append(
-                ("judge", v.model, g.item.family, False, v.input_tokens, v.output_tokens, v.reused)
+                ("judge", v.model, g.item.family, part, v.input_tokens, v.output_tokens, v.reused)
             )
     for r in calibration:
         if record_state(r)[1] != "call_failed":
             calls.append(
-                ("judge", r.model, r.probe.family, True, r.input_tokens, r.output_tokens, r.reused)
+                (
+                    "judge",
+                    r.model,
+                    r.probe.family,
+                    "calibration",
+                    r.input_tokens,
+                    r.output_tokens,
+                    r.reused,
+                )
             )
     by_model: dict[tuple[int, str], dict[str, Any]] = {}
     by_family: dict[str, dict[str, dict[str, Any]]] = {}
     total: dict[str, dict[str, Any]] = {role: _usage(role) for role in TOKEN_ROLES}
     every = dict.fromkeys(_USAGE, 0)
-    for role, model, family, calibrating, prompt, completion, reused in calls:
+    for role, model, family, part, prompt, completion, reused in calls:
         entry = by_model.setdefault(
             (TOKEN_ROLES.index(role), model), {"model": model, "role": role} | _usage(role)
         )
         fam = by_family.setdefault(family, {r: _usage(r) for r in TOKEN_ROLES})
         for usage in (entry, fam[role], total[role]):
-            _count(usage["calibration"] if calibrating else usage, prompt, completion, reused)
+            if part is not None:
+                # pair_rejections only where there were some: a report without is as before.
+                usage = usage.setdefault(part, dict.fromkeys(_USAGE, 0) | {"reused": 0})
+            _count(usage, prompt, completion, reused)
         if not reused:
             _count(every, prompt, completion)
     return {
@@ -256,6 +275,31 @@ def _count_loop(fam: dict[str, Any], gen: Generation) -> None:
             fam["loop_tokens_saved"] += max(0, budget - gen.output_tokens)
 
 
+def verifier_passed(outcome: Outcome) -> bool:
+    """Whether a settled best-of-n item had a sample the verifier accepted: every verdict on
+    its samples is then one judge_pair_rejections asked for (without it, such an item's
+    samples are never judged: rsieve.compact.settle.to_judge)."""
+    if outcome.samples is None:
+        return False
+    return any(s.promoted_by == "verifier" for s in (outcome, *outcome.samples.others))
+
+
+def _count_pair_rejections(fam: dict[str, Any], outcome: Outcome) -> None:
+    """The verdicts on the refused samples of an item the verifier accepted, apart from
+    `judge_verdicts`: `asked` made a call, `reused` took an earlier reply (the verdict cache,
+    or the sample of the same answer that was asked)."""
+    assert outcome.samples is not None
+    for sample in (outcome, *outcome.samples.others):
+        v = sample.verdict
+        if v is None:
+            continue
+        counts = fam.setdefault(
+            "pair_rejections", {"asked": 0, "reused": 0} | dict.fromkeys(VERDICTS, 0)
+        )
+        counts["reused" if v.reused else "asked"] += 1
+        counts[verdict_state(v.verdict, v.cause)[0]] += 1
+
+
 def _near_miss_example(outcome: Outcome) -> dict[str, Any]:
     gen, decision = outcome.generation, outcome.decision
     assert decision is not None and decision.training is not None
@@ -312,7 +356,9 @@ def report_part(outcomes: Sequence[Outcome], quarantined: Iterable[Quarantined])
             fam["near_misses_promoted"] += outcome.promoted_by == "judge"
             if len(fam["near_miss_examples"]) < NEAR_MISS_EXAMPLES:
                 fam["near_miss_examples"].append(_near_miss_example(outcome))
-        if outcome.verdict is not None:
+        if verifier_passed(outcome):
+            _count_pair_rejections(fam, outcome)
+        elif outcome.verdict is not None:
             verdict, cause = verdict_state(outcome.verdict.verdict, outcome.verdict.cause)
             fam["judge_verdicts"][verdict] += 1
             if cause is not None:

@@ -318,22 +318,51 @@ def hold_back(
 ) -> list[Outcome]:
     """Judge promotions of untrusted families (and of families with no calibration) go
     back to the rejected split with reason `judge_untrusted`; the CORRECT verdict stays
-    recorded for audit. Everything else is returned unchanged, in order."""
+    recorded for audit. Everything else is returned unchanged, in order. The refused
+    samples of a verifier-accepted item that the judge promoted (judge_pair_rejections)
+    are held back the same way, and leave the item's `samples.passed`."""
     outcomes = list(outcomes)
-    promoted = {o.generation.item.family for o in outcomes if o.promoted_by == "judge"}
-    held = untrusted_families(summary, bound, promoted)
-    return [
-        o.model_copy(
-            update={
-                "place": "rejected",
-                "reason": rejection_reason(o, "judge_untrusted"),
-                "promoted_by": None,
-            }
-        )
-        if o.promoted_by == "judge" and o.generation.item.family in held
-        else o
+    promoted = {
+        o.generation.item.family
         for o in outcomes
-    ]
+        if o.promoted_by == "judge" or _pair_promotions(o)
+    }
+    held = untrusted_families(summary, bound, promoted)
+    out = []
+    for o in outcomes:
+        if o.generation.item.family in held and o.promoted_by == "judge":
+            o = _held(o)
+        elif o.generation.item.family in held and _pair_promotions(o):
+            assert o.samples is not None
+            back = {s.generation.sample or 0 for s in o.samples.others if s.promoted_by == "judge"}
+            others = [_held(s) if s.promoted_by == "judge" else s for s in o.samples.others]
+            passed = [k for k in o.samples.passed if k not in back]
+            o = o.model_copy(
+                update={
+                    "samples": o.samples.model_copy(update={"others": others, "passed": passed})
+                }
+            )
+        out.append(o)
+    return out
+
+
+def _held(o: Outcome) -> Outcome:
+    return o.model_copy(
+        update={
+            "place": "rejected",
+            "reason": rejection_reason(o, "judge_untrusted"),
+            "promoted_by": None,
+        }
+    )
+
+
+def _pair_promotions(o: Outcome) -> bool:
+    """Whether an item the verifier accepted has refused samples the judge promoted."""
+    return (
+        o.promoted_by == "verifier"
+        and o.samples is not None
+        and any(s.promoted_by == "judge" for s in o.samples.others)
+    )
 
 
 def promotions_listing(outcomes: Iterable[Outcome]) -> list[dict[str, Any]]:

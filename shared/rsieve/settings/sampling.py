@@ -36,6 +36,10 @@ class SamplingSettings(BaseModel):
     # When no sample of an item passed the verifier: judge calls for it, at most (its
     # first rejected samples).
     judge_samples: Annotated[int, DECIDES] = Field(1, ge=1)
+    # When some sample of an item passed: also judge its refused samples, one call per
+    # distinct refused answer (its form under the item's protocol), so a preference pair
+    # never teaches against a right answer the verifier did not recognise.
+    judge_pair_rejections: Annotated[bool, SINCE_FIRST_ID] = False
     # Keep only accepted items whose pass rate lies in [low, high] (e.g. [0.2, 0.8], as
     # InternVL3.5 does); the others are quarantined `pass_rate_window`. Empty: off.
     pass_rate_window: Annotated[list[float], SINCE_FIRST_ID] = []
@@ -86,6 +90,20 @@ class SamplingSettings(BaseModel):
             )
         if self.circular and self.samples < 2:
             raise ValueError("circular sampling needs several samples (one per rotation)")
+        return self
+
+    @model_validator(mode="after")
+    def _pair_rejections_need_passed_items(self) -> SamplingSettings:
+        if self.judge_pair_rejections and self.samples == 1:
+            raise ValueError(
+                "judge_pair_rejections judges the refused samples of items another sample "
+                "of which passed: it needs several samples (samples > 1)"
+            )
+        if self.judge_pair_rejections and self.circular:
+            raise ValueError(
+                "circular sampling accepts an item only when every rotation passes, so an "
+                "accepted item has no refused sample: judge_pair_rejections does not apply"
+            )
         return self
 
     @model_validator(mode="after")

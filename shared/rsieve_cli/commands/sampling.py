@@ -41,6 +41,14 @@ BlindPolicy = Annotated[
         "(kept out of _RS_think) | drop (rejected)"
     ),
 ]
+PairRejections = Annotated[
+    bool | None,
+    typer.Option(
+        "--judge-pair-rejections/--no-judge-pair-rejections",
+        help="best-of-n: also judge the refused samples of items that passed, one call per "
+        "distinct answer (for preference pairs)",
+    ),
+]
 Enough = Annotated[
     int | None,
     typer.Option(
@@ -71,6 +79,7 @@ OPTIONS: dict[str, Any] = {
     "circular": Circular,
     "blind_pass": BlindPass,
     "blind_policy": BlindPolicy,
+    "judge_pair_rejections": PairRejections,
 }
 
 
