@@ -554,3 +554,40 @@ def test_stored_generations_are_what_the_factory_stored() -> None:
     item = make_item(references=["COFFEE"])
     gen: Generation = make_generation(item, "COFFEE")
     assert parse_output(gen.raw_output, gen.finish_reason).answer == gen.answer
+
+
+# --- scripts/reward_parity.py ----------------------------------------------------------
+
+
+class _Ctx:
+    """The two reads the script makes of the stack, over outcomes held here."""
+
+    def __init__(self, outcomes: list[Outcome], policy: TrainingPolicy) -> None:
+        self.outcomes, self.policy = outcomes, policy
+
+    def run_settings(self, run: str) -> Any:
+        return type("S", (), {"training_policy": lambda _self: self.policy})()
+
+    def stored_shards(self, run: str, stage: str) -> set[str]:
+        assert stage == "judge"
+        return {"00000"}
+
+    def load(self, run: str, stage: str, shard: str) -> Any:
+        return type("Out", (), {"outcomes": self.outcomes})()
+
+
+def test_the_parity_script_prints_figures_and_fails_on_a_disagreement(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from scripts import reward_parity
+
+    docs = make_item("d", protocol="anls", references=["John Smith"], family="DocVQA")
+    lenient = TrainingPolicy(by_protocol={})
+    near = verify_generation(make_generation(docs, "Jane Smith"), lenient)
+    monkeypatch.setattr(reward_parity, "context", lambda: _Ctx([near], lenient))
+    assert reward_parity.main(["run-1"]) == 0
+    assert "run-1" in capsys.readouterr().out
+    monkeypatch.setattr(reward_parity, "context", lambda: _Ctx([near], DEFAULT_POLICY))
+    assert reward_parity.main(["run-1"]) == 1
+    out = capsys.readouterr().out
+    assert "differs: d sample None trl: reward 0.0, factory accepts" in out
