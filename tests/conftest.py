@@ -67,6 +67,7 @@ _TIER_MODULES = {
     "test_k8s_watch": ("deploy",),
     "test_models_chat": ("model",),
     "test_trainer_collation": ("model",),
+    "test_training_loop_trainers": ("model",),
     "test_review_page": ("stack", "browser"),
 }
 
