@@ -341,7 +341,31 @@ def _sampling_md(report: dict[str, Any]) -> list[str]:
             f"| {s['accepted_at_1']} | {histogram} | {drawn} | {s.get('samples_not_drawn', '')} "
             f"| {'' if saved is None else f'{saved:,}'} |"
         )
-    return [*out, ""]
+    return [*out, "", *_pair_rejections_md(report)]
+
+
+def _pair_rejections_md(report: dict[str, Any]) -> list[str]:
+    """One sentence on the judge calls judge_pair_rejections made (none: nothing)."""
+    counts: dict[str, int] = {}
+    for r in report.get("families", {}).values():
+        for k, n in (r.get("pair_rejections") or {}).items():
+            counts[k] = counts.get(k, 0) + n
+    if not counts:
+        return []
+    usage = ((report.get("tokens") or {}).get("total", {}).get("judge") or {}).get(
+        "pair_rejections"
+    ) or dict.fromkeys(("calls", "prompt_tokens", "completion_tokens"), 0)
+    judged = counts["asked"] + counts["reused"]
+    return [
+        f"The judge was also asked about the refused samples of accepted items, once per "
+        f"distinct answer: {judged} samples, {counts['asked']} asked and {counts['reused']} "
+        f"sharing an earlier reply ({_counts({v: counts[v] for v in VERDICTS})}), costing "
+        f"{usage['calls']:,} calls, {usage['prompt_tokens']:,} prompt and "
+        f"{usage['completion_tokens']:,} completion tokens, counted in the Cost section's "
+        "`all` only, not in the judge's verdicts or calls; a CORRECT counts in the item's "
+        "pass rate and never changes its kept answer.",
+        "",
+    ]
 
 
 def _loops_md(report: dict[str, Any]) -> list[str]:
