@@ -9,13 +9,16 @@ model's optional `seed` input). The same pool once with one sample: the yield gr
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import datasets
 import pytest
 
-from rsieve_cli.local.stack import Stack
+from rsieve_cli.local.stack import REPO_ROOT, Stack
 from tests.e2e.cli import run_cli
 from tests.unit.test_best_of_n import make_pool
 
@@ -83,8 +86,46 @@ def test_four_samples_per_question_through_the_stack(stack: Stack, tmp_path: Pat
     assert audit.returncode == 0, audit.stdout[-3000:]
     result = json.loads(audit.stdout)
     assert result["ok"] and result["samples"] == sampling["samples"]
+    _training_exports(stack, run, tmp_path / "exports")
     # A dataset of single-sample runs refuses a best-of-n run, saying why.
     mixed = run_cli(
         stack, "submit", str(pool), "--dataset", "one", "--samples", "4", "--temperature", "0.7"
     )
     assert mixed.returncode != 0 and "best-of-n" in mixed.stdout + mixed.stderr
+
+
+def _training_exports(stack: Stack, run: str, to: Path) -> None:
+    """The run's samples for the training loop, through the command line: DPO pairs for
+    exactly the items with an accepted and a refused sample, KTO rows, the RL prompt set in
+    every layout, and the rewards agreeing with the factory on every stored sample."""
+    exported = {}
+    for fmt, *extra in (("dpo",), ("kto",), ("rl",), ("rl", "verl"), ("rl", "easyr1")):
+        layout = ["--layout", extra[0]] if extra else []
+        result = run_cli(stack, "export", run, "--to", str(to), "--format", fmt, *layout)
+        assert result.returncode == 0, result.stderr[-3000:]
+        exported[(fmt, *extra)] = Path(result.stdout.strip().splitlines()[-1])
+    pairs = datasets.load_dataset(str(exported[("dpo",)]))["SynthWords_pairs"]
+    # Adaptive keep-first: an item with pairs passed at its last sample drawn, every
+    # earlier one refused.
+    assert len(pairs) > 0
+    for row in pairs:
+        assert row["rejected_sample"] < row["chosen_sample"] == row["samples"] - 1
+        assert row["chosen_answer"] != row["rejected_answer"]
+    with_pairs = set(pairs["id"])
+    kto = datasets.load_dataset(str(exported[("kto",)]))["SynthWords"]
+    labelled = {(r["id"], r["sample"]): r["label"] for r in kto}
+    passed_late = {i for (i, k), label in labelled.items() if label and k > 0}
+    assert with_pairs == passed_late
+    rl = datasets.load_dataset(str(exported[("rl",)]))["train"]
+    assert set(rl["id"]) == with_pairs  # pass rate 1/k, k > 1: strictly inside (0, 1)
+    verl = exported[("rl", "verl")] / "train.parquet"
+    assert verl.is_file() and (exported[("rl", "easyr1")] / "README.md").is_file()
+    parity = subprocess.run(
+        [sys.executable, "-m", "scripts.reward_parity", run],
+        env={**os.environ, "RSIEVE_STACK_DIR": str(stack.dir)},
+        text=True,
+        capture_output=True,
+        timeout=600,
+        cwd=REPO_ROOT,
+    )
+    assert parity.returncode == 0, parity.stdout[-3000:] + parity.stderr[-3000:]
