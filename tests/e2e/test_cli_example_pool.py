@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -122,6 +125,22 @@ def test_submit_status_export_card_recheck(stack: Stack, tmp_path: Path) -> None
     result = json.loads(rechecked.stdout)
     assert result["checked"] >= 30 and result["differences"] == []
     assert run_cli(stack, "audit", run).returncode == 0
+
+    # The rewards score every stored answer of the run as the verifier did.
+    parity = subprocess.run(
+        [sys.executable, "-m", "scripts.reward_parity", run],
+        env={**os.environ, "RSIEVE_STACK_DIR": str(stack.dir)},
+        text=True,
+        capture_output=True,
+        timeout=600,
+        cwd=REPO_ROOT,
+    )
+    assert parity.returncode == 0, parity.stdout[-3000:] + parity.stderr[-3000:]
+    assert "trl" in parity.stdout and "easyr1" in parity.stdout
+    # One sample per question: no item has both sides of a pair, and the export says so.
+    pairs = run_cli(stack, "export", run, "--to", str(tmp_path), "--format", "dpo")
+    assert pairs.returncode == 1, pairs.stdout + pairs.stderr
+    assert "no dpo rows" in pairs.stdout + pairs.stderr
 
     for args in (
         ["status", "ops-000000000000"],
