@@ -175,6 +175,8 @@ def test_verl_loads_the_reward_by_path_and_scores_the_row(tiny: tuple[Any, Path]
     parquet = _verl_parquet(root / "export-reward")
     dataset = RLHFDataset(str(parquet), processor.tokenizer, _data_config(root), processor)
     item = dataset[0]
+    # verl 0.9's key; the legacy top-level `custom_reward_function.*` (docs/training.md's
+    # command line) is moved here by verl's reward loop (migrate_legacy_reward_impl).
     config = OmegaConf.create(
         {"reward": {"custom_reward_function": {"path": str(REWARD_FILE), "name": "compute_score"}}}
     )
