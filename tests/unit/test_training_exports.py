@@ -230,16 +230,22 @@ def test_kto_rows_label_every_sample_on_a_side() -> None:
 # --------------------------------------------------------------------------- a run
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Context, str]]:
-    pool = make_pool(tmp_path_factory.mktemp("training") / "pool", count=ITEMS)
+def best_of_n_run(root: Path, items: int = ITEMS) -> tuple[Context, str]:
+    """A pool of `items` through the FakeStack with 4 samples each, every one drawn, on a
+    stochastic stand-in right half the time (not a model); the context and the run id."""
+    pool = make_pool(root / "pool", count=items)
     ctx, _, run_id, _ = pipeline(
         pool,
         StochasticStandIn(0.5, forms=_forms),
         dataset="loop",
         sampling={"samples": 4, "temperature": 0.7, "enough": 0},
     )
-    yield ctx, run_id
+    return ctx, run_id
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Context, str]]:
+    yield best_of_n_run(tmp_path_factory.mktemp("training"))
 
 
 def _forms(reference: str, rng: random.Random) -> str:
@@ -255,7 +261,8 @@ def _heads(ctx: Context, run_id: str) -> list[Outcome]:
     ]
 
 
-def _export(ctx: Context, run_id: str, to: Path, fmt: str, **kw: Any) -> Path:
+def export(ctx: Context, run_id: str, to: Path, fmt: str, **kw: Any) -> Path:
+    """`rsieve export RUN --to TO --format FMT` (the command's own code), options as `kw`."""
     options: dict[str, Any] = {
         "mode": "think",
         "chosen_include_judged": False,
@@ -272,7 +279,7 @@ def test_dpo_export_pairs_every_item_with_both_sides(
     run: tuple[Context, str], tmp_path: Path
 ) -> None:
     ctx, run_id = run
-    folder = _export(ctx, run_id, tmp_path, "dpo")
+    folder = export(ctx, run_id, tmp_path, "dpo")
     assert folder.name == f"loop-{run_id}-dpo"
     ds = datasets.load_dataset(str(folder))
     pairs = ds["SynthWords_pairs"]
@@ -297,18 +304,18 @@ def test_dpo_export_pairs_every_item_with_both_sides(
 def test_kto_and_rl_exports_in_every_layout(run: tuple[Context, str], tmp_path: Path) -> None:
     ctx, run_id = run
     heads = _heads(ctx, run_id)
-    kto = datasets.load_dataset(str(_export(ctx, run_id, tmp_path, "kto")))["SynthWords"]
+    kto = datasets.load_dataset(str(export(ctx, run_id, tmp_path, "kto")))["SynthWords"]
     # Every sample is on a side but those the (abstaining) judge called UNSURE.
     unsure = [s for h in heads for s in item_samples(h) if s.reason == "judge_unsure"]
     assert unsure and len(kto) == 4 * ITEMS - len(unsure)
     assert sum(kto["label"]) == sum(factory_accepts(s) for h in heads for s in item_samples(h))
     rates = {h.generation.item.id: sum(map(factory_accepts, item_samples(h))) / 4 for h in heads}
     inside = {i for i, r in rates.items() if 0 < r < 1}
-    trl = datasets.load_dataset(str(_export(ctx, run_id, tmp_path, "rl")))["train"]
+    trl = datasets.load_dataset(str(export(ctx, run_id, tmp_path, "rl")))["train"]
     assert set(trl["id"]) == inside
     assert all(rates[r["id"]] == r["pass_rate"] for r in trl)
     assert decode(trl[0]["ground_truth"]).references == trl[0]["references"]
-    verl = pq.read_table(_export(ctx, run_id, tmp_path, "rl", layout="verl") / "train.parquet")
+    verl = pq.read_table(export(ctx, run_id, tmp_path, "rl", layout="verl") / "train.parquet")
     first = verl.to_pylist()[0]
     assert first["data_source"] == "rsieve/SynthWords"
     assert first["prompt"][0]["content"].count("<image>") == len(first["images"]) == 1
@@ -318,10 +325,10 @@ def test_kto_and_rl_exports_in_every_layout(run: tuple[Context, str], tmp_path: 
         "rsieve/SynthWords", "<think>ok</think>" + decode(truth).references[0], truth
     )
     assert right["score"] == 1.0
-    easy = datasets.load_dataset(str(_export(ctx, run_id, tmp_path, "rl", layout="easyr1")))
+    easy = datasets.load_dataset(str(export(ctx, run_id, tmp_path, "rl", layout="easyr1")))
     row = easy["train"][0]
     assert row["problem"].startswith("<image>") and decode(row["answer"]).protocol == "alnum"
-    narrow = _export(ctx, run_id, tmp_path / "narrow", "rl", band=(0.3, 0.6))
+    narrow = export(ctx, run_id, tmp_path / "narrow", "rl", band=(0.3, 0.6))
     kept = datasets.load_dataset(str(narrow))["train"]
     assert set(kept["id"]) == {i for i, r in rates.items() if 0.3 < r < 0.6}
     card = (narrow / "README.md").read_text()

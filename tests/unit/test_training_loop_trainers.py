@@ -1,18 +1,19 @@
-"""The training-loop exports in real trainers: TRL's `DPOTrainer` (plain DPO and the MPO mix
-of sigmoid, BCO-pair and SFT losses) on the preference split and TRL's `GRPOTrainer` on the
-RL split, each for ONE optimisation step on the CPU, on the tiny random-weight LLaVA the
-tests build (scripts/build_tiny_vlm.py, no download). Each split is read as a user reads it,
-`datasets.load_dataset(folder)[split]`. What is proved: the rows' format is what the
-trainers take (the collators turn them into pixel values and token ids, the step runs, the
-loss is finite, the weights move), and GRPO's reward function receives the dataset's own
-columns (`ground_truth`, ...) beside the completions and answers with floats.
+"""The training-loop exports in real trainers: TRL's `DPOTrainer` (plain DPO and the MPO mix of
+sigmoid, BCO-pair and SFT losses) on the preference split, TRL's `KTOTrainer` on the KTO
+rows and TRL's `GRPOTrainer` on the RL split, each for ONE optimisation step on the CPU, on
+the tiny random-weight LLaVA the tests build (scripts/build_tiny_vlm.py, no download). Each
+split is read as a user reads it, `datasets.load_dataset(folder)[split]`. What is proved:
+the rows' format is what the trainers take (the collators turn them into pixel values and
+token ids, the step runs, the loss is finite, the weights move), and GRPO's reward function
+receives the dataset's own columns (`ground_truth`, ...) beside the completions and answers
+with floats.
 
-The folders are written here by `_dpo_folder` and `_rl_folder` in the row format
-`rsieve export --format dpo|rl` writes; the fixtures are to be swapped for the real export."""
+The folders are the real exports (`rsieve export RUN --format dpo`, `kto` and `rl`, the
+command's own code) of a best-of-n FakeStack run whose samples differ (a stochastic
+stand-in, not a model: tests/unit/test_training_exports.py)."""
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,13 +22,12 @@ from typing import Any
 import datasets
 import pytest
 
-from rsieve.rewards import GroundTruth, encode
 from tests.checkpoints import build_tiny_vlm
 from tests.unit.test_trainer_collation import TRAINING_TEMPLATE
+from tests.unit.test_training_exports import best_of_n_run, export
 
-QUESTION = "What word is shown?"
 PAIRS_SPLIT = "SynthWords_pairs"
-RL_SPLIT = "SynthWords"
+RL_SPLIT = "train"
 
 # TRL 1.16 (trl/models/utils.py, disable_gradient_checkpointing) still reads transformers'
 # deprecated `is_gradient_checkpointing`; the suite turns warnings into errors.
@@ -36,100 +36,20 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 
-def _image(seed: int) -> Any:
-    """A small PNG-backed RGB image (the tiny checkpoint's CLIP resizes it to 32x32)."""
-    from PIL import Image
-
-    image = Image.new("RGB", (48, 32), (255, 255, 255))
-    for x in range(48):
-        image.putpixel((x, (x * 7 + seed) % 32), (seed * 40 % 256, 0, 0))
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return Image.open(io.BytesIO(buffer.getvalue()))
-
-
-def _user_turn() -> list[dict[str, Any]]:
-    return [
-        {
-            "role": "user",
-            "content": [{"type": "image", "text": None}, {"type": "text", "text": QUESTION}],
-        }
-    ]
-
-
-def _assistant(text: str) -> list[dict[str, Any]]:
-    return [{"role": "assistant", "content": [{"type": "text", "text": text}]}]
-
-
-def _write_split(root: Path, split: str, rows: list[dict[str, Any]]) -> Path:
-    """One split of a dataset folder as the exports name it: data/<split>-00000-of-00001.parquet"""
-    (root / "data").mkdir(parents=True, exist_ok=True)
-    datasets.Dataset.from_list(rows).to_parquet(str(root / f"data/{split}-00000-of-00001.parquet"))
-    return root
-
-
-def _dpo_folder(root: Path) -> Path:
-    """TODO swap for `rsieve export RUN --format dpo`: its folder, same row format (TRL's
-    conversational vision preference rows plus rsieve's own columns)."""
-    pairs = [
-        ("COFFEE", "I read C, O, F, F, E, E.", "COFEE", "I read C, O, F, E, E."),
-        ("WORLD", "I read W, O, R, L, D.", "WORD", "I read W, O, R, D."),
-        ("HELLO", "I read H, E, L, L, O.", "HELO", "I read H, E, L, O."),
-        ("JUICE", "I read J, U, I, C, E.", "JUCE", "I read J, U, C, E."),
-    ]
-    rows = [
-        {
-            "images": [_image(i)],
-            "prompt": _user_turn(),
-            "chosen": _assistant(f"<think>\n{why}\n</think>\n\n{good}"),
-            "rejected": _assistant(f"<think>\n{why_not}\n</think>\n\n{bad}"),
-            "id": f"w-{i}",
-            "family": "SynthWords",
-            "protocol": "alnum",
-        }
-        for i, (good, why, bad, why_not) in enumerate(pairs)
-    ]
-    return _write_split(root, PAIRS_SPLIT, rows)
-
-
-def _rl_folder(root: Path) -> Path:
-    """TODO swap for `rsieve export RUN --format rl`: its folder, same row format (TRL's
-    conversational vision prompt rows, the verifier's ground truth as a JSON string)."""
-    words = ["COFFEE", "WORLD", "HELLO", "JUICE"]
-    rows = [
-        {
-            "images": [_image(i)],
-            "prompt": _user_turn(),
-            "ground_truth": encode(
-                GroundTruth(
-                    references=[word],
-                    protocol="alnum",
-                    training_rule="benchmark",
-                    family="SynthWords",
-                )
-            ),
-            "references": [word],
-            "family": "SynthWords",
-            "protocol": "alnum",
-            "pass_rate": 0.5,
-            "samples": 4,
-            "id": f"w-{i}",
-        }
-        for i, word in enumerate(words)
-    ]
-    return _write_split(root, RL_SPLIT, rows)
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Any, Path]]:
     """The tiny checkpoint's folder, its processor (the training template: TRL renders the
-    conversational rows with it), and a folder holding both exports' splits."""
+    conversational rows with it), and a folder holding both exports."""
     from transformers import AutoProcessor
 
     root = tmp_path_factory.mktemp("trl-loop")
     checkpoint = build_tiny_vlm(root / "tiny-llava")
     processor = AutoProcessor.from_pretrained(checkpoint)
     processor.chat_template = processor.tokenizer.chat_template = TRAINING_TEMPLATE
+    ctx, run = best_of_n_run(root, items=12)
+    export(ctx, run, root / "dpo", "dpo")
+    export(ctx, run, root / "rl", "rl")
+    export(ctx, run, root / "kto", "kto")
     yield checkpoint, processor, root
 
 
@@ -176,7 +96,7 @@ def test_dpo_takes_one_step_on_the_pairs_export(
     from trl import DPOConfig, DPOTrainer
 
     checkpoint, processor, root = tiny
-    folder = _dpo_folder(root / "dpo")
+    (folder,) = (root / "dpo").iterdir()
     ds = datasets.load_dataset(str(folder), split=PAIRS_SPLIT)
     assert {"images", "prompt", "chosen", "rejected"} <= set(ds.column_names)
     model = _model(checkpoint)
@@ -209,6 +129,39 @@ def test_dpo_takes_one_step_on_the_pairs_export(
     assert _moved(model, before), "one optimisation step changed no weight"
 
 
+def test_kto_takes_one_step_on_the_kto_export(tiny: tuple[Path, Any, Path], tmp_path: Path) -> None:
+    from trl import KTOConfig, KTOTrainer
+
+    checkpoint, processor, root = tiny
+    (folder,) = (root / "kto").iterdir()
+    ds = datasets.load_dataset(str(folder), split="SynthWords")
+    assert set(ds["label"]) == {True, False}  # both kinds of rows, as KTO needs
+    model = _model(checkpoint)
+    before = _snapshot(model)
+    trainer = KTOTrainer(
+        model=model,
+        args=KTOConfig(
+            output_dir=str(tmp_path),
+            max_steps=1,
+            per_device_train_batch_size=4,
+            max_length=None,
+            learning_rate=1e-2,
+            logging_steps=1,
+            save_strategy="no",
+            report_to=[],
+            use_cpu=True,
+            activation_checkpointing=False,
+        ),
+        train_dataset=ds,
+        processing_class=processor,
+    )
+    trainer.train()
+    assert trainer.state.global_step == 1
+    losses = _losses(trainer)
+    assert losses and all(math.isfinite(loss) for loss in losses)
+    assert _moved(model, before), "one optimisation step changed no weight"
+
+
 def _recording(reward: Callable[..., list[float | None]]) -> tuple[Callable[..., Any], list[Any]]:
     calls: list[dict[str, Any]] = []
 
@@ -227,7 +180,7 @@ def test_grpo_takes_one_step_on_the_rl_export(tiny: tuple[Path, Any, Path], tmp_
     from rsieve.rewards.trl import accuracy_reward
 
     checkpoint, processor, root = tiny
-    folder = _rl_folder(root / "rl")
+    (folder,) = (root / "rl").iterdir()
     ds = datasets.load_dataset(str(folder), split=RL_SPLIT)
     assert {"images", "prompt", "ground_truth"} <= set(ds.column_names)
     model = _model(checkpoint)

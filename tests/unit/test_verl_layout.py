@@ -13,31 +13,25 @@ project's pins, and the two modules used here import with ray, tensordict and om
   its path, and its `compute_score` scores the dataset's own row as verl's reward manager
   calls it (data_source, solution_str, ground_truth, extra_info).
 
-`_verl_parquet` writes the rows in the layout `rsieve export --format rl` is to write
-(verl's documented one); it is to be swapped for the real export."""
+`_verl_parquet` is the real export's verl layout (`rsieve export RUN --format rl --layout
+verl`, the command's own code) of a best-of-n FakeStack run."""
 
 from __future__ import annotations
 
 import importlib.util
-import io
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rsieve.rewards import GroundTruth, encode
+from rsieve.rewards import decode
 from tests.checkpoints import build_tiny_vlm
 from tests.unit.test_trainer_collation import TRAINING_TEMPLATE
+from tests.unit.test_training_exports import best_of_n_run, export
 
 ROOT = Path(__file__).resolve().parents[2]
 REWARD_FILE = ROOT / "shared" / "rsieve" / "rewards" / "verl.py"
-QUESTION = "What word is shown?"
-GROUND_TRUTH = encode(
-    GroundTruth(
-        references=["COFFEE"], protocol="alnum", training_rule="benchmark", family="SynthWords"
-    )
-)
 
 # Looked up, not imported: importing verl (ray, tensordict) takes about 10 s, and collecting
 # this module must stay cheap for `make test-fast`, which deselects it (tier `model`).
@@ -47,37 +41,25 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _png(seed: int) -> bytes:
-    from PIL import Image
-
-    image = Image.new("RGB", (48, 32), (255, 255, 255))
-    for x in range(48):
-        image.putpixel((x, (x * 5 + seed) % 32), (0, 0, seed * 60 % 256))
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def _verl_parquet(root: Path, *, content: str = f"<image>{QUESTION}") -> Path:
-    """TODO swap for `rsieve export RUN --format rl`'s verl parquet (same row layout)."""
-    import pyarrow as pa
+def _verl_parquet(root: Path, *, content: str | None = None) -> Path:
+    """The verl layout of `rsieve export RUN --format rl` (the command's own code) of a
+    best-of-n FakeStack run; `content`: every prompt's content replaced (verl's refusals)."""
     import pyarrow.parquet as pq
 
-    rows = [
-        {
-            "data_source": "rsieve/SynthWords",
-            "prompt": [{"role": "user", "content": content}],
-            "images": [{"bytes": _png(i)}],
-            "ability": "alnum",
-            "reward_model": {"style": "rule", "ground_truth": GROUND_TRUTH},
-            "extra_info": {"id": f"w-{i}", "family": "SynthWords", "pass_rate": 0.5, "index": i},
-        }
-        for i in range(2)
-    ]
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / "train.parquet"
-    pq.write_table(pa.Table.from_pylist(rows), path)
+    ctx, run = best_of_n_run(root, items=6)
+    path = export(ctx, run, root / "out", "rl", layout="verl") / "train.parquet"
+    if content is not None:
+        table = pq.read_table(path).to_pylist()
+        for row in table:
+            row["prompt"][0]["content"] = content
+        pq.write_table(pa_table(table, pq.read_schema(path)), path)
     return path
+
+
+def pa_table(rows: list[dict[str, Any]], schema: Any) -> Any:
+    import pyarrow as pa
+
+    return pa.Table.from_pylist(rows, schema=schema)
 
 
 @pytest.fixture(scope="module")
@@ -125,17 +107,22 @@ def test_rlhf_dataset_reads_the_export(tiny: tuple[Any, Path]) -> None:
         config=_data_config(root),
         processor=processor,
     )
-    assert len(dataset) == 2
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(parquet).to_pylist()
+    assert len(dataset) == len(rows) > 0
     item = dataset[0]
     # What passes through to the reward: the data source, the ground truth, extra info.
     assert item["data_source"] == "rsieve/SynthWords"
-    assert item["reward_model"] == {"style": "rule", "ground_truth": GROUND_TRUTH}
-    assert item["extra_info"]["id"] == "w-0" and item["index"] == 0
+    assert item["reward_model"] == rows[0]["reward_model"]
+    assert decode(item["reward_model"]["ground_truth"]).protocol == "alnum"
+    assert item["extra_info"]["id"] == rows[0]["extra_info"]["id"] and item["index"] == 0
+    question = rows[0]["prompt"][0]["content"].removeprefix("<image>")
     # The prompt's one `<image>` became the row's one image, decoded by PIL.
     (message,) = item["raw_prompt"]
     parts = message["content"]
     assert [p["type"] for p in parts] == ["image", "text"]
-    assert isinstance(parts[0]["image"], Image.Image) and parts[1]["text"] == QUESTION
+    assert isinstance(parts[0]["image"], Image.Image) and parts[1]["text"] == question
     # Rendered as verl renders a multimodal prompt (its length filter, its agent loop):
     # the chat template's text and the images through the processor.
     text = processor.apply_chat_template(
@@ -149,10 +136,10 @@ def test_rlhf_dataset_reads_the_export(tiny: tuple[Any, Path]) -> None:
     patches = (height // processor.patch_size) * (width // processor.patch_size)
     image_token = processor.tokenizer.convert_tokens_to_ids("<image>")
     assert ids.count(image_token) == patches > 0
-    assert QUESTION in processor.tokenizer.decode(ids)
+    assert question in processor.tokenizer.decode(ids)
 
 
-@pytest.mark.parametrize("content", [QUESTION, f"<image><image>{QUESTION}"], ids=["none", "two"])
+@pytest.mark.parametrize("content", ["Say it", "<image><image>Say it"], ids=["none", "two"])
 def test_rlhf_dataset_refuses_a_prompt_without_one_image_tag_per_image(
     tiny: tuple[Any, Path], content: str
 ) -> None:
@@ -193,7 +180,8 @@ def test_verl_loads_the_reward_by_path_and_scores_the_row(tiny: tuple[Any, Path]
         assert isinstance(result, dict)
         return result
 
-    right = scored("<think>\nI read C, O, F, F, E, E.\n</think>\n\nCOFFEE")
+    word = decode(item["reward_model"]["ground_truth"]).references[0]
+    right = scored(f"<think>\nI read it.\n</think>\n\n{word}")
     assert right["score"] == 1.0 and right["valid"] == 1.0
-    wrong = scored("<think>\nI read C, O, F, E, E.\n</think>\n\nCOFEE")
+    wrong = scored(f"<think>\nI read it.\n</think>\n\n{word}Q")
     assert wrong["score"] == 0.0 and wrong["valid"] == 1.0

@@ -183,8 +183,8 @@ def render_rl_card(
     reward = {
         "trl": "`from rsieve.rewards.trl import accuracy_reward` as a GRPOTrainer reward "
         "function (it reads the `ground_truth` column)",
-        "verl": "`custom_reward_function.path` = the file of `rsieve.rewards.verl`, "
-        "`custom_reward_function.name=compute_score`",
+        "verl": "`reward.custom_reward_function.path` = the file of `rsieve.rewards.verl`, "
+        "`reward.custom_reward_function.name=compute_score`",
         "easyr1": "`rsieve.rewards.easyr1`'s `compute_score` (batch)",
     }[layout]
     lines = [
