@@ -8,8 +8,10 @@ FakeStack with a scripted generator and a judge that says CORRECT to one answer.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
+import datasets
 import pytest
 
 from rsieve.adapters.gate import EngineGate
@@ -20,9 +22,11 @@ from rsieve.judge.calibration import hold_back
 from rsieve.judge.cascade import apply_verdict, judge_prompt, verify_generation
 from rsieve.schemas import Item, Outcome
 from rsieve.settings import Settings
+from rsieve_cli.shell import Failure
 from tests.fakestack import FakeStack
 from tests.unit._records import make_generation, make_item
 from tests.unit.test_best_of_n import make_pool, outputs, report, rows
+from tests.unit.test_training_exports import export
 
 
 def _samples(item: Item, answers: Sequence[str | None]) -> list[Outcome]:
@@ -261,3 +265,26 @@ def test_the_report_counts_the_pair_rejections_apart(both: dict[bool, Any]) -> N
         or not (s_off.ctx.spec(r_off).settings["judge_pair_rejections"])
     )
     assert r_on != r_off
+
+
+def test_the_dpo_export_never_pairs_against_an_answer_the_judge_called_correct(
+    both: dict[bool, Any], tmp_path: Path
+) -> None:
+    """`rsieve export --format dpo` on both runs: without the setting every refused sample
+    of bon-0 is a rejected side, `surely W0000X` (right in another form) too; with it, the
+    judge's CORRECT keeps that one out, and `--rejected-requires judge_wrong` has the
+    verdicts it needs (without them it keeps nothing)."""
+
+    def pairs(on: bool, **kw: Any) -> set[tuple[int, int]]:
+        stack, run, _ = both[on]
+        try:
+            folder = export(stack.ctx, run, tmp_path / f"{on}-{len(kw)}", "dpo", **kw)
+        except Failure:
+            return set()
+        ds = datasets.load_dataset(str(folder))["SynthWords_pairs"]
+        return {(r["chosen_sample"], r["rejected_sample"]) for r in ds if r["id"] == "bon-0"}
+
+    assert pairs(False) == {(1, 0), (1, 2), (1, 3)}
+    assert pairs(True) == {(1, 0), (1, 2)}
+    assert pairs(True, rejected_requires="judge_wrong") == {(1, 0), (1, 2)}
+    assert pairs(False, rejected_requires="judge_wrong") == set()
