@@ -24,3 +24,17 @@ def run_cli(
         timeout=timeout,
         cwd=REPO_ROOT,
     )
+
+
+def run_script(
+    stack: Stack, module: str, *args: str, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """`python -m MODULE ARGS` (a script of scripts/) against `stack`, output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        env={**os.environ, "RSIEVE_STACK_DIR": str(stack.dir)},
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+        cwd=REPO_ROOT,
+    )

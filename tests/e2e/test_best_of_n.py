@@ -9,17 +9,14 @@ model's optional `seed` input). The same pool once with one sample: the yield gr
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import datasets
 import pytest
 
-from rsieve_cli.local.stack import REPO_ROOT, Stack
-from tests.e2e.cli import run_cli
+from rsieve_cli.local.stack import Stack
+from tests.e2e.cli import run_cli, run_script
 from tests.unit.test_best_of_n import make_pool
 
 ITEMS = 60
@@ -120,12 +117,5 @@ def _training_exports(stack: Stack, run: str, to: Path) -> None:
     assert set(rl["id"]) == with_pairs  # pass rate 1/k, k > 1: strictly inside (0, 1)
     verl = exported[("rl", "verl")] / "train.parquet"
     assert verl.is_file() and (exported[("rl", "easyr1")] / "README.md").is_file()
-    parity = subprocess.run(
-        [sys.executable, "-m", "scripts.reward_parity", run],
-        env={**os.environ, "RSIEVE_STACK_DIR": str(stack.dir)},
-        text=True,
-        capture_output=True,
-        timeout=600,
-        cwd=REPO_ROOT,
-    )
+    parity = run_script(stack, "scripts.reward_parity", run)
     assert parity.returncode == 0, parity.stdout[-3000:] + parity.stderr[-3000:]

@@ -4,9 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,7 +12,7 @@ import pytest
 
 from rsieve_cli.local.stack import REPO_ROOT, Stack
 from tests.conftest import stack_settings
-from tests.e2e.cli import run_cli
+from tests.e2e.cli import run_cli, run_script
 
 POOL = REPO_ROOT / "examples" / "pool"
 
@@ -127,14 +124,7 @@ def test_submit_status_export_card_recheck(stack: Stack, tmp_path: Path) -> None
     assert run_cli(stack, "audit", run).returncode == 0
 
     # The rewards score every stored answer of the run as the verifier did.
-    parity = subprocess.run(
-        [sys.executable, "-m", "scripts.reward_parity", run],
-        env={**os.environ, "RSIEVE_STACK_DIR": str(stack.dir)},
-        text=True,
-        capture_output=True,
-        timeout=600,
-        cwd=REPO_ROOT,
-    )
+    parity = run_script(stack, "scripts.reward_parity", run)
     assert parity.returncode == 0, parity.stdout[-3000:] + parity.stderr[-3000:]
     assert "trl" in parity.stdout and "easyr1" in parity.stdout
     # One sample per question: no item has both sides of a pair, and the export says so.

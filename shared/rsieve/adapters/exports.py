@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -26,7 +27,14 @@ from rsieve.dataset.trainer import (
 )
 from rsieve.errors import NotFoundError
 
-__all__ = ["EmptyExport", "export_dataset", "export_messages", "run_file_key", "run_manifest"]
+__all__ = [
+    "EmptyExport",
+    "SplitWriter",
+    "export_dataset",
+    "export_messages",
+    "run_file_key",
+    "run_manifest",
+]
 
 _CHUNK = 16 << 20  # bytes per ranged read when a shard is copied to a local file
 
@@ -69,12 +77,19 @@ def run_file_key(store: ObjectStore, dataset: str, run: str, name: str) -> str:
     return key if store.exists(key) else keys.dataset_file(dataset, name)
 
 
-class _SplitWriter:
-    """One trainer split's Parquet parts under `folder`, each closed once it passes
-    `shard_bytes`; named `<split>-<i>-of-<n>.parquet` when the count is known."""
+class SplitWriter:
+    """One split's Parquet parts under `folder` (rows of `features`), each closed once it
+    passes `shard_bytes`; named `<split>-<i>-of-<n>.parquet` when the count is known."""
 
-    def __init__(self, folder: Path, split: str, shard_bytes: int) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        split: str,
+        shard_bytes: int,
+        features: datasets.Features = MESSAGES_FEATURES,
+    ) -> None:
         self.folder, self.split, self.shard_bytes = folder, split, shard_bytes
+        self.schema = features.arrow_schema
         self.parts: list[Path] = []
         self.rows = 0
         self._writer: pq.ParquetWriter | None = None
@@ -83,10 +98,10 @@ class _SplitWriter:
     def write(self, rows: list[dict[str, Any]]) -> None:
         if not rows:
             return
-        table = pa.Table.from_pylist(rows, schema=MESSAGES_FEATURES.arrow_schema)
+        table = pa.Table.from_pylist(rows, schema=self.schema)
         if self._writer is None:
             self.parts.append(self.folder / f".{self.split}-{len(self.parts)}.parquet")
-            self._writer = pq.ParquetWriter(self.parts[-1], table.schema)
+            self._writer = pq.ParquetWriter(self.parts[-1], self.schema)
         self._writer.write_table(table)
         self.rows += len(rows)
         self._size += table.nbytes
@@ -98,9 +113,16 @@ class _SplitWriter:
             self._writer.close()
             self._writer, self._size = None, 0
 
-    def finish(self) -> list[str]:
-        """Close and rename the parts to their final names: data/ paths in the export."""
+    def finish(self, single: str | None = None) -> list[str]:
+        """Close and rename the parts to their final names: data/ paths in the export, or
+        the one file `single` (its writer never closed a part early)."""
         self.close()
+        if single is not None:
+            if len(self.parts) > 1:
+                raise ValueError(f"{self.split}: {len(self.parts)} parts for one file")
+            for part in self.parts:
+                part.rename(self.folder.parent / single)
+            return [single] if self.parts else []
         names = []
         for i, part in enumerate(self.parts):
             name = f"data/{self.split}-{i:05d}-of-{len(self.parts):05d}.parquet"
@@ -157,7 +179,7 @@ def export_messages(
     shutil.rmtree(staging, ignore_errors=True)
     (staging / "data").mkdir(parents=True)
     wanted = [s for s in TRAINER_SPLITS.values() if include_rejected or s != "rejected"]
-    writers = {s: _SplitWriter(staging / "data", s, shard_bytes) for s in wanted}
+    writers = {s: SplitWriter(staging / "data", s, shard_bytes) for s in wanted}
     counts: dict[str, dict[str, int]] = {}
     with tempfile.TemporaryDirectory(prefix="rsieve-export-") as tmp:
         local = Path(tmp) / "shard.parquet"

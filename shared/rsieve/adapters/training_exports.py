@@ -11,11 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import datasets
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from rsieve.adapters.exports import EmptyExport
+from rsieve.adapters.exports import EmptyExport, SplitWriter
 from rsieve.adapters.storage import ObjectStore, PackReader
 from rsieve.dataset.preference import (
     KTO_FEATURES,
@@ -41,53 +37,6 @@ def target_name(dataset: str, run: str, fmt: str, layout: str | None = None) -> 
     """The export's folder name under --to: one per run, format and layout."""
     tail = f"-{layout}" if layout and layout != "trl" else ""
     return f"{dataset}-{run}-{fmt}{tail}"
-
-
-class _Writer:
-    """One split's Parquet parts under `folder`, each closed once it passes `shard_bytes`."""
-
-    def __init__(
-        self, folder: Path, split: str, features: datasets.Features, shard_bytes: int
-    ) -> None:
-        self.folder, self.split, self.shard_bytes = folder, split, shard_bytes
-        self.schema = features.arrow_schema
-        self.parts: list[Path] = []
-        self.rows = 0
-        self._writer: pq.ParquetWriter | None = None
-        self._size = 0
-
-    def write(self, rows: list[dict[str, Any]]) -> None:
-        if not rows:
-            return
-        table = pa.Table.from_pylist(rows, schema=self.schema)
-        if self._writer is None:
-            self.parts.append(self.folder / f".{self.split}-{len(self.parts)}.parquet")
-            self._writer = pq.ParquetWriter(self.parts[-1], self.schema)
-        self._writer.write_table(table)
-        self.rows += len(rows)
-        self._size += table.nbytes
-        if self._size >= self.shard_bytes:
-            self.close()
-
-    def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer, self._size = None, 0
-
-    def finish(self, single: str | None = None) -> list[str]:
-        """Close and rename the parts: `data/<split>-<i>-of-<n>.parquet`, or `single`."""
-        self.close()
-        if single is not None:
-            assert len(self.parts) <= 1
-            for part in self.parts:
-                part.rename(self.folder.parent / single)
-            return [single] if self.parts else []
-        names = []
-        for i, part in enumerate(self.parts):
-            name = f"data/{self.split}-{i:05d}-of-{len(self.parts):05d}.parquet"
-            part.rename(self.folder.parent / name)
-            names.append(name)
-        return names
 
 
 def _staging(dest: Path, name: str) -> Path:
@@ -142,14 +91,14 @@ def export_preference(
     name = target_name(dataset, run, fmt)
     staging = _staging(dest, name)
     features = PAIR_FEATURES if fmt == "dpo" else KTO_FEATURES
-    writers: dict[str, _Writer] = {}
+    writers: dict[str, SplitWriter] = {}
     counts: dict[str, PairCounts] = {}
     trusted = _trusted(report, bound)
     gate = Gate.of_report(report.get("trace_gate"))
 
-    def writer(split: str) -> _Writer:
+    def writer(split: str) -> SplitWriter:
         if split not in writers:
-            writers[split] = _Writer(staging / "data", split, features, shard_bytes)
+            writers[split] = SplitWriter(staging / "data", split, shard_bytes, features)
         return writers[split]
 
     for outcomes in shards:
@@ -205,7 +154,9 @@ def export_rl(
     staging = _staging(dest, name)
     features = layout_features(layout)
     # verl reads the files it is given (data.train_files); one file is what its examples use.
-    out = _Writer(staging / "data", "train", features, shard_bytes if layout != "verl" else 1 << 62)
+    out = SplitWriter(
+        staging / "data", "train", shard_bytes if layout != "verl" else 1 << 62, features
+    )
     counts: dict[str, RlCounts] = {}
     index = 0
     for outcomes in shards:
