@@ -625,3 +625,68 @@ def test_rsieve_cuts_a_looping_stream_and_records_it(
         - before["rsieve_standin_loop_unused_tokens_total"]
     )
     assert saved >= 2 * 4000 - sum(r.output_tokens or 0 for r in got) - 2 * 50
+
+
+def test_a_cut_sample_on_a_pooled_stream_aborts_only_itself(server: Server) -> None:
+    """The generator's stream pool (rsieve.adapters.streams.StreamPool) on real Triton: A is
+    answered whole on a stream, B reuses that stream and is cut after two responses (as a
+    loop is) while E streams on a stream of its own, then C and D come on: the engine aborts
+    B alone, A, E, C and D arrive whole (their deltas add up to what a whole answer gives),
+    and the cut stream is never used again: C and D reuse E's."""
+    import asyncio
+
+    import tritonclient.grpc.aio as aioclient
+
+    from rsieve.adapters.streams import StreamPool
+
+    prompt = "<|im_start|>user\nStream it.<|im_end|>\n<think>\n"
+    names = ["text_output", "finish_reason", "num_output_tokens"]
+
+    def inputs(word: str, stream: bool = True, tokens: int = 30) -> list[Any]:
+        return vllm_inputs(prompt, png(word, tokens=tokens), stream=stream, max_tokens=600)
+
+    lengths = {"A": 30, "E": 60, "C": 30, "D": 30}
+    whole = {
+        w: "".join(r.texts[0] for r in ask_one(server, inputs(w, stream=False, tokens=n)))
+        for w, n in lengths.items()
+    }
+    before = scrape(server.metrics)
+
+    async def scenario() -> tuple[dict[str, str], dict[str, int], list[str]]:
+        client = aioclient.InferenceServerClient(server.grpc)
+        pool = StreamPool(client, NAME)
+        outputs = [aioclient.InferRequestedOutput(n) for n in names]
+
+        async def whole_of(word: str) -> str:
+            async with pool.streamed(inputs(word, tokens=lengths[word]), outputs) as responses:
+                return "".join([str(r.get("text_output", "")) async for r in responses])
+
+        async def cut() -> list[str]:
+            async with pool.streamed(inputs("B", tokens=500), outputs) as responses:
+                return [str((await anext(responses)).get("finish_reason")) for _ in range(2)]
+
+        try:
+            got = {"A": await whole_of("A")}
+            b, got["E"] = await asyncio.gather(cut(), whole_of("E"))
+            got["C"] = await whole_of("C")
+            got["D"] = await whole_of("D")
+            return got, {"opened": pool.opened, "reused": pool.reused}, b
+        finally:
+            await pool.close()
+            await client.close()
+
+    got, figures, b = asyncio.run(scenario())
+    assert got == whole
+    assert b == ["None", "None"]  # B was cut while it ran
+    # A's stream carried B and went with it; E opened one, which C and D reused.
+    assert figures == {"opened": 2, "reused": 3}
+    after = settled(
+        server,
+        lambda m: (
+            m["rsieve_standin_cancelled_total"] > before["rsieve_standin_cancelled_total"]
+            and m["rsieve_standin_running"] == 0
+        ),
+    )
+    delta = {k: after[k] - before[k] for k in after}
+    assert delta["rsieve_standin_cancelled_total"] == 1
+    assert delta["rsieve_standin_finished_total"] == 4

@@ -11,7 +11,9 @@ model's metadata (a `text_input` input means the vLLM backend):
   folder or GGUF), the image goes base64 in `image`, `sampling_parameters`
   is vLLM SamplingParams JSON, and finish reason and token counts are asked for with the
   backend's `return_*` flags. A call's requests share one gRPC bidirectional stream
-  (rsieve.adapters.streams), each answered whole (stream=False).
+  (rsieve.adapters.streams), each answered whole (stream=False); with loop watching on,
+  each sample streams (stream=True) on a stream of the call's pool, one sample at a time
+  per stream, so that cutting it cancels it alone (`StreamPool`).
 
 With a `tokenizer`, every special or added token of it found in a prompt is neutralised
 before the prompt is sent, on either interface (`rsieve.generate.chat.neutralise`); the reply
@@ -51,7 +53,7 @@ import base64
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import grpc
@@ -61,7 +63,7 @@ from tritonclient.utils import InferenceServerException
 
 from rsieve.adapters.gate import EngineGate
 from rsieve.adapters.retry import ItemError, Transient, backoff_wait, retrying
-from rsieve.adapters.streams import InferStream, StreamBroken, streamed
+from rsieve.adapters.streams import InferStream, StreamBroken, StreamPool
 from rsieve.adapters.tokenizer import load_chat_template
 from rsieve.errors import RetryableError
 from rsieve.generate.chat import ChatTemplate, TemplateError
@@ -116,6 +118,16 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+@dataclass
+class _Streams:
+    """The gRPC streams one `generate_many` call opens to the vLLM interface: the shared
+    stream whole answers come on (and any that replaced a broken one), and the pool its
+    streamed samples reuse."""
+
+    shared: list[InferStream]
+    pool: StreamPool
+
+
 class TritonModel:
     """One model on one Triton server; `generate_many` answers a shard's requests."""
 
@@ -143,6 +155,9 @@ class TritonModel:
         self.url, self.model = url, model
         # The vLLM interface streams each sample and cuts it in a loop (None: never).
         self.loops = loops or LoopRule(window_chars=0)
+        # Streamed samples reuse the call's streams (StreamPool); False: a stream per sample,
+        # what bench/bench_streams.py measures the pool against.
+        self.reuse_streams = True
         self.gate, self.on_ready = gate, on_ready
         # Items per request (rsieve interface): 0 is the model's max_batch_size.
         self.request_items = request_items
@@ -209,7 +224,9 @@ class TritonModel:
         client = grpcclient.InferenceServerClient(url=self.url)
         lease = (self.gate or EngineGate(self.max_inflight)).lease()
         tasks: list[asyncio.Task[list[ModelReply | Exception]]] = []
-        streams: list[InferStream] = []  # vLLM: the call's stream, and any it replaced
+        # vLLM: the call's shared stream (and any it replaced), and the pool of streams its
+        # streamed samples reuse.
+        streams = _Streams([], StreamPool(client, self.model, reuse=self.reuse_streams))
         try:
             await self._wait_ready(client)
             assert self.info is not None
@@ -245,8 +262,9 @@ class TritonModel:
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
             lease.close()
-            for stream in streams:
+            for stream in streams.shared:
                 await stream.close()
+            await streams.pool.close()
             await client.close()
 
     # ------------------------------------------------------------------ readiness
@@ -343,7 +361,7 @@ class TritonModel:
         self,
         client: grpcclient.InferenceServerClient,
         reqs: list[ModelRequest],
-        streams: list[InferStream],
+        streams: _Streams,
     ) -> list[ModelReply | Exception]:
         """One request for `reqs`; a model error on several items is asked item by item."""
         answer = await self._one(client, reqs, streams)
@@ -359,7 +377,7 @@ class TritonModel:
         self,
         client: grpcclient.InferenceServerClient,
         reqs: list[ModelRequest],
-        streams: list[InferStream],
+        streams: _Streams,
     ) -> list[ModelReply] | Exception:
         info = self.info
         assert info is not None
@@ -368,9 +386,9 @@ class TritonModel:
             start = time.monotonic()
             try:
                 if info.interface == "vllm" and self.loops.on:
-                    replies = [await self._vllm_streamed(client, reqs[0])]
+                    replies = [await self._vllm_streamed(streams.pool, reqs[0])]
                 elif info.interface == "vllm":
-                    replies = await self._vllm(client, reqs[0], streams)
+                    replies = await self._vllm(client, reqs[0], streams.shared)
                 else:
                     replies = await self._rsieve(client, reqs)
             except MalformedReply as exc:
@@ -549,9 +567,7 @@ class TritonModel:
             )
         return replies
 
-    async def _vllm_streamed(
-        self, client: grpcclient.InferenceServerClient, req: ModelRequest
-    ) -> ModelReply:
+    async def _vllm_streamed(self, pool: StreamPool, req: ModelRequest) -> ModelReply:
         """One sample streamed, its tail watched for a repetition loop
         (rsieve.generate.loops): a loop cancels the request at once, and the reply is what
         was generated, with finish reason `repetition_loop` and the tokens generated so
@@ -566,7 +582,7 @@ class TritonModel:
         try:
             async with (
                 asyncio.timeout(self.timeout_s),
-                streamed(client, self.model, inputs, outputs) as responses,
+                pool.streamed(inputs, outputs) as responses,
             ):
                 async for got in responses:
                     delta = str(got.get("text_output", ""))

@@ -14,6 +14,12 @@ response, error or not, to its request by id.
 
 The stream breaking (Triton restarting, the connection lost) fails every pending request
 with `StreamBroken`, a transient error: the caller retries on a new stream.
+
+A request that may be stopped early (a streamed sample cut in a repetition loop) cannot
+share a stream with others: Triton cancels a whole stream, never one request on it.
+`StreamPool` keeps such samples on streams that carry one request at a time and are
+reused once it is answered to its final response; only a cut sample's stream is
+cancelled (and with it the request at the engine) and replaced.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from tritonclient.grpc import InferResult, service_pb2
 from tritonclient.grpc._utils import _get_inference_request
 from tritonclient.utils import InferenceServerException
 
-__all__ = ["InferStream", "StreamBroken", "first_elements", "streamed"]
+__all__ = ["InferStream", "StreamBroken", "StreamPool", "first_elements"]
 
 
 class StreamBroken(Exception):
@@ -61,19 +67,7 @@ class InferStream:
         if self._reader is None:
             self._open()
         request_id = uuid.uuid4().hex
-        request = _get_inference_request(
-            model_name=self._model,
-            inputs=inputs,
-            model_version="",
-            request_id=request_id,
-            outputs=outputs,
-            sequence_id=0,
-            sequence_start=False,
-            sequence_end=False,
-            priority=0,
-            timeout=None,
-            parameters=None,
-        )
+        request = _request(self._model, inputs, outputs, request_id)
         future: asyncio.Future[InferResult] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         self._queue.put_nowait(request)
@@ -130,26 +124,17 @@ class InferStream:
                 self._reader.cancel()
 
 
-@contextlib.asynccontextmanager
-async def streamed(
-    client: grpcclient.InferenceServerClient,
+def _request(
     model: str,
     inputs: list[grpcclient.InferInput],
     outputs: list[grpcclient.InferRequestedOutput],
-) -> AsyncIterator[AsyncIterator[dict[str, str | int]]]:
-    """One request streamed on a stream of its own, for a caller that may stop it early
-    (a generation cut in a loop, rsieve.generate.loops): its responses as they come, each
-    as its outputs' first elements (`first_elements`), to the final one (Triton's
-    empty-final-response flag marks it); leaving the block before then
-    cancels the stream, and with it the request at the engine (Triton's request
-    cancellation; the vLLM backend aborts the generation). A request of its own costs a
-    stream's setup (the module docstring), the price of being able to cancel it alone.
-    An error response raises InferenceServerException; the stream breaking, StreamBroken."""
-    request = _get_inference_request(
+    request_id: str,
+) -> service_pb2.ModelInferRequest:
+    return _get_inference_request(
         model_name=model,
         inputs=inputs,
         model_version="",
-        request_id=uuid.uuid4().hex,
+        request_id=request_id,
         outputs=outputs,
         sequence_id=0,
         sequence_start=False,
@@ -158,64 +143,173 @@ async def streamed(
         timeout=None,
         parameters=None,
     )
-    request.parameters["triton_enable_empty_final_response"].bool_param = True
-    finished = asyncio.Event()
 
-    async def requests() -> AsyncIterator[service_pb2.ModelInferRequest]:
-        yield request
-        await finished.wait()  # the request side stays open until the last response
 
-    call = client._client_stub.ModelStreamInfer(
-        requests(), metadata=client._get_metadata(None), timeout=None
-    )
+class _SampleStream:
+    """One gRPC stream that carries one streamed request at a time, written and read
+    message by message (grpc.aio's write/read on a call opened without a request
+    iterator). Cancelling it cancels the request on it, and the stream with it."""
 
-    ended = False
+    def __init__(self, client: grpcclient.InferenceServerClient) -> None:
+        self.call: Any = client._client_stub.ModelStreamInfer(
+            metadata=client._get_metadata(None), timeout=None
+        )
+        self.samples = 0  # requests carried, for the pool's figures
 
-    async def responses() -> AsyncGenerator[dict[str, str | int], None]:
-        nonlocal ended
+    def usable(self) -> bool:
+        return not self.call.done()
+
+    async def close(self) -> None:
+        """No more requests: the server ends the stream (bounded: else it is cancelled)."""
+        if not self.usable():
+            return
+        with contextlib.suppress(grpc.RpcError, asyncio.CancelledError):
+            try:
+                async with asyncio.timeout(5):
+                    await self.call.done_writing()
+                    while await self.call.read() is not grpc.aio.EOF:
+                        pass
+            except TimeoutError:
+                self.call.cancel()
+
+
+class StreamPool:
+    """Streams to `model` that samples reuse (issue 53): a sample takes a free stream,
+    sends its one request and reads it to its final response, then gives the stream back,
+    so a stream's setup is paid once per stream rather than once per sample. Only a
+    sample left before its final response (cut in a loop, failed, timed out) cancels its
+    stream, which Triton turns into the request's cancellation at the engine (the vLLM
+    backend aborts the generation): Triton cancels whole streams, never one request on
+    one, so a stream carries one request at a time and a cut stream is never reused.
+
+    `opened` and `reused` count streams set up and samples that found one free. `reuse`
+    False opens a stream per sample (what a sample cost before the pool: bench/bench_streams.py
+    measures both side by side)."""
+
+    def __init__(
+        self, client: grpcclient.InferenceServerClient, model: str, *, reuse: bool = True
+    ) -> None:
+        self._client, self._model, self._reuse = client, model, reuse
+        self._free: list[_SampleStream] = []
+        self._open: set[_SampleStream] = set()
+        self.opened = 0
+        self.reused = 0
+
+    def _take(self) -> _SampleStream:
+        while self._free:
+            stream = self._free.pop()
+            if stream.usable():
+                self.reused += 1
+                return stream
+            self._open.discard(stream)
+        stream = _SampleStream(self._client)
+        self._open.add(stream)
+        self.opened += 1
+        return stream
+
+    @contextlib.asynccontextmanager
+    async def streamed(
+        self,
+        inputs: list[grpcclient.InferInput],
+        outputs: list[grpcclient.InferRequestedOutput],
+    ) -> AsyncIterator[AsyncIterator[dict[str, str | int]]]:
+        """One request streamed on a pooled stream, for a caller that may stop it early
+        (a generation cut in a loop, rsieve.generate.loops): its responses as they come,
+        each as its outputs' first elements (`first_elements`), to the final one
+        (Triton's empty-final-response flag marks it). Leaving the block before then
+        cancels the request at the engine. An error response raises
+        InferenceServerException; the stream breaking, StreamBroken."""
+        stream = self._take()
+        request_id = uuid.uuid4().hex
+        request = _request(self._model, inputs, outputs, request_id)
+        request.parameters["triton_enable_empty_final_response"].bool_param = True
+        ended = False
+        layout: Layout | None = None
+
+        async def responses() -> AsyncGenerator[dict[str, str | int], None]:
+            nonlocal ended, layout
+            try:
+                await stream.call.write(request)
+                stream.samples += 1
+                while (response := await stream.call.read()) is not grpc.aio.EOF:
+                    if response.error_message:
+                        raise InferenceServerException(msg=response.error_message)
+                    if response.infer_response.id != request_id:
+                        continue  # never: one request at a time; a stray is not ours
+                    got = response.infer_response
+                    final = got.parameters.get("triton_final_response")
+                    if final is not None and final.bool_param:
+                        ended = True
+                    if got.outputs and (layout is None or len(got.outputs) != len(layout)):
+                        layout = layout_of(got)
+                    yield first_elements(got, layout)
+                    if ended:
+                        return
+            except grpc.RpcError as exc:
+                code = exc.code() if hasattr(exc, "code") else None
+                raise StreamBroken(f"{getattr(code, 'name', code)} {exc}") from exc
+            raise StreamBroken("the server closed the stream before the final response")
+
+        reading = responses()
         try:
-            async for response in call:
-                if response.error_message:
-                    raise InferenceServerException(msg=response.error_message)
-                final = response.infer_response.parameters.get("triton_final_response")
-                if final is not None and final.bool_param:
-                    ended = True
-                yield first_elements(response.infer_response)
-                if ended:
-                    return
-        except grpc.RpcError as exc:
-            code = exc.code() if hasattr(exc, "code") else None
-            raise StreamBroken(f"{getattr(code, 'name', code)} {exc}") from exc
-        raise StreamBroken("the server closed the stream before the final response")
+            yield reading
+        finally:
+            await reading.aclose()
+            if ended and stream.usable() and self._reuse:
+                self._free.append(stream)
+            elif ended:
+                self._open.discard(stream)
+                await stream.close()
+            else:
+                # Cut, failed or broken: the request (if still running) is aborted with
+                # the stream, and the stream is not used again.
+                stream.call.cancel()
+                self._open.discard(stream)
 
-    reading = responses()
-    try:
-        yield reading
-    finally:
-        # The request side closes; a request answered to its final response lets the
-        # server end the call, any other is cancelled (and aborted at the engine).
-        finished.set()
-        await reading.aclose()
-        if not ended and not call.done():
-            call.cancel()
+    async def close(self) -> None:
+        """End every stream (free ones close cleanly; none should be busy)."""
+        streams, self._open, self._free = list(self._open), set(), []
+        for stream in streams:
+            await stream.close()
 
 
 _INTS = {"UINT32": (4, False), "INT32": (4, True), "UINT64": (8, False), "INT64": (8, True)}
 
+# An output's name and how its first element is read: 0 for BYTES (text), else the
+# integer's width in bytes (negative: signed); None: a type not read.
+Layout = list[tuple[str, int | None]]
 
-def first_elements(response: service_pb2.ModelInferResponse) -> dict[str, str | int]:
+
+def layout_of(response: service_pb2.ModelInferResponse) -> Layout:
+    """How a response's outputs are read (`first_elements`). A streamed request's responses
+    all carry the outputs it asked for in one order, so this is read once per request."""
+    out: Layout = []
+    for tensor in response.outputs:
+        if tensor.datatype == "BYTES":
+            out.append((tensor.name, 0))
+        elif tensor.datatype in _INTS:
+            width, signed = _INTS[tensor.datatype]
+            out.append((tensor.name, -width if signed else width))
+        else:
+            out.append((tensor.name, None))
+    return out
+
+
+def first_elements(
+    response: service_pb2.ModelInferResponse, layout: Layout | None = None
+) -> dict[str, str | int]:
     """Each output's first element, read straight off the raw contents: a BYTES element as
     text (its 4-byte length, then its bytes), an integer as an int. A streamed sample gets
-    a response per engine tick, so what InferResult.as_numpy costs (a numpy array per
-    output per response) is paid hundreds of times per sample; this is the cheap read."""
+    a response per engine tick (per token from vLLM's backend), so what InferResult.as_numpy
+    costs (a numpy array per output per response) is paid hundreds of times per sample;
+    this is the cheap read. `layout`: the request's (`layout_of`), when already read."""
     out: dict[str, str | int] = {}
     raw = response.raw_output_contents
-    for tensor, data in zip(response.outputs, raw, strict=False):
-        if tensor.datatype == "BYTES":
+    for (name, kind), data in zip(layout or layout_of(response), raw, strict=False):
+        if kind == 0:
             if len(data) >= 4:
                 size = int.from_bytes(data[:4], "little")
-                out[tensor.name] = data[4 : 4 + size].decode("utf-8", "replace")
-        elif tensor.datatype in _INTS and data:
-            width, signed = _INTS[tensor.datatype]
-            out[tensor.name] = int.from_bytes(data[:width], "little", signed=signed)
+                out[name] = data[4 : 4 + size].decode("utf-8", "replace")
+        elif kind is not None and data:
+            out[name] = int.from_bytes(data[: abs(kind)], "little", signed=kind < 0)
     return out

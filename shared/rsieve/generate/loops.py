@@ -94,20 +94,28 @@ def loop_at_end(text: str, rule: LoopRule) -> tuple[int, int] | None:
 @dataclass
 class LoopWatch:
     """One streamed output's watch: `feed` each delta; True once the text ends in a loop
-    (and from then on). `text` holds the last `window_chars` characters only."""
+    (and from then on). `text` holds the last `window_chars` characters as of the latest
+    look; the deltas since are kept apart until the next one, so a delta costs an append
+    (against vLLM's backend a response carries one token: joining the 2 KB tail on each
+    was most of what watching cost)."""
 
     rule: LoopRule
     text: str = ""
     looped: tuple[int, int] | None = None
     _since: int = field(default=0, repr=False)
+    _pending: list[str] = field(default_factory=list, repr=False)
 
     def feed(self, delta: str) -> bool:
         if self.looped is not None:
             return True
-        # Only the tail is ever read: keeping it bounds the watch's memory and copying.
-        self.text = (self.text + delta)[-self.rule.window_chars :] if self.rule.on else ""
+        if not self.rule.on:
+            return False
+        self._pending.append(delta)
         self._since += len(delta)
-        if self.rule.on and self._since >= self.rule.every_chars:
+        if self._since >= self.rule.every_chars:
+            # Only the tail is ever read: keeping it bounds the watch's memory and copying.
+            self.text = (self.text + "".join(self._pending))[-self.rule.window_chars :]
+            self._pending.clear()
             self._since = 0
             self.looped = loop_at_end(self.text, self.rule)
         return self.looped is not None

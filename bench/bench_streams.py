@@ -1,0 +1,192 @@
+"""The generator's CPU for streamed samples (loop watching), per engine token: what a
+response costs rsieve's client, with streams pooled or a stream per sample, side by side.
+
+    .venv/bin/python -m bench.bench_streams [--items 400] [--inflight 64] [--interval-ms 1]
+
+Starts tritonserver with `vllm-engine-standin` (bench/triton_models: a STAND-IN for a vLLM
+engine behind Triton's vLLM backend, no model; bench/README.md) and asks it `--items` items
+through `rsieve.adapters.model.TritonModel` on the vLLM interface, exactly as the
+generator does: the chat prompt rendered client side, base64 image, loop watching on. With
+`--interval-ms` at most one engine step (the stand-in's steps take 4 ms and more) the
+stand-in sends a response per decode step, each carrying one token per sequence: the
+per-token streaming of Triton's vLLM backend. At 50 it is the pipeline bench's pace.
+
+Each mode runs on the same server, one after the other, with a fresh pool of items (the
+stand-in's prefix cache never serves a mode what another prefilled):
+
+- `pooled`: loop watching on, streams reused (StreamPool, the default);
+- `per_sample`: loop watching on, a stream per sample (before the pool);
+- `whole` (`loop_window_chars 0`): nothing streamed, each sample answered whole.
+
+Figures per mode: the client process's CPU seconds (every thread: asyncio and gRPC's),
+wall seconds, engine tokens generated and responses sent (its own counters on /metrics),
+cores (CPU / wall), CPU per engine token, and cores per 10,000 engine tokens/s. Prints
+figures and writes bench/streams.json; asserts nothing about time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, ImageDraw, PngImagePlugin
+
+from bench.bench_engine import ENGINE, ENGINE_DIR, engine_metrics
+from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel
+from rsieve.generate.loops import LoopRule
+from rsieve_cli.local import processes, triton_server
+from rsieve_cli.local.ports import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench" / "streams.json"
+QUESTION = "What word is shown in the image?"
+MODES = ("pooled", "per_sample", "whole")
+# Outputs that fall into a repetition loop (the pipeline bench's share): cut while they
+# stream, so the pool replaces their streams.
+P_LOOP = "0.03"
+
+
+def _png(word: str) -> bytes:
+    img = Image.new("RGB", (120, 40), "white")
+    ImageDraw.Draw(img).text((6, 12), word, fill="black")
+    meta = PngImagePlugin.PngInfo()
+    meta.add_text("bench-answer", word)
+    buf = io.BytesIO()
+    img.save(buf, format="PNG", pnginfo=meta)
+    return buf.getvalue()
+
+
+def _start(root: Path, interval_ms: float) -> tuple[Any, str, int]:
+    repo = root / "models"
+    shutil.copytree(ENGINE_DIR, repo / ENGINE)
+    http, grpc_port, metrics = (free_port() for _ in range(3))
+    log = root / "triton.log"
+    proc = triton_server.start_triton(
+        model_repository=repo,
+        http_port=http,
+        grpc_port=grpc_port,
+        metrics_port=metrics,
+        log=log,
+        env_extra={
+            "RSIEVE_STANDIN_STREAM_INTERVAL_MS": str(interval_ms),
+            "RSIEVE_STANDIN_P_LOOP": P_LOOP,
+        },
+    )
+    triton_server.wait_triton(http, [ENGINE], 180, proc=proc, log=log)
+    return proc, f"127.0.0.1:{grpc_port}", metrics
+
+
+def _counters(port: int) -> dict[str, float]:
+    m = engine_metrics(port)
+    return {k: m.get(k, 0.0) for k in ("generated_tokens_total", "responses_total")}
+
+
+def one_mode(
+    url: str, metrics: int, tokenizer: str, mode: str, items: int, inflight: int
+) -> dict[str, Any]:
+    loops = LoopRule(window_chars=0) if mode == "whole" else LoopRule()
+    model = TritonModel(
+        url,
+        ENGINE,
+        interface="vllm",
+        tokenizer=tokenizer,
+        max_inflight=inflight,
+        max_new_tokens=4096,
+        temperature=0.7,
+        timeout_s=600,
+        loops=loops,
+    )
+    model.reuse_streams = mode != "per_sample"
+    reqs = [ModelRequest(QUESTION, _png(f"{mode}{i:05d}x")) for i in range(items)]
+    model.generate_many(reqs[:2])  # ready, template loaded, connections warm
+    time.sleep(0.5)
+    before = _counters(metrics)
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    out = asyncio.run(model.generate_many_async(reqs[2:]))
+    cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+    time.sleep(0.3)  # the engine's last counters published
+    after = _counters(metrics)
+    tokens = after["generated_tokens_total"] - before["generated_tokens_total"]
+    responses = after["responses_total"] - before["responses_total"]
+    replies = [r for r in out if isinstance(r, ModelReply)]
+    loops_cut = sum(r.finish_reason == "repetition_loop" for r in replies)
+    cores = cpu / wall
+    rate = tokens / wall
+    return {
+        "items": len(out),
+        "errors": len(out) - len(replies),
+        "loops_cut": loops_cut,
+        "client_cpu_s": round(cpu, 3),
+        "wall_s": round(wall, 3),
+        "engine_tokens": int(tokens),
+        "engine_responses": int(responses),
+        "engine_tokens_per_s": round(rate, 1),
+        "client_cores": round(cores, 4),
+        "cpu_us_per_token": round(1e6 * cpu / tokens, 2) if tokens else None,
+        "cpu_us_per_response": round(1e6 * cpu / responses, 2) if responses else None,
+        "cores_per_10k_tokens_per_s": round(cores / (rate / 10_000), 4) if rate else None,
+    }
+
+
+def main() -> None:
+    from tests.templates import build_tokenizer
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--items", type=int, default=400)
+    parser.add_argument("--inflight", type=int, default=64)
+    parser.add_argument("--interval-ms", type=float, default=1.0)
+    parser.add_argument("--modes", default=",".join(MODES))
+    args = parser.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="rsieve-bench-streams-") as tmp:
+        root = Path(tmp)
+        tokenizer = str(build_tokenizer(root / "tokenizer", "qwen3_vl_thinking"))
+        proc, url, metrics = _start(root, args.interval_ms)
+        try:
+            for mode in modes:
+                print(f"streams: {mode}, {args.items} items ...", flush=True)
+                results[mode] = one_mode(url, metrics, tokenizer, mode, args.items, args.inflight)
+        finally:
+            processes.stop(proc)
+    report = {
+        "modes": results,
+        "conditions": {
+            "engine": f"{ENGINE} (a stand-in), stream_interval_ms={args.interval_ms}, "
+            f"p_loop={P_LOOP}",
+            "items": args.items,
+            "inflight": args.inflight,
+            "load_average": os.getloadavg(),
+            "cpus": os.cpu_count(),
+        },
+    }
+    if "pooled" in results and "per_sample" in results:
+        report["pooled_over_per_sample_cpu_per_token"] = round(
+            results["pooled"]["cpu_us_per_token"] / results["per_sample"]["cpu_us_per_token"], 3
+        )
+    OUT.write_text(json.dumps(report, indent=1) + "\n")
+    cols = (
+        "client_cores",
+        "engine_tokens_per_s",
+        "cpu_us_per_token",
+        "cpu_us_per_response",
+        "cores_per_10k_tokens_per_s",
+        "loops_cut",
+        "errors",
+    )
+    print(f"\n{'mode':<11}" + "".join(f"{c:>28}" for c in cols))
+    for mode, r in results.items():
+        print(f"{mode:<11}" + "".join(f"{r[c]!s:>28}" for c in cols))
+    print(f"\nload average {os.getloadavg()}; written to {OUT.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
