@@ -16,7 +16,10 @@ stand-in's prefix cache never serves a mode what another prefilled):
 
 - `pooled`: loop watching on, streams reused (StreamPool, the default);
 - `per_sample`: loop watching on, a stream per sample (before the pool);
-- `whole` (`loop_window_chars 0`): nothing streamed, each sample answered whole.
+- `whole` (`loop_window_chars 0`): nothing streamed, each sample answered whole;
+- `bare_grpc`: the floor: the same requests streamed by a bare grpc.aio client that reads
+  each response and drops it (no rsieve code, no prompt rendering: the prompts are built
+  once before the clock starts).
 
 Figures per mode: the client process's CPU seconds (every thread: asyncio and gRPC's),
 wall seconds, engine tokens generated and responses sent (its own counters on /metrics),
@@ -48,7 +51,7 @@ from rsieve_cli.local.ports import free_port
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "streams.json"
 QUESTION = "What word is shown in the image?"
-MODES = ("pooled", "per_sample", "whole")
+MODES = ("pooled", "per_sample", "whole", "bare_grpc")
 # Outputs that fall into a repetition loop (the pipeline bench's share): cut while they
 # stream, so the pool replaces their streams.
 P_LOOP = "0.03"
@@ -89,6 +92,64 @@ def _counters(port: int) -> dict[str, float]:
     return {k: m.get(k, 0.0) for k in ("generated_tokens_total", "responses_total")}
 
 
+async def _bare(url: str, requests: list[Any], inflight: int) -> int:
+    """Stream every request on a stream of its own with `inflight` at a time, reading each
+    response to the final one and dropping it; the responses read."""
+    import grpc
+    import tritonclient.grpc.aio as aioclient
+
+    client = aioclient.InferenceServerClient(url)
+    gate = asyncio.Semaphore(inflight)
+    read = [0]
+
+    async def one(request: Any) -> None:
+        async with gate:
+            call = client._client_stub.ModelStreamInfer(
+                metadata=client._get_metadata(None), timeout=None
+            )
+            await call.write(request)
+            while (response := await call.read()) is not grpc.aio.EOF:
+                read[0] += 1
+                final = response.infer_response.parameters.get("triton_final_response")
+                if final is not None and final.bool_param:
+                    break
+            await call.done_writing()
+
+    try:
+        await asyncio.gather(*(one(r) for r in requests))
+    finally:
+        await client.close()
+    return read[0]
+
+
+def _bare_requests(model: TritonModel, reqs: list[ModelRequest]) -> list[Any]:
+    """The requests `model` would stream for `reqs`, built ahead (the bare client's)."""
+    import uuid
+
+    import tritonclient.grpc.aio as aioclient
+    from tritonclient.grpc._utils import _get_inference_request
+
+    out = []
+    for req in reqs:
+        _, inputs, names = model._vllm_inputs(req, stream=True)
+        request = _get_inference_request(
+            model_name=ENGINE,
+            inputs=inputs,
+            model_version="",
+            request_id=uuid.uuid4().hex,
+            outputs=[aioclient.InferRequestedOutput(n) for n in names],
+            sequence_id=0,
+            sequence_start=False,
+            sequence_end=False,
+            priority=0,
+            timeout=None,
+            parameters=None,
+        )
+        request.parameters["triton_enable_empty_final_response"].bool_param = True
+        out.append(request)
+    return out
+
+
 def one_mode(
     url: str, metrics: int, tokenizer: str, mode: str, items: int, inflight: int
 ) -> dict[str, Any]:
@@ -108,9 +169,14 @@ def one_mode(
     reqs = [ModelRequest(QUESTION, _png(f"{mode}{i:05d}x")) for i in range(items)]
     model.generate_many(reqs[:2])  # ready, template loaded, connections warm
     time.sleep(0.5)
+    bare = _bare_requests(model, reqs[2:]) if mode == "bare_grpc" else []
     before = _counters(metrics)
     cpu0, wall0 = time.process_time(), time.monotonic()
-    out = asyncio.run(model.generate_many_async(reqs[2:]))
+    if mode == "bare_grpc":
+        asyncio.run(_bare(url, bare, inflight))
+        out: list[ModelReply | Exception] = []
+    else:
+        out = asyncio.run(model.generate_many_async(reqs[2:]))
     cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
     time.sleep(0.3)  # the engine's last counters published
     after = _counters(metrics)
@@ -121,7 +187,7 @@ def one_mode(
     cores = cpu / wall
     rate = tokens / wall
     return {
-        "items": len(out),
+        "items": len(out) or len(bare),
         "errors": len(out) - len(replies),
         "loops_cut": loops_cut,
         "client_cpu_s": round(cpu, 3),

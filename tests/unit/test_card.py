@@ -319,3 +319,37 @@ def test_every_model_kind_is_described(kind: str) -> None:
     )
     first = _first_paragraph(card)
     assert "not declared" not in first and "`g`, " in first and "`j`, " in first
+
+
+def test_loop_watching_says_what_it_cut_saved_and_cost_on_the_runs_figures() -> None:
+    from rsieve.generate.loops import STREAMED_TOKEN_CPU_US
+
+    on = _section(
+        _run(
+            generator="vlm",
+            generator_kind="vlm",
+            mode=None,
+            judge="judge",
+            judge_kind="llm",
+            judge_raw=["WRONG"],
+            probe_raw="WRONG",
+        ),
+        "## Loops cut short",
+    )
+    assert "Loop watching was on (`loop_window_chars` 2048)" in on  # the default
+    assert f"about {STREAMED_TOKEN_CPU_US:g} us per streamed token" in on
+    assert "`loop_window_chars` 0 turns it off" in on
+    off = _section(
+        _run(
+            generator="vlm",
+            generator_kind="vlm",
+            mode=None,
+            judge="judge",
+            judge_kind="llm",
+            judge_raw=["WRONG"],
+            probe_raw="WRONG",
+            settings={"loop_window_chars": 0},
+        ),
+        "## Loops cut short",
+    )
+    assert "Loop watching was off" in off and "us per streamed token" not in off

@@ -13,9 +13,11 @@ import yaml
 from rsieve.compact.rows import features
 from rsieve.dataset.report import REASONING_FORMS, UNRECORDED
 from rsieve.generate.adaptive import rule
+from rsieve.generate.loops import STREAMED_TOKEN_CPU_US
 from rsieve.judge.calibration import wilson
 from rsieve.judge.verdicts import TEMPLATE_SHA256, VERDICTS
 from rsieve.schemas import QUARANTINE_REASONS, REJECT_REASONS
+from rsieve.settings import Settings
 from rsieve.verify import PROTOCOLS, training_rules_view
 
 __all__ = ["THINKING_MEANINGS", "card_front_matter", "describe_models", "render_card"]
@@ -368,18 +370,41 @@ def _pair_rejections_md(report: dict[str, Any]) -> list[str]:
     ]
 
 
-def _loops_md(report: dict[str, Any]) -> list[str]:
-    """Families some of whose samples were cut in a repetition loop while they streamed."""
+def _loops_md(report: dict[str, Any], settings: dict[str, Any]) -> list[str]:
+    """Loop watching: what it cut and saved on this run, and what it cost in client CPU
+    (the run's generated tokens at the streaming client's measured cost per token)."""
+    # A run spec leaves out settings recorded after its release at their defaults.
+    window = settings.get("loop_window_chars", Settings.model_fields["loop_window_chars"].default)
+    if not window:
+        return [
+            "## Loops cut short",
+            "",
+            "Loop watching was off (`loop_window_chars` 0): no sample was streamed, and a "
+            "generation that fell into a repetition loop ran to its token budget.",
+            "",
+        ]
     looped = {f: c for f, c in report["families"].items() if c.get("repetition_loops")}
-    if not looped:
-        return []
+    generated = ((report.get("tokens") or {}).get("total") or {}).get("generator") or {}
+    completion = int(generated.get("completion_tokens") or 0)
+    saved = sum(c["loop_tokens_saved"] for c in looped.values())
     out = [
         "## Loops cut short",
         "",
-        "A generation whose text came to repeat one stretch word for word was cancelled "
-        "while it streamed and recorded `repetition_loop`, a failure like "
-        "`truncated_reasoning`; the tokens of its budget it never generated were saved.",
+        f"Loop watching was on (`loop_window_chars` {window}): on a streaming interface "
+        "(Triton's vLLM backend, an OpenAI-compatible server; the rsieve interface never "
+        "streams) every sample streamed, and a generation whose text came to repeat one "
+        "stretch word for word was cancelled and recorded `repetition_loop`, a failure like "
+        "`truncated_reasoning`; the tokens of its budget it never generated were saved: "
+        f"{saved:,} on this run. The price is the generator's CPU: about "
+        f"{STREAMED_TOKEN_CPU_US:g} us per streamed token against an engine that sends a "
+        "response per token (docs/performance.md, measured on 2 cores), so about "
+        f"{completion * STREAMED_TOKEN_CPU_US / 1e6:,.0f} CPU seconds for the "
+        f"{completion:,} tokens generated here. `loop_window_chars` 0 turns it off.",
         "",
+    ]
+    if not looped:
+        return out
+    out += [
         "| family | samples cut | tokens generated | tokens saved |",
         "|---|---|---|---|",
     ]
@@ -774,7 +799,12 @@ def render_card(
         + ", ".join(f"`{s}` ← {_cell(f)}" for s, f in sorted(split_families.items())),
         "",
     ]
-    out += _sampling_md(report) + _loops_md(report) + _cost_md(report) + ["", "## Examples", ""]
+    out += (
+        _sampling_md(report)
+        + _loops_md(report, settings)
+        + _cost_md(report)
+        + ["", "## Examples", ""]
+    )
     for split, rows in sorted(examples.items()):
         out += [f"### {split}", ""]
         for qa, image_path in rows:

@@ -29,7 +29,14 @@ from dataclasses import dataclass, field
 
 from rsieve.settings import Settings
 
-__all__ = ["LoopRule", "LoopWatch", "loop_at_end"]
+__all__ = ["STREAMED_TOKEN_CPU_US", "LoopRule", "LoopWatch", "loop_at_end"]
+
+# What watching costs the generator: CPU microseconds per streamed response, which is per
+# generated token against Triton's vLLM backend (a response per engine step). Measured by
+# bench/bench_streams.py on 2 cores (issue 53: 181 us per response through rsieve's client,
+# 190 for a bare grpc.aio reader: the cost is gRPC's, docs/performance.md). The card
+# multiplies a run's generated tokens by it.
+STREAMED_TOKEN_CPU_US = 180.0
 
 
 @dataclass(frozen=True)
