@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help run test test-fast bench bench-scale test-unit lint stack-up stack-down example-pool clean images compose-run compose-test
+.PHONY: help install run test test-fast bench bench-scale test-unit lint stack-up stack-down example-pool clean images compose-run compose-test
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -28,6 +28,8 @@ $(STAMP): pyproject.toml
 	@# and verified (sha256, size, GGUF metadata), and its tokenizer files (about 60 s).
 	$(PY) -c "from rsieve_cli.local.checkpoints import qwen_judge_tokenizer as c; print(c())"
 	@touch $(STAMP)
+
+install: $(STAMP) ## the virtual environment, Redis and kubectl, and the judges' model files in var/models
 
 run: $(STAMP) ## process examples/pool on the local stack and export to out/rsieve-example
 	$(VENV)/bin/rsieve run examples/pool --out out --dataset rsieve-example
@@ -54,12 +56,14 @@ test-fast: $(STAMP) ## the tests that start no service and run no model (the edi
 test-unit: $(STAMP) ## tests/unit only (a minute; includes kubectl, TRL and tiny-model tests)
 	$(PY) -m pytest -q tests/unit
 
-lint: $(STAMP) ## ruff (rules, banned imports, format) and mypy (pydantic plugin) on the whole tree
+lint: $(STAMP) ## ruff (rules, banned imports, format), mypy (pydantic plugin) on the whole tree, and the docs' commands and paths
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	@# One run: the core, the command line, the services, and bench/, scripts/ and tests/ (the
 	@# Triton Python-backend models under */triton_models are excluded in pyproject).
 	$(VENV)/bin/mypy shared/rsieve shared/rsieve_cli services bench scripts tests
+	@# Every `make` target, `rsieve` command, `python -m` module and path the docs name exists.
+	$(PY) -m scripts.check_docs
 
 stack-up: $(STAMP) ## start the local stack (kept running for the next `make run`)
 	$(VENV)/bin/rsieve stack up

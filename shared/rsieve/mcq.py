@@ -26,8 +26,6 @@ __all__ = ["McqResult", "lettered_options", "normalise_mcq", "render_block"]
 
 Status = Literal["normalised", "lettered", "ambiguous", "none"]
 
-# A lettered block: at least two lines "A. ..", "B) ..", consecutive from A.
-_BLOCK_LINE = re.compile(r"^[ \t]*\(?([A-Z])[.)][ \t]+\S", re.M)
 # Instructions that may trail the options; kept and re-appended after the block.
 _TAIL = re.compile(
     r"\s*((?:please\s+)?answer\s+with\s+(?:the\s+)?(?:option'?s?|correct|letter)\b.*"

@@ -353,3 +353,18 @@ def test_loop_watching_says_what_it_cut_saved_and_cost_on_the_runs_figures() -> 
         "## Loops cut short",
     )
     assert "Loop watching was off" in off and "us per streamed token" not in off
+
+
+def test_a_tokenizers_path_is_shown_by_its_name_not_the_machines_path() -> None:
+    card = _run(
+        generator="vlm",
+        generator_kind="vlm",
+        mode=None,
+        judge="judge",
+        judge_kind="llm",
+        judge_raw=["WRONG"],
+        probe_raw="WRONG",
+        settings={"judge_tokenizer": "/work/main/var/models/qwen-judge-tokenizer/"},
+    )
+    assert '| `judge_tokenizer` | "qwen-judge-tokenizer" |' in card
+    assert "/work/main/var" not in card

@@ -624,13 +624,6 @@ def _strs_or_none(array: np.ndarray | None) -> list[str] | None:
     ]
 
 
-def _first_str(array: np.ndarray | None) -> str | None:
-    if array is None or array.size == 0:
-        return None
-    value = array.reshape(-1)[0]
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 def _first_int(array: np.ndarray | None, default: int | None = None) -> int | None:
     if array is None or array.size == 0:
         return default

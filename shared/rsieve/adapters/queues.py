@@ -28,17 +28,8 @@ from kombu.transport import redis as kombu_redis
 from rsieve.schemas import TASK_QUEUES
 from rsieve.settings import Settings
 
-__all__ = ["QUEUES", "TASKS", "RedisTransport", "enqueue", "make_celery"]
+__all__ = ["QUEUES", "RedisTransport", "enqueue", "make_celery"]
 
-# Service -> (queue, task name). The queue is the unit KEDA scales on.
-TASKS: dict[str, str] = {
-    "ingest": "rsieve.ingest",
-    "clean": "rsieve.clean",
-    "generate": "rsieve.generate",
-    "verify": "rsieve.verify",
-    "judge": "rsieve.judge",
-    "compact": "rsieve.compact",
-}
 QUEUES: dict[str, str] = TASK_QUEUES  # task -> queue (rsieve.schemas)
 
 

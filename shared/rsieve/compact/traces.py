@@ -142,7 +142,6 @@ _SCRIPTS = {
     "devanagari": "\u0900-\u097f",
     "thai": "\u0e00-\u0e7f",
 }
-_LATIN_RUN = re.compile(f"[{_SCRIPTS['latin']}]+")
 # Runs of letters of the other scripts: one scan finds them all (a class, not an
 # alternation of classes, which sre tries one by one at every position), and each run is
 # then told its script; a run that joins two scripts is split by `_OTHER_RUN_NAMED`.

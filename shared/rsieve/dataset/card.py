@@ -647,6 +647,14 @@ def _blind_md(settings: dict[str, Any], report: dict[str, Any]) -> list[str]:
     return out
 
 
+def _shown(key: str, value: Any) -> Any:
+    """A setting as the card shows it: a tokenizer's checkpoint by its folder or file name,
+    not the absolute path of the machine that made the run (run_spec.json keeps that)."""
+    if key.endswith("_tokenizer") and isinstance(value, str) and value.startswith("/"):
+        return value.rstrip("/").rsplit("/", 1)[-1]
+    return value
+
+
 def render_card(
     *,
     dataset: str,
@@ -723,7 +731,7 @@ def render_card(
         "| setting | value |",
         "|---|---|",
         *[
-            f"| `{k}` | {_cell(json.dumps(v, ensure_ascii=False))} |"
+            f"| `{k}` | {_cell(json.dumps(_shown(k, v), ensure_ascii=False))} |"
             for k, v in sorted(settings.items())
         ],
         "",
