@@ -43,6 +43,9 @@ TRITON_MODELS = {
 }
 
 
+TESTS = Path(__file__).resolve().parent
+
+
 # The suite's tiers: what a test needs beyond Python. `make test-fast` runs the tests with
 # none of them (the edit-test loop, no service started); `make test` runs everything.
 TIERS = {
@@ -52,24 +55,26 @@ TIERS = {
     "deploy": "runs kubectl (kustomize) or docker on the deployment files",
     "browser": "drives Chromium",
 }
-# By module, where the module as a whole needs the tier (tests/e2e is `stack` by folder).
+# By module path under tests/, where the module as a whole needs the tier (tests/e2e is
+# `stack` by folder). By path, not by name: tests/unit/test_engine_standin.py (pure rules)
+# and tests/integration/test_engine_standin.py (a Triton of its own) share a name.
 _TIER_MODULES = {
-    "test_compose_s3": ("stack",),
-    "test_compose_stack": ("deploy", "stack"),
-    "test_engine_standin": ("triton",),
-    "test_generator_models": ("triton", "model"),
-    "test_judge_qwen_stack": ("model",),
-    "test_judge_real_smollm2": ("triton", "model"),
-    "test_judge_smollm2": ("triton", "model"),
-    "test_triton_models": ("triton",),
-    "test_k8s_engines": ("deploy",),
-    "test_k8s_manifests": ("deploy",),
-    "test_k8s_watch": ("deploy",),
-    "test_models_chat": ("model",),
-    "test_trainer_collation": ("model",),
-    "test_training_loop_trainers": ("model",),
-    "test_verl_layout": ("model",),
-    "test_review_page": ("stack", "browser"),
+    "integration/test_compose_s3.py": ("stack",),
+    "compose/test_compose_stack.py": ("deploy", "stack"),
+    "integration/test_engine_standin.py": ("triton",),
+    "integration/test_generator_models.py": ("triton", "model"),
+    "integration/test_judge_qwen_stack.py": ("model",),
+    "integration/test_judge_real_smollm2.py": ("triton", "model"),
+    "integration/test_judge_smollm2.py": ("triton", "model"),
+    "integration/test_triton_models.py": ("triton",),
+    "unit/test_k8s_engines.py": ("deploy",),
+    "unit/test_k8s_manifests.py": ("deploy",),
+    "unit/test_k8s_watch.py": ("deploy",),
+    "unit/test_models_chat.py": ("model",),
+    "unit/test_trainer_collation.py": ("model",),
+    "unit/test_training_loop_trainers.py": ("model",),
+    "unit/test_verl_layout.py": ("model",),
+    "e2e/test_review_page.py": ("stack", "browser"),
 }
 
 
@@ -157,7 +162,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_start_rank)  # stable: within a group, and among the rest, as collected
     for item in items:
         path = item.path
-        tiers = set(_TIER_MODULES.get(path.stem, ()))
+        tiers = set(_TIER_MODULES.get(path.relative_to(TESTS).as_posix(), ()))
         if "e2e" in path.parts or "start_stack" in getattr(item, "fixturenames", ()):
             tiers.add("stack")
         for tier in sorted(tiers):

@@ -3,8 +3,6 @@ and what does not (prose, counting, tables, a loop long past)."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from rsieve.generate.loops import LoopRule, LoopWatch, loop_at_end
@@ -135,20 +133,3 @@ def test_window_zero_never_fires() -> None:
     assert loop_at_end("!" * 5000, off) is None
     watch = LoopWatch(off)
     assert not any(watch.feed("again ") for _ in range(1000))
-
-
-def test_the_cost_of_a_look_at_a_2048_character_tail() -> None:
-    """Measured, not asserted: one look per `every_chars` (256) streamed characters."""
-    tails = {
-        "prose": (PROSE * 3)[-2048:],
-        "counting": ", ".join(str(i) for i in range(1, 700))[-2048:],
-        "loop": ("Wait, let me check again. " * 100)[-2048:],
-        "one char": "!" * 2048,
-    }
-    for name, tail in tails.items():
-        n = 200
-        start = time.perf_counter()
-        for _ in range(n):
-            loop_at_end(tail, RULE)
-        each = (time.perf_counter() - start) / n
-        print(f"loop_at_end on a 2048-character tail ({name}): {each * 1e3:.3f} ms")
