@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 from PIL import Image, ImageDraw, PngImagePlugin
 
+from rsieve import redis_keys
 from rsieve_cli.local.stack import SERVICES, Stack, StackConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -390,7 +391,7 @@ def verify_pass(stack: Stack, settings: Any, run: str, shards: dict[str, int]) -
     store, r = S3Store(settings), redis.Redis.from_url(settings.redis_url)
     for key in list(store.list(f"runs/{run}/verify/")):
         store.delete(key)
-    for key in r.scan_iter(f"rsieve:verify:{run}:*"):
+    for key in r.scan_iter(redis_keys.stage_pattern("verify", run)):
         r.delete(key)
     app = make_celery(settings)
     start = time.monotonic()

@@ -28,6 +28,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rsieve import redis_keys
+
 if TYPE_CHECKING:
     from rsieve.settings import Settings
 
@@ -143,7 +145,7 @@ def redis_cli(*args: str) -> str:
 def generator_holds_a_shard(run: str) -> bool:
     """Whether a generator process has recorded that it runs a shard of `run` (its holding,
     services/liveness.py): killed now, it dies with work in hand."""
-    for value in redis_cli("hvals", "rsieve:holdings").splitlines():
+    for value in redis_cli("hvals", redis_keys.HOLDINGS).splitlines():
         try:
             holding = json.loads(value)
         except ValueError:
@@ -155,7 +157,7 @@ def generator_holds_a_shard(run: str) -> bool:
 
 def deliveries(stage: str, run: str) -> int:
     """How often the shards of `run` were delivered to `stage` (services/stage.py counts)."""
-    keys = redis_cli("--scan", "--pattern", f"rsieve:{stage}:{run}:*:deliveries").split()
+    keys = redis_cli("--scan", "--pattern", redis_keys.deliveries_pattern(stage, run)).split()
     return sum(int(count) for count in redis_cli("mget", *keys).split()) if keys else 0
 
 

@@ -21,7 +21,7 @@ import redis
 from celery import Celery, current_task
 from pydantic import BaseModel, ValidationError
 
-from rsieve import keys
+from rsieve import keys, redis_keys
 from rsieve.adapters.gate import EngineGate
 from rsieve.adapters.metrics import JsonFormatter, RedisMetrics
 from rsieve.adapters.model import Model, open_model
@@ -377,7 +377,7 @@ class Context:
         pipe = self.redis.pipeline()
         pipe.sadd(key, member)
         pipe.scard(key)
-        pipe.expire(key, 7 * 24 * 3600)
+        pipe.expire(key, redis_keys.KEPT_S)
         _, done, _ = pipe.execute()
         return int(done) >= total
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from pydantic import ValidationError
 
-from rsieve import keys
+from rsieve import keys, redis_keys
 from rsieve.envelope import CorruptOutput, open_envelope, seal
 from rsieve.errors import NotFoundError
 from rsieve.generate.generation import ModelInfo, ModelReply
@@ -36,11 +36,6 @@ log = logging.getLogger("rsieve")
 
 # The tasks whose limit follows their model's pace, by the stage whose pace it is.
 PACED = {"rsieve.generate": "generate", "rsieve.judge": "judge"}
-PACE_KEPT_S = 7 * 24 * 3600
-
-
-def pace_key(stage: str) -> str:
-    return f"rsieve:pace:{stage}"
 
 
 def observe_pace(ctx: Context, stage: str, seconds: float, items: int) -> None:
@@ -49,13 +44,13 @@ def observe_pace(ctx: Context, stage: str, seconds: float, items: int) -> None:
     if items <= 0 or seconds <= 0:
         return
     try:
-        old = ctx.redis.get(pace_key(stage))
+        old = ctx.redis.get(redis_keys.pace(stage))
         mean = ewma(
             float(old) if old is not None else None,
             seconds / items,
             ctx.settings.shard_latency_alpha,
         )
-        ctx.redis.set(pace_key(stage), f"{mean:.6f}", ex=PACE_KEPT_S)
+        ctx.redis.set(redis_keys.pace(stage), f"{mean:.6f}", ex=redis_keys.KEPT_S)
     except (redis.RedisError, ValueError) as exc:
         log.warning("pace of %s not recorded: %s", stage, exc)
 
@@ -63,7 +58,7 @@ def observe_pace(ctx: Context, stage: str, seconds: float, items: int) -> None:
 def pace(ctx: Context, stage: str) -> float | None:
     """`stage`'s observed seconds per item; None when none was observed."""
     try:
-        value = ctx.redis.get(pace_key(stage))
+        value = ctx.redis.get(redis_keys.pace(stage))
         return float(value) if value is not None else None
     except (redis.RedisError, ValueError):
         return None

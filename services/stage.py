@@ -15,8 +15,7 @@ from celery import Celery
 from celery.exceptions import Reject, Retry, TimeLimitExceeded
 from kombu.exceptions import OperationalError
 
-from rsieve import __version__, keys
-from rsieve.adapters.holdings import failed_key
+from rsieve import __version__, keys, redis_keys
 from rsieve.adapters.metrics import RedisMetrics, log_context
 from rsieve.errors import CorruptOutputError, RetryableError
 from rsieve.run.failures import (
@@ -218,17 +217,6 @@ def observe_shard(ctx: Context, out: ShardOutput) -> None:
 # the record that outlives Redis. `Context.reconcile` (`rsieve reconcile`) clears them all.
 
 
-def _errors_key(run: str) -> str:
-    return f"rsieve:run:{run}:errors"
-
-
-def _stopped_key(run: str) -> str:
-    return f"rsieve:run:{run}:stopped"
-
-
-ERRORS_KEPT_S = 7 * 24 * 3600
-
-
 def error_field(task: str, kwargs: dict[str, Any]) -> str:
     """Which try is counted: the task and its shard, else its other arguments (a partition,
     an ingest step)."""
@@ -241,20 +229,20 @@ def error_field(task: str, kwargs: dict[str, Any]) -> str:
 def record_error(ctx: Context, run: str, field: str) -> int:
     """Count one more try of `field` that raised; how many have."""
     pipe = ctx.redis.pipeline(transaction=False)
-    pipe.hincrby(_errors_key(run), field, 1)
-    pipe.expire(_errors_key(run), ERRORS_KEPT_S)
+    pipe.hincrby(redis_keys.run_errors(run), field, 1)
+    pipe.expire(redis_keys.run_errors(run), redis_keys.KEPT_S)
     return int(pipe.execute()[0])
 
 
 def errors_of(ctx: Context, run: str, field: str) -> int:
-    return int(ctx.redis.hget(_errors_key(run), field) or 0)
+    return int(ctx.redis.hget(redis_keys.run_errors(run), field) or 0)
 
 
 def stopped(ctx: Context, run: str) -> bool:
     """Whether the run is stopped; False while Redis cannot say (the task then meets the
     outage where it needs Redis, and its shard is requeued as for any outage)."""
     try:
-        return bool(ctx.redis.exists(_stopped_key(run)))
+        return bool(ctx.redis.exists(redis_keys.run_stopped(run)))
     except BROKER_DOWN:
         return False
 
@@ -268,8 +256,12 @@ def stop_run(ctx: Context, failure: RunFailure) -> None:
         content_type="application/json",
     )
     pipe = ctx.redis.pipeline(transaction=False)
-    pipe.set(_stopped_key(failure.run), failure.reason())
-    pipe.hset(failed_key(failure.run), f"{failure.task}:{failure.shard}", failure.model_dump_json())
+    pipe.set(redis_keys.run_stopped(failure.run), failure.reason())
+    pipe.hset(
+        redis_keys.run_failed(failure.run),
+        f"{failure.task}:{failure.shard}",
+        failure.model_dump_json(),
+    )
     pipe.execute()
     _safely(lambda: ctx.metrics.inc("rsieve_runs_stopped", failure.task, failure.error))
     log.error("run %s stopped: %s", failure.run, failure.reason())
@@ -277,7 +269,9 @@ def stop_run(ctx: Context, failure: RunFailure) -> None:
 
 def clear_stop(ctx: Context, run: str) -> None:
     """What a resume clears: the run's stop, its failed record and its counted errors."""
-    ctx.redis.delete(_stopped_key(run), failed_key(run), _errors_key(run))
+    ctx.redis.delete(
+        redis_keys.run_stopped(run), redis_keys.run_failed(run), redis_keys.run_errors(run)
+    )
     ctx.store.delete(keys.run_failed(run))
 
 
@@ -300,10 +294,10 @@ class ItemGuard:
         self._ctx = ctx
         self._redis = ctx.redis
         self.task, self.run_id, self.shard = task, run, shard
-        base = f"rsieve:{task}:{run}:{shard}"
-        self._inflight = f"{base}:inflight"
-        self.deliveries = int(self._redis.incr(f"{base}:deliveries"))
-        self._redis.expire(f"{base}:deliveries", 7 * 24 * 3600)
+        self._inflight = redis_keys.inflight(task, run, shard)
+        delivered = redis_keys.deliveries(task, run, shard)
+        self.deliveries = int(self._redis.incr(delivered))
+        self._redis.expire(delivered, redis_keys.KEPT_S)
         raised = errors_of(ctx, run, error_field(f"rsieve.{task}", {"shard": shard}))
         # A delivery that raised came back by a retry, not by a dead worker: only the rest
         # count towards max_deliveries.

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import numpy as np
 from pydantic import BaseModel, TypeAdapter
 
-from rsieve import keys
+from rsieve import keys, redis_keys
 from rsieve.adapters.embedder import load_embedder
 from rsieve.clean.cleaning import cleaning_report, family_items, line_image_path
 from rsieve.clean.decontam import screen_summary
@@ -145,7 +145,7 @@ def count(the_plan: IngestPlan, round_: str) -> int:
 
 def first_send(ctx: Context, run: str, round_: str) -> bool:
     """Whether this call sends the round's tasks (Context.send_once)."""
-    return ctx.send_once(f"rsieve:ingest:{run}:sent:{round_}")
+    return ctx.send_once(redis_keys.ingest_sent(run, round_))
 
 
 def missing(ctx: Context, run: str, round_: str, total: int) -> list[int]:

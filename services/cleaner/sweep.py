@@ -12,7 +12,7 @@ import json
 import logging
 import time
 
-from rsieve import keys
+from rsieve import keys, redis_keys
 from rsieve.adapters.metrics import progress
 from rsieve.dataset.audit import stalled
 from rsieve.schemas import STAGES
@@ -21,7 +21,7 @@ from services.stage import stopped
 
 log = logging.getLogger("rsieve")
 
-DONE = "rsieve:sweep:done"  # runs found compacted: never looked at again
+DONE = redis_keys.SWEEP_DONE  # runs found compacted: never looked at again
 
 
 def register_sweep(ctx: Context) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from rsieve import keys
+from rsieve import keys, redis_keys
 from rsieve.adapters.storage import read_images
 from rsieve.clean.cleaning import clean_line, poisoned_line
 from rsieve.clean.provenance import verify_source
@@ -54,7 +54,7 @@ def register(ctx: Context) -> None:
         the_plan = ingest_steps.plan(ctx, run)
         ingest_steps.step(ctx, run, the_plan, step, part)
         total = ingest_steps.count(the_plan, step)
-        if ctx.last_done(f"rsieve:ingest:{run}:{step}", part, total):
+        if ctx.last_done(redis_keys.ingest_done(run, step), part, total):
             ctx.next("rsieve.ingest", run=run)
 
     @ctx.task("rsieve.clean")

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rsieve import redis_keys
 from rsieve.adapters.pools import upload_pool
 from rsieve.clean.cleaning import pool_image_path
 from rsieve.errors import ConflictError, PermanentError
@@ -23,9 +24,9 @@ from services.common import Context
 
 log = logging.getLogger("rsieve")
 
-KEY = "rsieve:watch:"  # size:<folder> [size, first seen], claim:<folder>, taken:<folder>
-LOOKS = KEY + "looks"  # looks completed (a counter)
-TAKES = KEY + "takes"  # hash folder -> times taken (1, always; tests read it)
+# Its Redis keys (rsieve.redis_keys): size, claim and taken per folder, looks, takes.
+LOOKS = redis_keys.WATCH_LOOKS  # looks completed (a counter)
+TAKES = redis_keys.WATCH_TAKES  # hash folder -> times taken (1, always; tests read it)
 
 
 def register_watch(ctx: Context) -> None:
@@ -41,9 +42,9 @@ def look(ctx: Context) -> list[str]:
         return []
     runs = []
     for folder, files in pool_folders(ctx.store.sizes(prefix), prefix).items():
-        if files.get(TAKEN) is not None or ctx.redis.exists(f"{KEY}taken:{folder}"):
+        if files.get(TAKEN) is not None or ctx.redis.exists(redis_keys.watch_taken(folder)):
             continue
-        size_key, now = f"{KEY}size:{folder}", time.time()
+        size_key, now = redis_keys.watch_size(folder), time.time()
         raw = ctx.redis.get(size_key)
         seen = None
         if raw is not None:
@@ -52,14 +53,14 @@ def look(ctx: Context) -> list[str]:
         ready, why = readiness(files, seen, now, ctx.settings.watch_interval_s)
         size = files.get("items.jsonl", -1)
         if seen is None or seen[0] != size:  # the time a size was first seen is kept
-            ctx.redis.set(size_key, json.dumps([size, now]), ex=7 * 24 * 3600)
+            ctx.redis.set(size_key, json.dumps([size, now]), ex=redis_keys.KEPT_S)
         if not ready:
             log.info("watch: %s not ready: %s", folder, why)
             continue
         # The claim outlives any take (the task time limit kills a longer one); a take
         # that died is retried by a later look once it expires, and rewrites the same runs.
         if not ctx.redis.set(
-            f"{KEY}claim:{folder}", "1", nx=True, ex=ctx.settings.task_time_limit_s + 60
+            redis_keys.watch_claim(folder), "1", nx=True, ex=ctx.settings.task_time_limit_s + 60
         ):
             continue
         if ctx.store.exists(folder + TAKEN):  # listed before another look marked it
@@ -68,7 +69,7 @@ def look(ctx: Context) -> list[str]:
         ctx.store.put(
             folder + TAKEN, json.dumps(marker, indent=1).encode(), content_type="application/json"
         )
-        ctx.redis.set(f"{KEY}taken:{folder}", marker.get("run") or "error")
+        ctx.redis.set(redis_keys.watch_taken(folder), marker.get("run") or "error")
         ctx.redis.hincrby(TAKES, folder, 1)
         log.info("watch: took %s (%s): %s", folder, why, marker)
         if marker.get("run"):

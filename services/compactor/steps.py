@@ -18,7 +18,7 @@ from typing import Any
 from PIL import Image
 from pydantic import BaseModel
 
-from rsieve import keys
+from rsieve import keys, redis_keys
 from rsieve.adapters.keyindex import held_keys, legacy_runs, write_buckets
 from rsieve.adapters.parquet import upload_splits
 from rsieve.adapters.storage import PackReader
@@ -315,7 +315,7 @@ def commit(ctx: Context, run: str, gen: int, partitions: int) -> bool:
     dataset at a time (a Redis lock held for the commit alone); False when another run
     committed since the partitions were made."""
     s, spec = ctx.settings, ctx.spec(run)
-    with ctx.redis.lock(f"rsieve:compact:{spec.dataset}", timeout=s.task_time_limit_s):
+    with ctx.redis.lock(redis_keys.compact_lock(spec.dataset), timeout=s.task_time_limit_s):
         previous = ctx.load_json(keys.manifest(spec.dataset))
         if previous and run in previous.get("runs", []):
             return True

@@ -14,7 +14,7 @@ the dataset as it now is."""
 
 from __future__ import annotations
 
-from rsieve import keys
+from rsieve import keys, redis_keys
 from rsieve.errors import CorruptOutputError
 from services.common import Context
 from services.compactor import steps
@@ -32,13 +32,13 @@ def register(ctx: Context) -> None:
             # Each fan-out is sent once per sweep_after_s (Context.send_once): this
             # coordinator is called by every late last task and by redeliveries.
             if missing := steps.missing_routes(ctx, run, groups):
-                if ctx.send_once(f"rsieve:compact:{run}:sent:routes"):
+                if ctx.send_once(redis_keys.compact_sent(run, "routes")):
                     for group in missing:
                         ctx.next("rsieve.compact_route", run=run, group=group)
                 return
             steps.calibration(ctx, run, groups)
             if missing := steps.missing_partitions(ctx, run, count, gen):
-                if ctx.send_once(f"rsieve:compact:{run}:sent:g{gen}"):
+                if ctx.send_once(redis_keys.compact_sent(run, f"g{gen}")):
                     for partition in missing:
                         ctx.next("rsieve.compact_partition", run=run, partition=partition, gen=gen)
                 return
@@ -55,10 +55,10 @@ def register(ctx: Context) -> None:
         except CorruptOutputError:
             # A judged shard of the group is being redone (Context.redo); its judge sends
             # rsieve.compact again, which must send this group's route again then.
-            ctx.redis.delete(f"rsieve:compact:{run}:sent:routes")
+            ctx.redis.delete(redis_keys.compact_sent(run, "routes"))
             raise
         groups = len(steps.plan(ctx, run)["groups"])
-        if ctx.last_done(f"rsieve:compact:{run}:routes", group, groups):
+        if ctx.last_done(redis_keys.compact_done(run, "routes"), group, groups):
             ctx.next("rsieve.compact", run=run)
 
     @ctx.task("rsieve.compact_partition")
@@ -67,5 +67,5 @@ def register(ctx: Context) -> None:
             ctx.next("rsieve.compact", run=run)  # overtaken: against the dataset as it is now
             return
         count = steps.plan(ctx, run)["partitions"]
-        if ctx.last_done(f"rsieve:compact:{run}:g{gen}", partition, count):
+        if ctx.last_done(redis_keys.compact_done(run, f"g{gen}"), partition, count):
             ctx.next("rsieve.compact", run=run)

@@ -43,6 +43,7 @@ from typing import Any, ClassVar, TypeVar
 import redis
 from celery import bootsteps
 
+from rsieve import redis_keys
 from rsieve.adapters.gate import EngineGate
 from rsieve.adapters.model import ModelInfo
 from rsieve.settings import Settings
@@ -135,7 +136,7 @@ class Feeder:
     def sized(self, url: str, info: ModelInfo) -> None:
         """On the loop, when a shard's model is ready: size the gate from the engine."""
         capacity = self.settings.engine_capacity or info.capacity or self.settings.max_inflight
-        key = f"rsieve:engine-feeders:{url}/{info.name}"
+        key = redis_keys.engine_feeders(url, info.name)
         first = self._key is None
         self.capacity, self._key = capacity, key
         if first:

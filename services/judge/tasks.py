@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from rsieve import keys
+from rsieve import keys, redis_keys
 from rsieve.adapters.tokenizer import preload_chat_template
 from rsieve.compact.settle import in_window, refused_of_passed, settle_all, to_judge
 from rsieve.generate.chat import neutralise
@@ -163,5 +163,5 @@ def register(ctx: Context) -> None:
         # Every shard that finishes counts itself; whichever sees all of them enqueues the
         # compaction (more than one may: compaction is idempotent). A Redis set, not a
         # listing of the judged shards, which would make a run's judging quadratic.
-        if ctx.last_done(f"rsieve:judged:{run}", shard, len(index["shards"])):
+        if ctx.last_done(redis_keys.judged(run), shard, len(index["shards"])):
             ctx.next("rsieve.compact", run=run)

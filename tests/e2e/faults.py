@@ -17,7 +17,8 @@ from typing import TypeVar
 
 import redis
 
-from rsieve.adapters.holdings import HOLDINGS, Holdings
+from rsieve import redis_keys
+from rsieve.adapters.holdings import Holdings
 from rsieve.run import holdings as run_holdings
 from rsieve.run.holdings import Holding
 from rsieve_cli.local.stack import SERVICES, Stack
@@ -104,7 +105,7 @@ def _signal(pids: Iterable[int], sig: signal.Signals) -> None:
 def still_held(stack: Stack, holdings: Iterable[Holding]) -> list[Holding]:
     """Those of `holdings` still recorded (a killed process never deletes its own)."""
     client = _redis(stack)
-    return [h for h in holdings if client.hexists(HOLDINGS, h.field)]
+    return [h for h in holdings if client.hexists(redis_keys.HOLDINGS, h.field)]
 
 
 def starts(stack: Stack, service: str, run: str) -> Counter[str]:
@@ -131,7 +132,7 @@ def counter(stack: Stack, name: str, tasks: Iterable[str] | None = None) -> floa
     first label is one of `tasks`, when named: rsieve_task_retries is by task and error)."""
     wanted = None if tasks is None else set(tasks)
     total = 0.0
-    for field, value in _redis(stack).hgetall(f"rsieve:metrics:c:{name}").items():
+    for field, value in _redis(stack).hgetall(redis_keys.metric_counter(name)).items():
         labels = json.loads(field)
         if wanted is None or (labels and labels[0] in wanted):
             total += float(value)

@@ -19,6 +19,7 @@ import pytest
 import redis
 from PIL import Image
 
+from rsieve import redis_keys
 from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import S3Store
 from rsieve_cli.client import submit, wait_for_run
@@ -166,13 +167,13 @@ def test_watched_pools_are_taken_once_when_complete(env: dict[str, Any]) -> None
     # A look may come before items.jsonl exists (size -1, seen in CI): wait for one that
     # sees the half file.
     _wait(
-        lambda: json.loads(r.get("rsieve:watch:size:inbox/grow/") or "[null]")[0] == len(half),
+        lambda: json.loads(r.get(redis_keys.watch_size("inbox/grow/")) or "[null]")[0] == len(half),
         60,
         "a look at grow/ that sees the half file",
     )
     store.put("inbox/grow/items.jsonl", full)
     assert not store.exists("inbox/grow/_taken.json")
-    assert r.hget("rsieve:watch:takes", "inbox/grow/") is None
+    assert r.hget(redis_keys.WATCH_TAKES, "inbox/grow/") is None
 
     # A folder with a `_complete` marker is taken at the next look.
     store.put("inbox/marked/items.jsonl", full)
@@ -199,9 +200,9 @@ def test_watched_pools_are_taken_once_when_complete(env: dict[str, Any]) -> None
     assert index["lines"] == 4
 
     # Later looks take nothing again.
-    looks = int(r.get("rsieve:watch:looks") or 0)
-    _wait(lambda: int(r.get("rsieve:watch:looks") or 0) >= looks + 2, 60, "two more looks")
-    assert r.hgetall("rsieve:watch:takes") == {b"inbox/grow/": b"1", b"inbox/marked/": b"1"}
+    looks = int(r.get(redis_keys.WATCH_LOOKS) or 0)
+    _wait(lambda: int(r.get(redis_keys.WATCH_LOOKS) or 0) >= looks + 2, 60, "two more looks")
+    assert r.hgetall(redis_keys.WATCH_TAKES) == {b"inbox/grow/": b"1", b"inbox/marked/": b"1"}
     for folder, marker in markers.items():
         assert json.loads(store.get(folder + "_taken.json")) == marker
     watched = [k for k in store.list("index/runs/") if "watched-test" in k]

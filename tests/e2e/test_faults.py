@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from rsieve import keys
+from rsieve import keys, redis_keys
 from rsieve.adapters.exports import export_dataset
 from rsieve.adapters.pools import upload_pool
 from rsieve.adapters.storage import S3Store
@@ -465,7 +465,7 @@ def test_stage_output_corrupted_in_s3_is_redone(fault_stack: tuple[Stack, dict[s
     ]
     assert records[0]["bytes"] == len(written) // 2
     counted = redis.Redis.from_url(settings.redis_url).hget(
-        "rsieve:metrics:c:rsieve_corrupt_outputs", json.dumps(["generate", "unparsable"])
+        redis_keys.metric_counter("rsieve_corrupt_outputs"), json.dumps(["generate", "unparsable"])
     )
     assert counted is not None and float(counted) == 1.0
     # Redone: the shard's output is whole again, sealed, and read by every stage after it.

@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from rsieve import keys
-from rsieve.adapters import metrics
+from rsieve import keys, redis_keys
 from rsieve.dataset.audit import audit_run
 from rsieve.errors import CorruptOutputError
 from tests.e2e.pools import word_pool
@@ -58,7 +57,7 @@ def _corrupt_records(stack: FakeStack, run: str) -> list[dict[str, Any]]:
 
 
 def _counted(stack: FakeStack) -> dict[tuple[str, ...], float]:
-    raw = stack.ctx.redis.hgetall(f"{metrics.PREFIX}:c:rsieve_corrupt_outputs")
+    raw = stack.ctx.redis.hgetall(redis_keys.metric_counter("rsieve_corrupt_outputs"))
     return {tuple(json.loads(k)): float(v) for k, v in raw.items()}
 
 
@@ -150,7 +149,7 @@ def test_outputs_written_before_seals_are_read_and_counted(tmp_path: Path) -> No
     sealed = stack.ctx.load(run, "judge", "00000")
     stack.store.put(key, sealed.model_dump_json().encode())  # as stored before seals
     assert stack.ctx.load(run, "judge", "00000") == sealed
-    raw = stack.ctx.redis.hgetall(f"{metrics.PREFIX}:c:rsieve_unsealed_outputs")
+    raw = stack.ctx.redis.hgetall(redis_keys.metric_counter("rsieve_unsealed_outputs"))
     assert {tuple(json.loads(k)): float(v) for k, v in raw.items()} == {("judge",): 1.0}
     assert not _corrupt_records(stack, run)
 

@@ -14,7 +14,10 @@ import fakeredis
 import redis
 from celery import Celery
 
-from rsieve.adapters.holdings import HOLDINGS, Holdings, failed_key, heartbeat_key
+from rsieve.adapters.holdings import Holdings
+from rsieve.redis_keys import HOLDINGS
+from rsieve.redis_keys import holder as heartbeat_key
+from rsieve.redis_keys import run_failed as failed_key
 from rsieve.run.holdings import Holding, orphaned, run_liveness, stage_eta
 from rsieve.settings import Settings
 from services import liveness as liveness_module

@@ -16,6 +16,7 @@ from typing import Any
 import fakeredis
 import pytest
 
+from rsieve import redis_keys
 from rsieve.adapters import storage
 from rsieve.adapters.pools import upload_pool
 from rsieve.clean.decontam import (
@@ -346,7 +347,7 @@ def test_a_round_task_that_dies_or_is_lost_is_done_again(
     assert reconciled == [("rsieve.ingest", {})]  # sent with the run
     rounds.ctx.app.tasks["rsieve.ingest"](run=run)
     assert sent[-1][0] == "rsieve.ingest"  # the screen round was sent within sweep_after_s
-    rounds.ctx.redis.delete(f"rsieve:ingest:{run}:sent:screen")  # ... which has passed
+    rounds.ctx.redis.delete(redis_keys.ingest_sent(run, "screen"))  # ... which has passed
     rounds.ctx.app.tasks["rsieve.ingest"](run=run)
     assert sent[-1] == ("rsieve.ingest_part", {"run": run, "step": "screen", "part": 3})
     while done < len(sent):

@@ -8,6 +8,7 @@ import json
 import fakeredis
 import pytest
 
+from rsieve import redis_keys
 from rsieve.adapters import metrics
 from rsieve.schemas import Quarantined, ShardOutput
 
@@ -26,7 +27,7 @@ def shard(families: list[str], shard: str = "00000") -> ShardOutput:
 
 
 def labels(client: fakeredis.FakeRedis) -> set[str]:
-    fields = client.hkeys(f"{metrics.PREFIX}:c:rsieve_quarantined")
+    fields = client.hkeys(redis_keys.metric_counter("rsieve_quarantined"))
     return {json.loads(f)[1] for f in fields}
 
 
@@ -40,7 +41,7 @@ def test_families_past_the_bound_count_as_other(monkeypatch: pytest.MonkeyPatch)
     assert client.scard(metrics.FAMILY_LABELS) == 2
     counts = {
         json.loads(f)[1]: float(v)
-        for f, v in client.hgetall(f"{metrics.PREFIX}:c:rsieve_quarantined").items()
+        for f, v in client.hgetall(redis_keys.metric_counter("rsieve_quarantined")).items()
     }
     assert counts == {"A": 2.0, "B": 1.0, metrics.OTHER_FAMILY: 2.0}  # nothing is lost
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from rsieve import redis_keys
 from rsieve.compact.keyindex import keys_of
 from rsieve.run.partitions import (
     merge_summaries,
@@ -213,7 +214,7 @@ def test_a_coordinator_called_again_sends_each_fan_out_once(pool: Path) -> None:
     ran = many.drain()
     assert ran.count("rsieve.compact_partition") == 7
     assert not many.store.exists("datasets/d/manifest.json")
-    many.ctx.redis.delete(f"rsieve:compact:{run}:sent:g0")  # sweep_after_s has passed
+    many.ctx.redis.delete(redis_keys.compact_sent(run, "g0"))  # sweep_after_s has passed
     many.ctx.app.tasks["rsieve.compact"](run=run)  # the sweeper's call
     assert many.drain() == ["rsieve.compact_partition", "rsieve.compact"]
     assert json.loads(many.store.get("datasets/d/manifest.json"))["runs"] == [run]
@@ -266,7 +267,7 @@ def test_a_fan_out_is_sent_again_by_its_own_message_redelivered(
     ctx = Stack().ctx
     for message, sends in (("m1", True), ("m2", False), ("m1", True), (None, False)):
         monkeypatch.setattr(common, "delivery_id", lambda m=message: m)
-        assert ctx.send_once("rsieve:compact:r:sent:g0") is sends, message
+        assert ctx.send_once(redis_keys.compact_sent("r", "g0")) is sends, message
     monkeypatch.setattr(common, "delivery_id", lambda: None)
-    assert ctx.send_once("rsieve:compact:r:sent:g1") is True
-    assert ctx.send_once("rsieve:compact:r:sent:g1") is False
+    assert ctx.send_once(redis_keys.compact_sent("r", "g1")) is True
+    assert ctx.send_once(redis_keys.compact_sent("r", "g1")) is False

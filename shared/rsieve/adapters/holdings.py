@@ -27,29 +27,16 @@ from typing import Any
 
 import redis
 
+from rsieve import redis_keys
 from rsieve.run.holdings import Holding, orphaned
 
-__all__ = ["HOLDINGS", "Holdings", "failed_key", "heartbeat_key", "orphaned_key"]
+__all__ = ["Holdings"]
 
 log = logging.getLogger("rsieve")
 
-HOLDINGS = "rsieve:holdings"
-KEPT_S = 7 * 24 * 3600
 # kombu's Redis transport (Channel.unacked_key, unacked_index_key; no global_keyprefix).
 UNACKED = "unacked"
 UNACKED_INDEX = "unacked_index"
-
-
-def heartbeat_key(holder: str) -> str:
-    return f"rsieve:holder:{holder}"
-
-
-def orphaned_key(run: str) -> str:
-    return f"rsieve:run:{run}:orphaned"
-
-
-def failed_key(run: str) -> str:
-    return f"rsieve:run:{run}:failed"
 
 
 # KEYS: holdings, unacked, unacked_index, queue, orphaned list
@@ -85,32 +72,32 @@ class Holdings:
         self._claim = client.register_script(_CLAIM)
 
     def beat(self, holder: str) -> None:
-        self.redis.set(heartbeat_key(holder), repr(time.time()), ex=self.lapse_s)
+        self.redis.set(redis_keys.holder(holder), repr(time.time()), ex=self.lapse_s)
 
     def hold(self, h: Holding) -> None:
         pipe = self.redis.pipeline(transaction=False)
-        pipe.set(heartbeat_key(h.holder), repr(time.time()), ex=self.lapse_s)
-        pipe.hset(HOLDINGS, h.field, h.model_dump_json())
+        pipe.set(redis_keys.holder(h.holder), repr(time.time()), ex=self.lapse_s)
+        pipe.hset(redis_keys.HOLDINGS, h.field, h.model_dump_json())
         pipe.execute()
 
     def release(self, field: str) -> None:
-        self.redis.hdel(HOLDINGS, field)
+        self.redis.hdel(redis_keys.HOLDINGS, field)
 
     def all(self) -> list[Holding]:
         found = []
-        for field, raw in self.redis.hgetall(HOLDINGS).items():
+        for field, raw in self.redis.hgetall(redis_keys.HOLDINGS).items():
             try:
                 found.append(Holding.model_validate_json(raw))
             except ValueError:
                 log.warning("unreadable holding %r dropped", field)
-                self.redis.hdel(HOLDINGS, field)
+                self.redis.hdel(redis_keys.HOLDINGS, field)
         return found
 
     def alive(self, holders: set[str]) -> dict[str, bool]:
         names = sorted(holders)
         if not names:
             return {}
-        beats = self.redis.mget([heartbeat_key(h) for h in names])
+        beats = self.redis.mget([redis_keys.holder(h) for h in names])
         return {h: b is not None for h, b in zip(names, beats, strict=True)}
 
     def reap(self) -> list[Holding]:
@@ -154,11 +141,11 @@ class Holdings:
         result = int(
             self._claim(
                 keys=[
-                    HOLDINGS,
+                    redis_keys.HOLDINGS,
                     UNACKED,
                     UNACKED_INDEX,
                     h.queue,
-                    orphaned_key(h.run) if h.run else "",
+                    redis_keys.run_orphaned(h.run) if h.run else "",
                 ],
                 args=[
                     h.field,
@@ -167,7 +154,7 @@ class Holdings:
                     message,
                     repr(h.started_at),
                     json.dumps(record | {"requeued": True}),
-                    KEPT_S,
+                    redis_keys.KEPT_S,
                     json.dumps(record | {"requeued": False}),
                 ],
             )
@@ -183,13 +170,13 @@ class Holdings:
         return result != 0
 
     def requeued(self, run: str) -> list[dict[str, Any]]:
-        return [json.loads(r) for r in self.redis.lrange(orphaned_key(run), 0, -1)]
+        return [json.loads(r) for r in self.redis.lrange(redis_keys.run_orphaned(run), 0, -1)]
 
     def failed(self, run: str) -> dict[str, str]:
         """The run's failed shards (the hash the stage machinery writes: field -> a JSON
         record with `shard`, `error`, `message`, or a plain reason) as shard -> reason."""
         out = {}
-        for field, raw in self.redis.hgetall(failed_key(run)).items():
+        for field, raw in self.redis.hgetall(redis_keys.run_failed(run)).items():
             name = field.decode(errors="replace") if isinstance(field, bytes) else str(field)
             text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
             try:

@@ -29,6 +29,7 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from rsieve import redis_keys
 from rsieve.schemas import ShardOutput
 
 __all__ = [
@@ -42,7 +43,6 @@ __all__ = [
     "shard_counts",
 ]
 
-PREFIX = "rsieve:metrics"
 PROGRESS_TTL_S = 30 * 24 * 3600
 # Family labels are pool text: the counters keep at most MAX_FAMILY_LABELS distinct ones
 # (the first seen, in the set FAMILY_LABELS), each cut to LABEL_CHARS; the rest count as
@@ -50,7 +50,7 @@ PROGRESS_TTL_S = 30 * 24 * 3600
 MAX_FAMILY_LABELS = 200
 LABEL_CHARS = 64
 OTHER_FAMILY = "(other)"
-FAMILY_LABELS = f"{PREFIX}:families"
+FAMILY_LABELS = redis_keys.METRIC_FAMILIES
 # name -> (help, label names)
 COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "rsieve_items": (
@@ -172,14 +172,20 @@ class RedisMetrics:
         )
         pipe = self._client.pipeline(transaction=False)
         for (fam, outcome), n in c["outcomes"].items():
-            pipe.hincrbyfloat(f"{PREFIX}:c:rsieve_items", _field(out.stage, label[fam], outcome), n)
+            pipe.hincrbyfloat(
+                redis_keys.metric_counter("rsieve_items"), _field(out.stage, label[fam], outcome), n
+            )
         for (fam, reason), n in c["quarantined"].items():
             pipe.hincrbyfloat(
-                f"{PREFIX}:c:rsieve_quarantined", _field(out.stage, label[fam], reason), n
+                redis_keys.metric_counter("rsieve_quarantined"),
+                _field(out.stage, label[fam], reason),
+                n,
             )
         for (fam, reason), n in c["rejected"].items():
-            pipe.hincrbyfloat(f"{PREFIX}:c:rsieve_rejected", _field(label[fam], reason), n)
-        key = f"rsieve:progress:{out.run}:{out.stage}"
+            pipe.hincrbyfloat(
+                redis_keys.metric_counter("rsieve_rejected"), _field(label[fam], reason), n
+            )
+        key = redis_keys.progress(out.run, out.stage)
         pipe.hset(
             key,
             out.shard,
@@ -189,12 +195,12 @@ class RedisMetrics:
         pipe.execute()
 
     def inc(self, name: str, *labels: str, value: float = 1.0) -> None:
-        self._client.hincrbyfloat(f"{PREFIX}:c:{name}", _field(*labels), value)
+        self._client.hincrbyfloat(redis_keys.metric_counter(name), _field(*labels), value)
 
     def observe(self, name: str, value: float, *labels: str) -> None:
         _, _, buckets = HISTOGRAMS[name]
         le = next((b for b in buckets if value <= b), float("inf"))
-        key = f"{PREFIX}:h:{name}"
+        key = redis_keys.metric_histogram(name)
         pipe = self._client.pipeline(transaction=False)
         pipe.hincrbyfloat(key, json.dumps([list(labels), _le(le)]), 1)
         pipe.hincrbyfloat(key, json.dumps([list(labels), "sum"]), value)
@@ -227,13 +233,13 @@ class RedisCollector:
     def collect(self) -> Iterator[Any]:
         for name, (doc, labels) in COUNTERS.items():
             family = CounterMetricFamily(name, doc, labels=labels)
-            for field, value in self._client.hgetall(f"{PREFIX}:c:{name}").items():
+            for field, value in self._client.hgetall(redis_keys.metric_counter(name)).items():
                 family.add_metric(json.loads(_decode(field)), float(_decode(value)))
             yield family
         for name, (doc, labels, buckets) in HISTOGRAMS.items():
             hist = HistogramMetricFamily(name, doc, labels=labels)
             series: dict[tuple[str, ...], dict[str, float]] = defaultdict(dict)
-            for field, value in self._client.hgetall(f"{PREFIX}:h:{name}").items():
+            for field, value in self._client.hgetall(redis_keys.metric_histogram(name)).items():
                 lab, part = json.loads(_decode(field))
                 series[tuple(lab)][part] = float(_decode(value))
             for lab, parts in sorted(series.items()):
@@ -291,7 +297,7 @@ def progress(client: Any, run: str, stages: Iterable[str]) -> dict[str, dict[str
     stages = list(stages)
     pipe = client.pipeline(transaction=False)
     for stage in stages:
-        pipe.hgetall(f"rsieve:progress:{run}:{stage}")
+        pipe.hgetall(redis_keys.progress(run, stage))
     result: dict[str, dict[str, Any]] = {}
     for stage, stored in zip(stages, pipe.execute(), strict=True):
         records = [json.loads(_decode(v)) for v in stored.values()]
