@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from tests.unit import test_k8s_manifests as k8s
-from tests.unit.test_k8s_manifests import (  # noqa: F401  (fixtures)
+from tests.unit.test_k8s_manifests import (
     ENGINE_URL,
     ENGINES,
     K8S,
@@ -34,9 +34,7 @@ from tests.unit.test_k8s_manifests import (  # noqa: F401  (fixtures)
     config_data,
     find,
     get,
-    k8s_copy,
     of_kind,
-    rendered,
 )
 from tests.unit.test_k8s_watch import INVARIANTS, kubectl_render
 
@@ -143,7 +141,7 @@ def test_both_renderers_agree(component: str, overlays: dict[str, Path]) -> None
 def test_the_weights_component_keeps_every_invariant(
     check: str,
     weights: Objs,
-    rendered: dict[str, Objs],  # noqa: F811
+    rendered: dict[str, Objs],
 ) -> None:
     # gpu with the component; cpu as shipped (the component is for gpu only).
     getattr(k8s, check)({"cpu": rendered["cpu"], "gpu": weights})
@@ -171,13 +169,13 @@ ZERO_EXCEPTIONS = {
 def test_the_scale_to_zero_component_keeps_every_invariant(
     check: str,
     zero: Objs,
-    rendered: dict[str, Objs],  # noqa: F811
+    rendered: dict[str, Objs],
 ) -> None:
     getattr(k8s, check)({"cpu": rendered["cpu"], "gpu": zero})
 
 
 def test_the_overlays_as_shipped_have_neither_component(
-    rendered: dict[str, Objs],  # noqa: F811
+    rendered: dict[str, Objs],
 ) -> None:
     for overlay, objs in rendered.items():
         assert not of_kind(objs, "Job"), overlay
@@ -357,7 +355,7 @@ exec {sys.executable} "$@"
 # ---------------------------------------------------------------------------- scale to zero
 
 
-def test_judge_scale_to_zero(zero: Objs, rendered: dict[str, Objs]) -> None:  # noqa: F811
+def test_judge_scale_to_zero(zero: Objs, rendered: dict[str, Objs]) -> None:
     scalers = {so["spec"]["scaleTargetRef"]["name"]: so for so in of_kind(zero, "ScaledObject")}
     # The judge's engine and its workers go to zero together; everything else stays warm,
     # so some live worker always runs kombu's restore sweep (one unacked index per Redis
@@ -425,7 +423,7 @@ ABOUT_THE_JUDGES_ENGINE = {
 def test_the_judge_endpoint_component_keeps_the_other_invariants(
     check: str,
     endpoint: Objs,
-    rendered: dict[str, Objs],  # noqa: F811
+    rendered: dict[str, Objs],
 ) -> None:
     getattr(k8s, check)({"cpu": rendered["cpu"], "gpu": endpoint})
 

@@ -318,21 +318,6 @@ def app_image_copies() -> dict[str, str]:
 # ---------------------------------------------------------------------------- fixtures
 
 
-@pytest.fixture(scope="module")
-def k8s_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """deploy/k8s with each overlay's `.env` made from secrets.env.example, as a user does."""
-    root = tmp_path_factory.mktemp("k8s") / "k8s"
-    shutil.copytree(K8S, root, ignore=shutil.ignore_patterns(".env"))
-    for overlay in OVERLAYS:
-        shutil.copy(SECRETS_EXAMPLE, root / "overlays" / overlay / ".env")
-    return root
-
-
-@pytest.fixture(scope="module")
-def rendered(k8s_copy: Path) -> dict[str, list[dict[str, Any]]]:
-    return {overlay: render(k8s_copy / "overlays" / overlay) for overlay in OVERLAYS}
-
-
 def each_overlay(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> Iterator[tuple[str, list[dict[str, Any]]]]:

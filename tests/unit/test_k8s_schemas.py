@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.unit.test_k8s_manifests import K8S, OVERLAYS, REPO, k8s_copy, rendered  # noqa: F401
+from tests.unit.test_k8s_manifests import K8S, OVERLAYS, REPO
 
 kubernetes_validate = pytest.importorskip(
     "kubernetes_validate", reason="kubernetes-validate (dev extra) not installed"
@@ -38,7 +38,7 @@ def _keda_validator(kind: str) -> jsonschema.protocols.Validator:
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_kubernetes_objects_match_their_schemas(
     overlay: str,
-    rendered: dict[str, list[dict[str, Any]]],  # noqa: F811
+    rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
     checked = 0
     for obj in rendered[overlay]:
@@ -56,7 +56,7 @@ def test_kubernetes_objects_match_their_schemas(
 
 
 def test_kubernetes_schema_refuses_a_misspelt_field(
-    rendered: dict[str, list[dict[str, Any]]],  # noqa: F811
+    rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
     deployment = next(o for o in rendered["gpu"] if o["kind"] == "Deployment")
     bad = json.loads(json.dumps(deployment))
@@ -68,7 +68,7 @@ def test_kubernetes_schema_refuses_a_misspelt_field(
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_keda_objects_match_their_schemas(
     overlay: str,
-    rendered: dict[str, list[dict[str, Any]]],  # noqa: F811
+    rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
     validators = {kind: _keda_validator(kind) for kind in KEDA_SCHEMAS}
     keda = [o for o in rendered[overlay] if o["apiVersion"].startswith("keda.sh/")]
@@ -80,7 +80,7 @@ def test_keda_objects_match_their_schemas(
 
 
 def test_keda_schema_refuses_a_misspelt_field(
-    rendered: dict[str, list[dict[str, Any]]],  # noqa: F811
+    rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
     scaled = next(o for o in rendered["gpu"] if o["kind"] == "ScaledObject")
     bad = json.loads(json.dumps(scaled))

@@ -23,7 +23,7 @@ import yaml
 from rsieve.run.watch import watch_prefix
 from services.cleaner.beat import beat_schedule
 from tests.unit import test_k8s_manifests as k8s
-from tests.unit.test_k8s_manifests import (  # noqa: F401  (fixtures)
+from tests.unit.test_k8s_manifests import (
     K8S,
     OVERLAYS,
     REPO,
@@ -31,9 +31,7 @@ from tests.unit.test_k8s_manifests import (  # noqa: F401  (fixtures)
     effective_env,
     find,
     get,
-    k8s_copy,
     of_kind,
-    rendered,
     rsieve_container,
     settings_of,
 )
@@ -276,7 +274,7 @@ def test_beat_objects_match_the_kubernetes_schema(watch_copy: Path) -> None:
 # ---------------------------------------------------------------------------- off by default
 
 
-def test_the_overlays_as_shipped_run_no_beat(rendered: dict[str, Objs]) -> None:  # noqa: F811
+def test_the_overlays_as_shipped_run_no_beat(rendered: dict[str, Objs]) -> None:
     for overlay, objs in rendered.items():
         assert beat_deployments(objs) == [], overlay
         assert find(objs, "PodDisruptionBudget", "beat") is None, overlay
