@@ -280,7 +280,7 @@ def test_dpo_export_pairs_every_item_with_both_sides(
 ) -> None:
     ctx, run_id = run
     folder = export(ctx, run_id, tmp_path, "dpo")
-    assert folder.name == f"loop-{run_id}-dpo"
+    assert folder.name == f"{run_id}-dpo" and run_id.startswith("loop-")
     ds = datasets.load_dataset(str(folder))
     pairs = ds["SynthWords_pairs"]
     by_item: dict[str, set[tuple[int, int]]] = {}

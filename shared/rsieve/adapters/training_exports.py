@@ -33,10 +33,11 @@ __all__ = ["TrainingFormat", "export_preference", "export_rl", "target_name"]
 TrainingFormat = Literal["dpo", "kto", "rl"]
 
 
-def target_name(dataset: str, run: str, fmt: str, layout: str | None = None) -> str:
-    """The export's folder name under --to: one per run, format and layout."""
+def target_name(run: str, fmt: str, layout: str | None = None) -> str:
+    """The export's folder name under --to: one per run, format and layout (a run id
+    begins with its dataset's name)."""
     tail = f"-{layout}" if layout and layout != "trl" else ""
-    return f"{dataset}-{run}-{fmt}{tail}"
+    return f"{run}-{fmt}{tail}"
 
 
 def _staging(dest: Path, name: str) -> Path:
@@ -86,9 +87,9 @@ def export_preference(
     shard_bytes: int = 256 << 20,
 ) -> Path:
     """Write one run's preference data (`dpo`: `<Family>_pairs` and `<Family>_format_pairs`;
-    `kto`: `<Family>`) to dest/<dataset>-<run>-<fmt>/ with its card; `shards`: the judge
+    `kto`: `<Family>`) to dest/<run>-<fmt>/ with its card; `shards`: the judge
     stage's settled outcomes, shard by shard. Raises EmptyExport when no row is made."""
-    name = target_name(dataset, run, fmt)
+    name = target_name(run, fmt)
     staging = _staging(dest, name)
     features = PAIR_FEATURES if fmt == "dpo" else KTO_FEATURES
     writers: dict[str, SplitWriter] = {}
@@ -147,10 +148,10 @@ def export_rl(
     sampling: dict[str, Any],
     shard_bytes: int = 256 << 20,
 ) -> Path:
-    """Write one run's RL prompt set in `layout` to dest/<dataset>-<run>-rl[-<layout>]/
+    """Write one run's RL prompt set in `layout` to dest/<run>-rl[-<layout>]/
     with its card: `trl` and `easyr1` a Hugging Face dataset (split `train`), `verl` one
     `train.parquet`. Raises EmptyExport when no item lies in the band."""
-    name = target_name(dataset, run, "rl", layout)
+    name = target_name(run, "rl", layout)
     staging = _staging(dest, name)
     features = layout_features(layout)
     # verl reads the files it is given (data.train_files); one file is what its examples use.

@@ -188,7 +188,7 @@ def export(
         typer.Option(
             "--to",
             help="folder; the dataset goes to TO/<dataset> (messages: TO/<dataset>-messages; "
-            "dpo, kto, rl: TO/<dataset>-<run>-<format>[-<layout>])",
+            "dpo, kto, rl: TO/<run>-<format>[-<layout>])",
         ),
     ],
     fmt: Annotated[
