@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import datasets
@@ -171,32 +171,11 @@ class PairCounts:
     samples: dict[str, int] = field(default_factory=dict)  # role or excluded reason -> n
 
     def add(self, other: PairCounts) -> None:
-        for name in (
-            "items",
-            "items_with_pairs",
-            "pairs",
-            "format_pairs",
-            "dropped_same_answer",
-            "dropped_over_cap",
-            "no_chosen",
-            "no_rejected",
-        ):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for f in fields(self):
+            if f.name != "samples":
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
         for k, v in other.samples.items():
             self.samples[k] = self.samples.get(k, 0) + v
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "items": self.items,
-            "items_with_pairs": self.items_with_pairs,
-            "pairs": self.pairs,
-            "format_pairs": self.format_pairs,
-            "dropped_same_answer": self.dropped_same_answer,
-            "dropped_over_cap": self.dropped_over_cap,
-            "no_chosen": self.no_chosen,
-            "no_rejected": self.no_rejected,
-            "samples": dict(sorted(self.samples.items())),
-        }
 
 
 def item_samples(outcome: Outcome) -> list[Outcome]:

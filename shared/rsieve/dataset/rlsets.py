@@ -25,7 +25,7 @@ where each trainer reads things:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import datasets
@@ -135,21 +135,10 @@ class RlCounts:
     too_hard: int = 0
     unparseable_reference: int = 0
     image_token_in_question: int = 0
-    rates: list[float] = field(default_factory=list)  # of the kept items
 
     def count(self, place: str) -> None:
         self.items += 1
         setattr(self, place, getattr(self, place) + 1)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "items": self.items,
-            "kept": self.kept,
-            "too_easy": self.too_easy,
-            "too_hard": self.too_hard,
-            "unparseable_reference": self.unparseable_reference,
-            "image_token_in_question": self.image_token_in_question,
-        }
 
 
 def rl_row(
