@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -17,12 +18,12 @@ from kombu.exceptions import OperationalError
 
 from rsieve import __version__, keys, redis_keys
 from rsieve.adapters.metrics import RedisMetrics, log_context
+from rsieve.backoff import backoff_s
 from rsieve.errors import CorruptOutputError, RetryableError
 from rsieve.run.failures import (
     DETAIL_MAX_CHARS,
     EveryItemFailed,
     RunFailure,
-    backoff_s,
     bisect,
     stage_error_detail,
 )
@@ -51,10 +52,20 @@ class StageTask(Held):
     nothing would run it again."""
 
     autoretry_for = (RetryableError,)
-    retry_backoff = 2
-    retry_backoff_max = 60
-    retry_jitter = True
     max_retries = 20
+    # A RetryableError's retry (autoretry_for) waits rsieve.backoff's wait from this base
+    # (2, 4, 8 ... s, at most a minute), drawn at random up to it so that the shards an
+    # outage failed together do not all come back together (`retry`).
+    retry_base_s = 2.0
+
+    def retry(self, *args: Any, countdown: float | None = None, **kwargs: Any) -> Retry:
+        """Celery's retry, waiting rsieve's one backoff where no delay is given (autoretry
+        gives none: Celery's own retry_backoff is off)."""
+        if countdown is None and kwargs.get("eta") is None:
+            countdown = backoff_s(
+                self.request.retries + 1, self.retry_base_s, jitter=random.uniform
+            )
+        return super().retry(*args, countdown=countdown, **kwargs)
 
     # The Context that registered the task (Context.task passes it); None on a task made
     # without one, which then fails as Celery's tasks do.

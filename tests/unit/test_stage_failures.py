@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 
 from rsieve import __version__, keys
+from rsieve.backoff import backoff_s
 from rsieve.dataset.audit import audit_run
 from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest, singles
-from rsieve.run.failures import RunFailure, backoff_s, bisect, stage_error_detail
+from rsieve.run.failures import RunFailure, bisect, stage_error_detail
 from rsieve.schemas import ShardOutput
 from services.cleaner.sweep import sweep
 from services.stage import stopped

@@ -2,10 +2,10 @@
 OpenAI-compatible endpoints, rsieve.adapters.openai_compat) and their errors:
 
 - `Transient`: infrastructure that may come back (server unavailable, overloaded,
-  restarting, the model not served now). Asked again after `backoff_s * 2**attempt`
-  seconds, or longer when the server said how long (`Retry-After`); after `retries` more
-  tries it becomes rsieve.errors.RetryableError, so the shard goes back to the queue and
-  no item is given a result it did not earn.
+  restarting, the model not served now). Asked again after rsieve.backoff's wait
+  (`backoff_s` doubling, at most a minute), or longer when the server said how long
+  (`Retry-After`); after `retries` more tries it becomes rsieve.errors.RetryableError, so
+  the shard goes back to the queue and no item is given a result it did not earn.
 - `ItemError`: the model answered, but this item's reply cannot be used (a malformed
   reply, a request the server refused for its own content). Returned as the item's
   result, never retried.
@@ -17,6 +17,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from rsieve import backoff
 from rsieve.errors import RetryableError
 
 __all__ = ["ItemError", "Transient", "backoff_wait", "retrying"]
@@ -37,8 +38,9 @@ class ItemError(Exception):
 
 
 def backoff_wait(backoff_s: float, attempt: int, asked_s: float = 0.0) -> float:
-    """Seconds before try `attempt + 1`: exponential, never less than the server asked."""
-    return max(backoff_s * 2**attempt, asked_s)
+    """rsieve.backoff.backoff_s counted from try 0: kept only while rsieve.adapters.model and
+    openai_compat still import it (their readiness loops are moving to `retrying`)."""
+    return backoff.backoff_s(attempt + 1, backoff_s, asked_s=asked_s)
 
 
 async def retrying(
@@ -53,5 +55,5 @@ async def retrying(
         except Transient as exc:
             last = str(exc)
             if attempt < retries:
-                await asyncio.sleep(backoff_wait(backoff_s, attempt, exc.wait_s))
+                await asyncio.sleep(backoff.backoff_s(attempt + 1, backoff_s, asked_s=exc.wait_s))
     raise RetryableError(f"{where}: {last[:300]}")

@@ -1,14 +1,14 @@
 """What happens to a shard task that keeps failing, as pure rules (docs/operations.md,
-"Failures"): the backoff between its tries, the isolation of the items that fail
-(`bisect`), the quarantine detail of such an item, and the record of a run that stopped
-because a failure hit every item.
+"Failures"): the isolation of the items that fail (`bisect`), the quarantine detail of
+such an item, and the record of a run that stopped because a failure hit every item.
 
-A task that raises is tried again `stage_error_retries` times with backoff; then its items
-are isolated: a batch is split in halves until the items that raise stand alone, and only
-those are quarantined (`stage_error`), so a batch of 128 with one bad item costs about
-2 log2(128) = 14 calls, not 128. When every item of the shard raises, the failure is not
-the items' (a bad setting, a model that is down): the run stops with a `RunFailure`, and
-`rsieve reconcile RUN` resumes it once the cause is fixed."""
+A task that raises is tried again `stage_error_retries` times with rsieve.backoff's wait
+(`stage_error_backoff_s` doubling, at most a minute); then its items are isolated: a batch
+is split in halves until the items that raise stand alone, and only those are quarantined
+(`stage_error`), so a batch of 128 with one bad item costs about 2 log2(128) = 14 calls,
+not 128. When every item of the shard raises, the failure is not the items' (a bad
+setting, a model that is down): the run stops with a `RunFailure`, and `rsieve reconcile
+RUN` resumes it once the cause is fixed."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ __all__ = [
     "DETAIL_MAX_CHARS",
     "EveryItemFailed",
     "RunFailure",
-    "backoff_s",
     "bisect",
     "stage_error_detail",
 ]
@@ -32,7 +31,6 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 DETAIL_MAX_CHARS = 300  # of the exception's message, in a quarantine detail or a record
-BACKOFF_MAX_S = 60.0
 
 
 class RunFailure(BaseModel):
@@ -57,11 +55,6 @@ def stage_error_detail(stage: str, exc: BaseException, version: str) -> str:
     """The quarantine detail of an item its stage raised on: stage, type, message, version."""
     message = " ".join(str(exc).split())[:DETAIL_MAX_CHARS]
     return f"{stage}: {type(exc).__name__}: {message} (rsieve {version})"
-
-
-def backoff_s(attempt: int, base_s: float) -> float:
-    """Seconds before try `attempt` (1 for the first retry): base doubling, at most 60."""
-    return min(base_s * 2 ** max(attempt - 1, 0), BACKOFF_MAX_S)
 
 
 def bisect(
