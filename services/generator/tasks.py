@@ -23,7 +23,8 @@ import asyncio
 from collections.abc import Callable, Sequence
 
 from rsieve import keys
-from rsieve.adapters.model import ModelInfo, ModelRequest, engine_url
+from rsieve.adapters.model import ModelInfo, ModelRequest
+from rsieve.adapters.roles import engine_url
 from rsieve.adapters.tokenizer import preload_chat_template
 from rsieve.generate.adaptive import adaptive_of, next_round
 from rsieve.generate.draws import Draw

@@ -24,8 +24,10 @@ from pydantic import SecretStr
 
 from rsieve.adapters import openai_compat
 from rsieve.adapters.gate import EngineGate
-from rsieve.adapters.model import engine_url, open_model
-from rsieve.adapters.openai_compat import EndpointError, OpenAIModel, reply_text, retry_after_s
+from rsieve.adapters.model import open_model
+from rsieve.adapters.openai_compat import OpenAIModel
+from rsieve.adapters.openai_wire import EndpointError, reply_text, retry_after_s
+from rsieve.adapters.roles import engine_url
 from rsieve.errors import RetryableError
 from rsieve.generate.generation import ModelReply, ModelRequest, record_generations
 from rsieve.generate.loops import LoopRule, loop_at_end

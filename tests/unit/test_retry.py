@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from rsieve.adapters import model, openai_compat
+from rsieve.adapters import model, openai_compat, openai_wire, triton_wire
 from rsieve.adapters.retry import ItemError, Transient, backoff_wait, retrying
 from rsieve.errors import RetryableError
 
@@ -57,6 +57,7 @@ def test_anything_else_propagates_untouched() -> None:
 
 
 def test_both_adapters_item_errors_are_item_errors() -> None:
-    assert issubclass(model.MalformedReply, ItemError)
-    assert issubclass(openai_compat.EndpointError, ItemError)
-    assert not hasattr(model, "_Transient") and not hasattr(openai_compat, "_Transient")
+    assert issubclass(triton_wire.MalformedReply, ItemError)
+    assert issubclass(openai_wire.EndpointError, ItemError)
+    for module in (model, openai_compat, openai_wire, triton_wire):
+        assert not hasattr(module, "_Transient")
