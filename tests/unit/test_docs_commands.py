@@ -1,11 +1,20 @@
 """scripts/check_docs.py (run by `make lint`): every `make` target, `rsieve` command,
-`python -m` module and path of this repository that the docs name in code exists."""
+`python -m` module and path of this repository that the docs name in code exists, and so
+does every dotted name of its code that the docs or a docstring or comment names."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from scripts.check_docs import ROOT, Known, documents, known, unknown_references
+from scripts.check_docs import (
+    ROOT,
+    Known,
+    documents,
+    known,
+    sources,
+    unknown_in_source,
+    unknown_references,
+)
 
 FAKE = Known(
     targets=frozenset({"test", "lint"}),
@@ -65,4 +74,54 @@ def test_the_repositorys_docs_name_only_what_exists() -> None:
     docs = list(documents())
     assert Path(ROOT / "docs" / "training.md") in docs and len(docs) > 10
     problems = [u for path in docs for u in unknown_references(path.name, path.read_text(), facts)]
+    problems += [
+        u for path in sources() for u in unknown_in_source(path.name, path.read_text(), facts)
+    ]
     assert problems == []
+
+
+def _with_module(tmp_path: Path) -> Known:
+    """A repository of one module, services/runs.py, with a function and a class."""
+    source = tmp_path / "services" / "runs.py"
+    source.parent.mkdir()
+    source.write_text(
+        "from rsieve.keys import spec_key as key\n"
+        "LIMIT = 3\n"
+        "def resume(run): ...\n"
+        "class Runs:\n    kept: int\n    def create(self): ...\n"
+    )
+    (tmp_path / "services" / "__init__.py").write_text("")
+    modules = {"services": tmp_path / "services" / "__init__.py", "services.runs": source}
+    return Known(frozenset(), {}, frozenset(modules), tmp_path, modules)
+
+
+def test_a_dotted_name_must_be_defined_where_it_says(tmp_path: Path) -> None:
+    facts = _with_module(tmp_path)
+    text = (
+        "`services.runs.resume`, `services.runs.LIMIT`, `services.runs.key`,\n"
+        "`services.runs.Runs.create`, `services.runs.Runs.kept` and `services.runs`.\n"
+        "Gone: `services.runs.reconcile`, `services.runs.Runs.delete`, `services.common.bootstrap`."
+    )
+    assert [u.what for u in unknown_references("doc.md", text, facts)] == [
+        "services.runs.reconcile",
+        "services.runs.Runs.delete",
+        "services.common.bootstrap",
+    ]
+
+
+def test_docstrings_and_comments_are_read_and_code_is_not(tmp_path: Path) -> None:
+    facts = _with_module(tmp_path)
+    source = (
+        '"""Resumes by services.runs.resume, once services.runs.gone moved."""\n'
+        "services = {}\n"
+        "services.items()  # the dict's, not a module's: code is mypy's\n"
+        "def f():\n"
+        '    """As services.runs.Runs.create does."""\n'
+        "    # see services.runs.vanished\n"
+        '    return "rsieve.ingest"  # a Celery task name: rsieve.ingest\n'
+    )
+    found = unknown_in_source("x.py", source, facts)
+    assert [(u.what, u.line) for u in found] == [
+        ("services.runs.vanished", 6),
+        ("services.runs.gone", 1),
+    ]

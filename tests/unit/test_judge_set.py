@@ -156,7 +156,7 @@ def test_guard_hook(bench: ModuleType) -> None:
     correct = ParsedVerdict("CORRECT", None)
 
     def reason(question: str, references: list[str], candidate: str) -> str | None:
-        """rsieve.judge.guard's shape: why the candidate may not be promoted, or None."""
+        """rsieve.judge.verdicts.guard's shape: why the candidate may not be promoted, or None."""
         return "master_key: :" if candidate == ":" else None
 
     def sets_verdict(candidate: str, verdict: str) -> str | None:
