@@ -343,7 +343,8 @@ def _sampling_md(report: dict[str, Any]) -> list[str]:
             f"| {s['accepted_at_1']} | {histogram} | {drawn} | {s.get('samples_not_drawn', '')} "
             f"| {'' if saved is None else f'{saved:,}'} |"
         )
-    return [*out, "", *_pair_rejections_md(report)]
+    pairs = _pair_rejections_md(report)
+    return [*out, "", *pairs] if pairs else out
 
 
 def _pair_rejections_md(report: dict[str, Any]) -> list[str]:
@@ -366,7 +367,6 @@ def _pair_rejections_md(report: dict[str, Any]) -> list[str]:
         f"{usage['completion_tokens']:,} completion tokens, counted in the Cost section's "
         "`all` only, not in the judge's verdicts or calls; a CORRECT counts in the item's "
         "pass rate and never changes its kept answer.",
-        "",
     ]
 
 
@@ -381,7 +381,6 @@ def _loops_md(report: dict[str, Any], settings: dict[str, Any]) -> list[str]:
             "",
             "Loop watching was off (`loop_window_chars` 0): no sample was streamed, and a "
             "generation that fell into a repetition loop ran to its token budget.",
-            "",
         ]
     looped = {f: c for f, c in report["families"].items() if c.get("repetition_loops")}
     generated = ((report.get("tokens") or {}).get("total") or {}).get("generator") or {}
@@ -400,11 +399,11 @@ def _loops_md(report: dict[str, Any], settings: dict[str, Any]) -> list[str]:
         "response per token (docs/performance.md, measured on 2 cores), so about "
         f"{completion * STREAMED_TOKEN_CPU_US / 1e6:,.0f} CPU seconds for the "
         f"{completion:,} tokens generated here. `loop_window_chars` 0 turns it off.",
-        "",
     ]
     if not looped:
         return out
     out += [
+        "",
         "| family | samples cut | tokens generated | tokens saved |",
         "|---|---|---|---|",
     ]
@@ -413,7 +412,7 @@ def _loops_md(report: dict[str, Any], settings: dict[str, Any]) -> list[str]:
             f"| {_cell(family)} | {c['repetition_loops']} | {c['loop_tokens_generated']:,} "
             f"| {c['loop_tokens_saved']:,} |"
         )
-    return [*out, ""]
+    return out
 
 
 def _cost_md(report: dict[str, Any]) -> list[str]:
@@ -479,7 +478,6 @@ def _training_md(settings: dict[str, Any], report: dict[str, Any], used: list[st
     by_family = settings.get("family_training_rules") or {}
     rules = training_rules_view()
     out = [
-        "",
         "## Training acceptance",
         "",
         "Two numbers per decision: the benchmark's score and pass (its reference scorer's, "
@@ -530,7 +528,7 @@ def _trace_gate_md(report: dict[str, Any]) -> list[str]:
     """The trace gate's checks and constants, and per family how many accepted traces each
     check kept out of `_RS_think`, with one example each (rsieve.compact.traces)."""
     gate = report.get("trace_gate")
-    out = ["", "## Trace gate", ""]
+    out = ["## Trace gate", ""]
     if gate is None:
         return [*out, "The latest run was compacted before the trace gate existed."]
     if not gate["checks"]:
@@ -588,7 +586,7 @@ def _trace_gate_md(report: dict[str, Any]) -> list[str]:
 def _blind_md(settings: dict[str, Any], report: dict[str, Any]) -> list[str]:
     """The blind pass: per family, accepted items asked again without their image, those
     still answered right, and the language-shortcut rate with its Wilson interval."""
-    out = ["", "## Blind pass", ""]
+    out = ["## Blind pass", ""]
     if not settings.get("blind_pass"):
         return [
             *out,
@@ -655,32 +653,14 @@ def _shown(key: str, value: Any) -> Any:
     return value
 
 
-def render_card(
-    *,
-    dataset: str,
-    spec: dict[str, Any],
-    report: dict[str, Any],
-    manifest: dict[str, Any],
-    split_families: dict[str, str],
-    examples: dict[str, list[tuple[dict[str, Any], str]]],
-    calibration_md: str = "",
-    cleaning_md: str = "",
-) -> str:
-    settings = spec["settings"]
-    _, judges = _models_of(report, settings)
-    judge_names = (
-        "; ".join(
-            f"`{j['model']}`: {_JUDGE_SHORT.get(j.get('kind') or '', 'kind not declared')}"
-            for j in judges
-        )
-        or f"`{settings.get('judge_model')}`"
-    )
+def _front_md(manifest: dict[str, Any]) -> list[str]:
     front = yaml.safe_dump(card_front_matter(manifest), sort_keys=False, allow_unicode=True)
-    out = [
-        "---",
-        front.strip(),
-        "---",
-        "",
+    return ["---", front.strip(), "---"]
+
+
+def _title_md(dataset: str, settings: dict[str, Any], report: dict[str, Any]) -> list[str]:
+    """The title, what the data is for, and how to load it."""
+    return [
         f"# {dataset}",
         "",
         "Rejection-sampled supervised fine-tuning data for vision-language models, made "
@@ -692,7 +672,20 @@ def render_card(
         "import datasets",
         f'ds = datasets.load_dataset("{dataset}")',
         "```",
-        "",
+    ]
+
+
+def _produced_md(settings: dict[str, Any], report: dict[str, Any]) -> list[str]:
+    """How every answer was made, checked and placed, and what the fields of an entry hold."""
+    _, judges = _models_of(report, settings)
+    judge_names = (
+        "; ".join(
+            f"`{j['model']}`: {_JUDGE_SHORT.get(j.get('kind') or '', 'kind not declared')}"
+            for j in judges
+        )
+        or f"`{settings.get('judge_model')}`"
+    )
+    return [
         "## How the data was produced",
         "",
         f"{_production(settings, report)} The `question` field is "
@@ -719,7 +712,12 @@ def render_card(
         "multiple-choice `options`, or the judge verdict that promoted it: `rsieve "
         "recheck <export folder>` recomputes every decision and the judge hold-back from "
         "the published files alone.",
-        "",
+    ]
+
+
+def _run_spec_md(spec: dict[str, Any]) -> list[str]:
+    """What run_spec.json records, and every deciding setting with its value."""
+    return [
         "## Run specification",
         "",
         "`run_spec.json` beside this card records how every row was made: "
@@ -732,70 +730,87 @@ def render_card(
         "|---|---|",
         *[
             f"| `{k}` | {_cell(json.dumps(_shown(k, v), ensure_ascii=False))} |"
-            for k, v in sorted(settings.items())
+            for k, v in sorted(spec["settings"].items())
         ],
-        "",
     ]
-    out += [*_reasoning_md(settings, report), "", *_verdicts_md(report)]
-    out += [
-        "",
+
+
+def _protocols_md(used: list[str]) -> list[str]:
+    """The verification protocols the run used, with their versions, thresholds and constants."""
+    return [
         "## Verification protocols",
         "",
         "| protocol | version | accept at score | constants |",
         "|---|---|---|---|",
+        *[
+            f"| `{name}` | {PROTOCOLS[name].version} | >= {PROTOCOLS[name].threshold} | "
+            f"{_cell(json.dumps(PROTOCOLS[name].constants, ensure_ascii=False))} |"
+            for name in used
+        ],
     ]
-    used = sorted(spec.get("protocols_used") or PROTOCOLS)
-    for name in used:
-        p = PROTOCOLS[name]
-        out.append(
-            f"| `{name}` | {p.version} | >= {p.threshold} | "
-            f"{_cell(json.dumps(p.constants, ensure_ascii=False))} |"
-        )
-    out += _training_md(settings, report, used)
-    out += _trace_gate_md(report)
-    out += _blind_md(settings, report)
+
+
+def _calibration_md(calibration_md: str) -> list[str]:
+    """The judge's calibration (rsieve.judge.calibration.render_calibration_markdown), under
+    a heading of its own when the text brings none."""
     if calibration_md.strip().startswith("## "):
-        out += ["", calibration_md.strip()]
-    else:
-        out += [
-            "",
-            "## Judge calibration",
-            "",
-            calibration_md.strip() or "No calibration was recorded for this run.",
-        ]
-    out += [
+        return [calibration_md.strip()]
+    return [
+        "## Judge calibration",
         "",
+        calibration_md.strip() or "No calibration was recorded for this run.",
+    ]
+
+
+def _cleaning_md(settings: dict[str, Any], cleaning_md: str) -> list[str]:
+    """Why items are quarantined, the run's cleaning measurements
+    (rsieve.clean.cleaning.render_cleaning) and why answers are rejected."""
+    out = [
         "## Cleaning applied",
         "",
         "Items are quarantined (listed in `quarantine.jsonl` with id, pool line, family, "
         "stage and reason) and never reach a split when:",
         "",
+        *[f"- `{k}`: {v}" for k, v in QUARANTINE_REASONS.items()],
+        "",
+        f"Provenance policy: `{settings.get('provenance_policy', 'strict')}`.",
     ]
-    out += [f"- `{k}`: {v}" for k, v in QUARANTINE_REASONS.items()]
-    out += ["", f"Provenance policy: `{settings.get('provenance_policy', 'strict')}`."]
     if cleaning_md.strip():
         out += ["", cleaning_md.strip()]
-    out += ["", "Rejected-split reasons:", ""]
-    out += [f"- `{k}`: {v}" for k, v in REJECT_REASONS.items()]
-    out += ["", "## Counts", "", "| split | family | rows (images) |", "|---|---|---|"]
-    out += [
-        f"| `{s}` | {_cell(split_families.get(s, ''))} | {n} |"
-        for s, n in manifest["splits"].items()
+    return [
+        *out,
+        "",
+        "Rejected-split reasons:",
+        "",
+        *[f"- `{k}`: {v}" for k, v in REJECT_REASONS.items()],
     ]
-    out += [
+
+
+def _counts_md(
+    report: dict[str, Any], manifest: dict[str, Any], split_families: dict[str, str]
+) -> list[str]:
+    """The rows of every split, the latest run's accounting per family, and how split names
+    are made from family names."""
+    return [
+        "## Counts",
+        "",
+        "| split | family | rows (images) |",
+        "|---|---|---|",
+        *[
+            f"| `{s}` | {_cell(split_families.get(s, ''))} | {n} |"
+            for s, n in manifest["splits"].items()
+        ],
         "",
         f"Latest run `{report['run']}`:",
         "",
         "| family | items in | accepted (by judge) | rejected | quarantined |",
         "|---|---|---|---|---|",
-    ]
-    for fam, r in report["families"].items():
-        out.append(
+        *[
             f"| {_cell(fam)} | {r['in']} | {r['accepted']} ({r['promoted_by_judge']}) | "
             f"{r['rejected']} {_cell(json.dumps(r['rejected_by_reason']))} | "
             f"{r['quarantined']} {_cell(json.dumps(r['quarantined_by_reason']))} |"
-        )
-    out += [
+            for fam, r in report["families"].items()
+        ],
         "",
         f"Accounting of the latest run adds up: **{report['adds_up']}** "
         f"({report['lines']} pool items). Runs in this dataset: "
@@ -805,29 +820,58 @@ def render_card(
         "Split names are the family name with every character outside `[0-9A-Za-z_]` "
         "replaced by `_`: "
         + ", ".join(f"`{s}` ← {_cell(f)}" for s, f in sorted(split_families.items())),
-        "",
     ]
-    out += (
-        _sampling_md(report)
-        + _loops_md(report, settings)
-        + _cost_md(report)
-        + ["", "## Examples", ""]
-    )
+
+
+# The fields an example shows, in this order (those that are None are left out).
+_EXAMPLE_FIELDS = ("id", "question", "answer", "org_answer", "wrong_vlm", "reason", "promoted_by")
+
+
+def _examples_md(examples: dict[str, list[tuple[dict[str, Any], str]]]) -> list[str]:
+    """Example rows per split, each its image and a table of its fields. Every example, and
+    the heading when there is none, is followed by a blank line: the card ends with one."""
+    out = ["## Examples", ""]
     for split, rows in sorted(examples.items()):
         out += [f"### {split}", ""]
         for qa, image_path in rows:
-            out.append(f"![{qa['id']}]({image_path})")
-            out += ["", "| field | value |", "|---|---|"]
-            for key in (
-                "id",
-                "question",
-                "answer",
-                "org_answer",
-                "wrong_vlm",
-                "reason",
-                "promoted_by",
-            ):
-                if qa.get(key) is not None:
-                    out.append(f"| `{key}` | {_cell(qa[key])} |")
+            out += [f"![{qa['id']}]({image_path})", "", "| field | value |", "|---|---|"]
+            out += [f"| `{k}` | {_cell(qa[k])} |" for k in _EXAMPLE_FIELDS if qa.get(k) is not None]
             out.append("")
-    return "\n".join(out) + "\n"
+    return out
+
+
+def render_card(
+    *,
+    dataset: str,
+    spec: dict[str, Any],
+    report: dict[str, Any],
+    manifest: dict[str, Any],
+    split_families: dict[str, str],
+    examples: dict[str, list[tuple[dict[str, Any], str]]],
+    calibration_md: str = "",
+    cleaning_md: str = "",
+) -> str:
+    """The card: its sections in order, one blank line between two (a section with nothing
+    to say, such as best-of-n on a run of one sample, is left out)."""
+    settings = spec["settings"]
+    used = sorted(spec.get("protocols_used") or PROTOCOLS)
+    sections = [
+        _front_md(manifest),
+        _title_md(dataset, settings, report),
+        _produced_md(settings, report),
+        _run_spec_md(spec),
+        _reasoning_md(settings, report),
+        _verdicts_md(report),
+        _protocols_md(used),
+        _training_md(settings, report, used),
+        _trace_gate_md(report),
+        _blind_md(settings, report),
+        _calibration_md(calibration_md),
+        _cleaning_md(settings, cleaning_md),
+        _counts_md(report, manifest, split_families),
+        _sampling_md(report),
+        _loops_md(report, settings),
+        _cost_md(report),
+        _examples_md(examples),
+    ]
+    return "\n\n".join("\n".join(lines) for lines in sections if lines) + "\n"
