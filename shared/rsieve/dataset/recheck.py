@@ -130,6 +130,127 @@ def _recheck_trace(
         )
 
 
+def _recheck_blind(
+    result: RecheckResult, kind: str, qa: Mapping[str, Any], blind_policy: str | None
+) -> None:
+    """An entry answerable without its image where the run's blind policy keeps it out."""
+    if qa.get("answerable_without_image") and (
+        (blind_policy == "nothink" and kind == "RS_think")
+        or (blind_policy == "drop" and kind != "rejected")
+    ):
+        result.differences.append(_differs("blind_pass", qa, kind, policy=blind_policy))
+
+
+def _recheck_reference(result: RecheckResult, kind: str, qa: Mapping[str, Any]) -> None:
+    """The shown reference is the canonical one of the entry's references."""
+    references = list(qa.get("references") or [])
+    if not references:
+        return
+    shown = qa.get("answer") if kind == "rejected" else qa.get("org_answer")
+    if shown != canonical_reference(references):
+        result.differences.append(
+            _differs("reference", qa, kind, stored=shown, expected=canonical_reference(references))
+        )
+
+
+def _recheck_decision(result: RecheckResult, kind: str, qa: Mapping[str, Any]) -> bool:
+    """The verifier decision recomputed with today's rsieve.verify, and an accepted entry's
+    training target. False when the entry's protocol or training rule no longer exists:
+    nothing more of it can be recomputed, its hold-back included."""
+    stored = qa.get("verification")
+    prediction = qa.get("wrong_vlm") if kind == "rejected" else qa.get("full_answer")
+    if stored is None or prediction is None:
+        return True
+    result.decisions += 1
+    protocol = stored["protocol"]
+    if protocol not in PROTOCOLS:
+        result.differences.append(_differs("protocol_gone", qa, kind, protocol=protocol))
+        return False
+    rule = stored.get("training_rule")
+    if rule is not None and rule not in TRAINING_RULES:
+        result.differences.append(_differs("training_rule_gone", qa, kind, rule=rule))
+        return False
+    references = list(qa.get("references") or [])
+    options = {o["label"]: o["text"] for o in qa.get("options") or []}
+    now = verify(
+        protocol, prediction, references, training=rule, **({"options": options} if options else {})
+    )
+    before: tuple[Any, ...] = (
+        stored["version"],
+        bool(stored["accepted"]),
+        round(float(stored["score"]), 6),
+        stored.get("variant"),
+    )
+    after: tuple[Any, ...] = (now.version, now.accepted, round(now.score, 6), now.variant)
+    if rule is not None and now.training is not None:
+        before += (stored.get("training_accepted"), stored.get("training_variant"))
+        after += (now.training.accepted, now.training.variant)
+        stored_constants = stored.get("training_constants")
+        if stored_constants and json.loads(stored_constants) != now.training.constants:
+            result.differences.append(_differs("training_constants", qa, kind, rule=rule))
+    by_verifier = kind != "rejected" and qa.get("promoted_by") == "verifier"
+    if by_verifier and now.near_miss:
+        result.differences.append(_differs("near_miss_accepted", qa, kind, rule=rule))
+    constants = json.loads(stored["constants"]) if stored.get("constants") else now.constants
+    if before == after and constants == now.constants:
+        result.agreed += 1
+    else:
+        what = "protocol_version" if before[0] != after[0] else "decision"
+        result.differences.append(
+            _differs(what, qa, kind, stored=list(before), recomputed=list(after))
+        )
+    if by_verifier:
+        target = passed_text(
+            prediction,
+            stored.get("training_variant") if rule is not None else stored.get("variant"),
+        )
+        if qa.get("answer") != target:
+            result.differences.append(
+                _differs("answer", qa, kind, stored=qa.get("answer"), expected=target)
+            )
+    return True
+
+
+def _recheck_hold_back(
+    result: RecheckResult,
+    kind: str,
+    family: str,
+    qa: Mapping[str, Any],
+    calibration: Mapping[str, Mapping[str, Any]],
+    held: set[str],
+) -> None:
+    """A judge promotion lies in a family that may promote (and passes the guard); a
+    `judge_untrusted` entry, or a near miss the judge called CORRECT, in one that may not."""
+    judge = qa.get("judge") or {}
+    if kind != "rejected" and qa.get("promoted_by") == "judge":
+        result.hold_back_checked += 1
+        # A judge promotion whose candidate the guard flags should never have happened.
+        if guard(
+            qa.get("question") or "",
+            list(qa.get("references") or []),
+            qa.get("full_answer") or qa.get("answer") or "",
+            (qa.get("verification") or {}).get("protocol"),
+        ):
+            result.differences.append(_differs("guard", qa, kind, family=family))
+        if family in held or family not in calibration:
+            result.differences.append(_differs("hold_back", qa, kind, family=family, held=True))
+    elif kind == "rejected" and (
+        qa.get("reason") == "judge_untrusted"
+        or (qa.get("reason") == "near_miss" and judge.get("verdict") == "CORRECT")
+    ):
+        if qa.get("reason") == "near_miss" and guard(
+            qa.get("question") or "",
+            list(qa.get("references") or []),
+            qa.get("wrong_vlm") or "",
+            (qa.get("verification") or {}).get("protocol"),
+        ):
+            return  # a guarded CORRECT: held back by the guard, not the calibration
+        result.hold_back_checked += 1
+        trusted = family in calibration and family not in held
+        if trusted or judge.get("verdict") != "CORRECT":
+            result.differences.append(_differs("hold_back", qa, kind, family=family, held=False))
+
+
 def recheck_entries(
     entries: Iterable[tuple[str, str, Mapping[str, Any]]],
     *,
@@ -148,108 +269,8 @@ def recheck_entries(
     held = held_back_families(calibration or {}, bound) if bound is not None else None
     for kind, family, qa in entries:
         _recheck_trace(result, kind, family, qa, trace_gate)
-        if qa.get("answerable_without_image") and (
-            (blind_policy == "nothink" and kind == "RS_think")
-            or (blind_policy == "drop" and kind != "rejected")
-        ):
-            result.differences.append(_differs("blind_pass", qa, kind, policy=blind_policy))
-        references = list(qa.get("references") or [])
-        if references:
-            shown = qa.get("answer") if kind == "rejected" else qa.get("org_answer")
-            if shown != canonical_reference(references):
-                result.differences.append(
-                    _differs(
-                        "reference",
-                        qa,
-                        kind,
-                        stored=shown,
-                        expected=canonical_reference(references),
-                    )
-                )
-        stored = qa.get("verification")
-        prediction = qa.get("wrong_vlm") if kind == "rejected" else qa.get("full_answer")
-        if stored is not None and prediction is not None:
-            result.decisions += 1
-            options = {o["label"]: o["text"] for o in qa.get("options") or []}
-            protocol = stored["protocol"]
-            if protocol not in PROTOCOLS:
-                result.differences.append(_differs("protocol_gone", qa, kind, protocol=protocol))
-                continue
-            rule = stored.get("training_rule")
-            if rule is not None and rule not in TRAINING_RULES:
-                result.differences.append(_differs("training_rule_gone", qa, kind, rule=rule))
-                continue
-            now = verify(
-                protocol,
-                prediction,
-                references,
-                training=rule,
-                **({"options": options} if options else {}),
-            )
-            before: tuple[Any, ...] = (
-                stored["version"],
-                bool(stored["accepted"]),
-                round(float(stored["score"]), 6),
-                stored.get("variant"),
-            )
-            after: tuple[Any, ...] = (now.version, now.accepted, round(now.score, 6), now.variant)
-            if rule is not None and now.training is not None:
-                before += (stored.get("training_accepted"), stored.get("training_variant"))
-                after += (now.training.accepted, now.training.variant)
-                stored_constants = stored.get("training_constants")
-                if stored_constants and json.loads(stored_constants) != now.training.constants:
-                    result.differences.append(_differs("training_constants", qa, kind, rule=rule))
-            if kind != "rejected" and qa.get("promoted_by") == "verifier" and now.near_miss:
-                result.differences.append(_differs("near_miss_accepted", qa, kind, rule=rule))
-            constants = (
-                json.loads(stored["constants"]) if stored.get("constants") else now.constants
-            )
-            if before == after and constants == now.constants:
-                result.agreed += 1
-            else:
-                what = "protocol_version" if before[0] != after[0] else "decision"
-                result.differences.append(
-                    _differs(what, qa, kind, stored=list(before), recomputed=list(after))
-                )
-            if kind != "rejected" and qa.get("promoted_by") == "verifier":
-                target = passed_text(
-                    prediction,
-                    stored.get("training_variant") if rule is not None else stored.get("variant"),
-                )
-                if qa.get("answer") != target:
-                    result.differences.append(
-                        _differs("answer", qa, kind, stored=qa.get("answer"), expected=target)
-                    )
-        if held is None:
-            continue
-        judge = qa.get("judge") or {}
-        if kind != "rejected" and qa.get("promoted_by") == "judge":
-            result.hold_back_checked += 1
-            # A judge promotion whose candidate the guard flags should never have happened.
-            if guard(
-                qa.get("question") or "",
-                list(qa.get("references") or []),
-                qa.get("full_answer") or qa.get("answer") or "",
-                (qa.get("verification") or {}).get("protocol"),
-            ):
-                result.differences.append(_differs("guard", qa, kind, family=family))
-            if family in held or family not in (calibration or {}):
-                result.differences.append(_differs("hold_back", qa, kind, family=family, held=True))
-        elif kind == "rejected" and (
-            qa.get("reason") == "judge_untrusted"
-            or (qa.get("reason") == "near_miss" and judge.get("verdict") == "CORRECT")
-        ):
-            if qa.get("reason") == "near_miss" and guard(
-                qa.get("question") or "",
-                list(qa.get("references") or []),
-                qa.get("wrong_vlm") or "",
-                (qa.get("verification") or {}).get("protocol"),
-            ):
-                continue  # a guarded CORRECT: held back by the guard, not the calibration
-            result.hold_back_checked += 1
-            trusted = family in (calibration or {}) and family not in held
-            if trusted or judge.get("verdict") != "CORRECT":
-                result.differences.append(
-                    _differs("hold_back", qa, kind, family=family, held=False)
-                )
+        _recheck_blind(result, kind, qa, blind_policy)
+        _recheck_reference(result, kind, qa)
+        if _recheck_decision(result, kind, qa) and held is not None:
+            _recheck_hold_back(result, kind, family, qa, calibration or {}, held)
     return result
