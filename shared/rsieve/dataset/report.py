@@ -158,9 +158,20 @@ def token_usage(
     `by_model`: `[{model, role, **usage}]` (judges with `calibration`), generators first;
     `by_family`: family -> `{generator: usage, judge: usage}`; `total`: the same per role,
     and `all`, every call of the run, calibration included."""
-    # (role, model, family, part, prompt, completion, reused); part: the judge usage's
-    # sub-usage the call counts in (calibration, pair_rejections), None for its own.
-    calls: list[tuple[str, str, str, str | None, int | None, int | None, bool]] = []
+    return _tallied(_token_calls(outcomes, calibration))
+
+
+# A model call the token usage counts: (role, model, family, part, prompt tokens, completion
+# tokens, reused); part: the judge usage's sub-usage it counts in (calibration,
+# pair_rejections), None for its own.
+_Call = tuple[str, str, str, str | None, int | None, int | None, bool]
+
+
+def _token_calls(
+    outcomes: Iterable[Outcome], calibration: Iterable[CalibrationRecord]
+) -> list[_Call]:
+    """Every answered call of the run, in `token_usage`'s terms."""
+    calls: list[_Call] = []
     # Best-of-n: every sample's calls, not only the settled one's.
     heads = list(outcomes)
     sampled = [
@@ -198,6 +209,11 @@ def token_usage(
                     r.reused,
                 )
             )
+    return calls
+
+
+def _tallied(calls: Iterable[_Call]) -> dict[str, Any]:
+    """The calls summed per model, per family, per role and in all (`token_usage`)."""
     by_model: dict[tuple[int, str], dict[str, Any]] = {}
     by_family: dict[str, dict[str, dict[str, Any]]] = {}
     total: dict[str, dict[str, Any]] = {role: _usage(role) for role in TOKEN_ROLES}
@@ -416,6 +432,93 @@ def tokens_summed(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+class _Sums:
+    """The parts of a run summed (`finish_report`): family counters, thinking modes, models,
+    ids and lines placed, token usages and best-of-n figures."""
+
+    def __init__(self) -> None:
+        self.families: dict[str, dict[str, Any]] = {}
+        self.modes: Counter[str] = Counter()
+        self.generators: Counter[tuple[str, str | None]] = Counter()
+        self.judges: Counter[tuple[str, str | None]] = Counter()
+        self.ids: Counter[str] = Counter()
+        self.placed_lines: Counter[int] = Counter()
+        self.tokens: list[dict[str, Any]] = []
+        self.sampling: dict[str, Any] = {}
+
+    def add(self, part: dict[str, Any]) -> None:
+        for fam, counts in part["families"].items():
+            self.families[fam] = (
+                _summed(self.families[fam], counts) if fam in self.families else counts
+            )
+        self.modes.update(part["thinking_modes"])
+        self.generators.update({(m, k): n for m, k, n in part["generators"]})
+        self.judges.update({(m, k): n for m, k, n in part["judges"]})
+        self.ids.update(part["ids"])
+        self.placed_lines.update(part["lines"])
+        self.tokens.append(part["tokens"])
+        for fam, figures in part["sampling"].items():
+            self.sampling[fam] = (
+                _summed(self.sampling[fam], figures) if fam in self.sampling else figures
+            )
+
+
+def _finish_family(fam: dict[str, Any]) -> None:
+    """A family's summed counters made final, in place: reasons sorted, whether it adds up,
+    its examples cut to the card's number."""
+    for key in (
+        "rejected_by_reason",
+        "quarantined_by_reason",
+        "judge_failure_causes",
+        "trace_failures",
+    ):
+        fam[key] = dict(sorted(fam[key].items()))
+    fam["adds_up"] = fam["in"] == fam["accepted"] + fam["rejected"] + fam["quarantined"]
+    fam["near_miss_examples"] = (fam.get("near_miss_examples") or [])[:NEAR_MISS_EXAMPLES]
+    fam["blind_examples"] = (fam.get("blind_examples") or [])[:BLIND_EXAMPLES]
+    # One example per check, the first line's partition's: a merge concatenates them.
+    firsts: dict[str, Any] = {}
+    for e in fam.get("trace_examples") or []:
+        firsts.setdefault(e["check"], e)
+    fam["trace_examples"] = list(firsts.values())
+
+
+def _finish_sampling(figures: dict[str, Any]) -> None:
+    """A family's summed best-of-n histograms in numeric order, in place."""
+    figures["drawn_histogram"] = dict(
+        sorted(figures.get("drawn_histogram", {}).items(), key=lambda kv: int(kv[0]))
+    )
+    figures["pass_histogram"] = dict(
+        sorted(figures["pass_histogram"].items(), key=lambda kv: tuple(map(int, kv[0].split("/"))))
+    )
+
+
+def _placement(
+    placed_lines: Counter[int], ids: Counter[str], lines: int, blank_lines: list[int] | None
+) -> dict[str, Any]:
+    """Whether every non-blank line from 1 to the pool's last was placed exactly once, under
+    an id of its own: what went wrong (the first 100 lines of each kind), and `adds_up`."""
+    placed = sum(placed_lines.values())
+    duplicate_ids = sorted(i for i, n in ids.items() if n > 1)
+    lines_twice = sorted(ln for ln, n in placed_lines.items() if n > 1)
+    blanks = set(blank_lines or ())
+    expected = set(range(1, lines + len(blanks) + 1)) - blanks
+    missing = sorted(expected - set(placed_lines))
+    outside = sorted(set(placed_lines) - expected)
+    return {
+        "duplicate_ids": duplicate_ids,
+        "lines_placed_twice": lines_twice,
+        "lines_missing": missing[:100],
+        "lines_outside_pool": outside[:100],
+        "blank_lines": len(blanks),
+        "adds_up": placed == lines
+        and not lines_twice
+        and not missing
+        and not outside
+        and not duplicate_ids,
+    }
+
+
 def finish_report(
     parts: Iterable[dict[str, Any]],
     *,
@@ -430,89 +533,36 @@ def finish_report(
     line from 1 on must be placed exactly once. `calibration`: the judge's calibration
     records, for the token usage (`tokens`), or `calibration_tokens`, their usage already
     summed."""
-    families: dict[str, dict[str, Any]] = {}
-    modes: Counter[str] = Counter()
-    generators: Counter[tuple[str, str | None]] = Counter()
-    judges: Counter[tuple[str, str | None]] = Counter()
-    ids: Counter[str] = Counter()
-    placed_lines: Counter[int] = Counter()
-    tokens: list[dict[str, Any]] = []
-    sampling: dict[str, Any] = {}
+    sums = _Sums()
     for part in parts:
-        for fam, counts in part["families"].items():
-            families[fam] = _summed(families[fam], counts) if fam in families else counts
-        modes.update(part["thinking_modes"])
-        generators.update({(m, k): n for m, k, n in part["generators"]})
-        judges.update({(m, k): n for m, k, n in part["judges"]})
-        ids.update(part["ids"])
-        placed_lines.update(part["lines"])
-        tokens.append(part["tokens"])
-        for fam, figures in part["sampling"].items():
-            sampling[fam] = _summed(sampling[fam], figures) if fam in sampling else figures
-    tokens.append(calibration_tokens or token_usage((), calibration))
-    for fam in families.values():
-        for key in (
-            "rejected_by_reason",
-            "quarantined_by_reason",
-            "judge_failure_causes",
-            "trace_failures",
-        ):
-            fam[key] = dict(sorted(fam[key].items()))
-        fam["adds_up"] = fam["in"] == fam["accepted"] + fam["rejected"] + fam["quarantined"]
-        fam["near_miss_examples"] = (fam.get("near_miss_examples") or [])[:NEAR_MISS_EXAMPLES]
-        fam["blind_examples"] = (fam.get("blind_examples") or [])[:BLIND_EXAMPLES]
-        # One example per check, the first line's partition's: a merge concatenates them.
-        firsts: dict[str, Any] = {}
-        for e in fam.get("trace_examples") or []:
-            firsts.setdefault(e["check"], e)
-        fam["trace_examples"] = list(firsts.values())
-    for figures in sampling.values():
-        figures["drawn_histogram"] = dict(
-            sorted(figures.get("drawn_histogram", {}).items(), key=lambda kv: int(kv[0]))
-        )
-        figures["pass_histogram"] = dict(
-            sorted(
-                figures["pass_histogram"].items(), key=lambda kv: tuple(map(int, kv[0].split("/")))
-            )
-        )
-    summed_tokens = tokens_summed(tokens)
+        sums.add(part)
+    sums.tokens.append(calibration_tokens or token_usage((), calibration))
+    for fam in sums.families.values():
+        _finish_family(fam)
+    for figures in sums.sampling.values():
+        _finish_sampling(figures)
+    summed_tokens = tokens_summed(sums.tokens)
     judge_tokens = summed_tokens["total"]["judge"]
-    placed = sum(placed_lines.values())
-    duplicate_ids = sorted(i for i, n in ids.items() if n > 1)
-    lines_twice = sorted(ln for ln, n in placed_lines.items() if n > 1)
-    blanks = set(blank_lines or ())
-    expected = set(range(1, lines + len(blanks) + 1)) - blanks
-    missing = sorted(expected - set(placed_lines))
-    outside = sorted(set(placed_lines) - expected)
     return {
         "run": run,
         "lines": lines,
-        "placed": placed,
-        "families": dict(sorted(families.items())),
-        "thinking_modes": dict(sorted(modes.items())),
+        "placed": sum(sums.placed_lines.values()),
+        "families": dict(sorted(sums.families.items())),
+        "thinking_modes": dict(sorted(sums.modes.items())),
         "models": {
-            "generators": _models(generators, "outputs"),
-            "judges": _models(judges, "verdicts"),
+            "generators": _models(sums.generators, "outputs"),
+            "judges": _models(sums.judges, "verdicts"),
         },
         "tokens": summed_tokens,
         # Judge replies taken from the verdict cache (no call made by this run): the
         # verdicts of the families, and the calibration probes (every shard's).
         "judge_reused": {
-            "verdicts": sum(f.get("judge_reused", 0) for f in families.values()),
+            "verdicts": sum(f.get("judge_reused", 0) for f in sums.families.values()),
             "calibration": judge_tokens.get("calibration", {}).get("reused", 0),
         },
         # Best-of-n runs only: per family, pass rates and the yield at n against 1.
-        **({"sampling": dict(sorted(sampling.items()))} if sampling else {}),
-        "duplicate_ids": duplicate_ids,
-        "lines_placed_twice": lines_twice,
-        "lines_missing": missing[:100],
-        "lines_outside_pool": outside[:100],
-        "blank_lines": len(blanks),
-        "adds_up": placed == lines
-        and not lines_twice
-        and not missing
-        and not outside
-        and not duplicate_ids,
+        **({"sampling": dict(sorted(sums.sampling.items()))} if sums.sampling else {}),
+        **_placement(sums.placed_lines, sums.ids, lines, blank_lines),
     }
 
 
