@@ -370,10 +370,8 @@ def family_items(report: Mapping[str, Any]) -> dict[str, int]:
     }
 
 
-def render_cleaning(report: Mapping[str, Any]) -> list[str]:
-    """Markdown lines for the card (and anyone reading runs/<run>/cleaning.json): the
-    per-family task-purity measurement, multiple-choice normalisation and duplicates."""
-    policy = report.get("policy", {})
+def _purity_md(policy: Mapping[str, Any], families: Mapping[str, Any]) -> list[str]:
+    """How task purity settles each item, and per family what it measured."""
     out = [
         "### Task purity",
         "",
@@ -393,98 +391,144 @@ def render_cleaning(report: Mapping[str, Any]) -> list[str]:
         "decided by | examples |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    mcq_rows, dup_rows, memory = [], [], []
-    for family, fam in report.get("families", {}).items():
+    for family, fam in families.items():
         p = fam.get("purity")
-        if p and (p.get("dataset_profile") or p.get("drift")):
-            held = p.get("dataset_profile") or {}
-            line = (
-                f"- {family}: judged with the dataset's profile of {held.get('items', 0)} "
-                f"on-task items from {held.get('runs', 0)} earlier run(s)."
+        if not p:
+            continue
+        examples = "; ".join(
+            e["question"].replace("|", "/").replace("\n", " ")[:60] for e in p["examples"][:3]
+        )
+        share = f"{p['share']:.1%}" if p["measured"] or p["off_task"] else "not measured"
+        origin = p.get("origin") or {}
+        bench = ", ".join(origin.get("benchmark") or []).replace("|", "/")
+        origin_cell = f"{bench} ({origin.get('by')})" if bench else "-"
+        decided = ", ".join(f"{rule} {n}" for rule, n in p.get("by_rule", {}).items())
+        out.append(
+            f"| {family} | {p['items']} | {p['off_task']} | {share} | "
+            f"{p['threshold']:.0%} | {p['kept']} | {p['dropped']} | {origin_cell} | "
+            f"{decided or '-'} | {examples} |"
+        )
+    return out
+
+
+def _profiles_md(families: Mapping[str, Any]) -> list[str]:
+    """The families judged with the dataset's profile of their task, and any task drift."""
+    memory = []
+    for family, fam in families.items():
+        p = fam.get("purity")
+        if not (p and (p.get("dataset_profile") or p.get("drift"))):
+            continue
+        held = p.get("dataset_profile") or {}
+        line = (
+            f"- {family}: judged with the dataset's profile of {held.get('items', 0)} "
+            f"on-task items from {held.get('runs', 0)} earlier run(s)."
+        )
+        drift = p.get("drift")
+        if drift:
+            line += (
+                f" **Task drift**: this pool's {drift['pool_items']} on-task items make "
+                f"{str(drift['becomes'])[:80]!r} the family's dominant question form, "
+                f"which was {str(drift['dominant_form'])[:80]!r}."
             )
-            drift = p.get("drift")
-            if drift:
-                line += (
-                    f" **Task drift**: this pool's {drift['pool_items']} on-task items make "
-                    f"{str(drift['becomes'])[:80]!r} the family's dominant question form, "
-                    f"which was {str(drift['dominant_form'])[:80]!r}."
-                )
-            memory.append(line)
-        if p:
-            examples = "; ".join(
-                e["question"].replace("|", "/").replace("\n", " ")[:60] for e in p["examples"][:3]
-            )
-            share = f"{p['share']:.1%}" if p["measured"] or p["off_task"] else "not measured"
-            origin = p.get("origin") or {}
-            bench = ", ".join(origin.get("benchmark") or []).replace("|", "/")
-            origin_cell = f"{bench} ({origin.get('by')})" if bench else "-"
-            decided = ", ".join(f"{rule} {n}" for rule, n in p.get("by_rule", {}).items())
-            out.append(
-                f"| {family} | {p['items']} | {p['off_task']} | {share} | "
-                f"{p['threshold']:.0%} | {p['kept']} | {p['dropped']} | {origin_cell} | "
-                f"{decided or '-'} | {examples} |"
-            )
-        if fam.get("mcq"):
-            mcq_rows.append(
-                f"| {family} | "
-                + " | ".join(
-                    str(fam["mcq"].get(k, 0))
-                    for k in ("normalised", "lettered", "ambiguous", "none")
-                )
-                + " |"
-            )
-        if fam.get("duplicate_items"):
-            dup_rows.append(f"| {family} | {fam['duplicate_items']} |")
-    if memory:
-        out += [
-            "",
-            "The dataset remembers each family's task (rsieve.clean.profiles): a family "
-            "already in the dataset was judged with its profile as well as this pool's items.",
-            "",
-            *memory,
-        ]
-    if mcq_rows:
-        out += [
-            "",
-            "### Multiple-choice normalisation",
-            "",
-            "| family | re-rendered | already lettered | ambiguous (left, flagged) | no options |",
-            "|---|---|---|---|---|",
-            *mcq_rows,
-        ]
-    if dup_rows:
-        out += [
-            "",
-            "### Exact duplicates (same image sha256, same question; first kept)",
-            "",
-            "| family | quarantined |",
-            "|---|---|",
-            *dup_rows,
-        ]
-    if report.get("files_refused"):
-        out += [
-            "",
-            f"Files refused at upload: {len(report['files_refused'])} "
-            "(symbolic links leaving the pool folder, or images over the byte limit).",
-        ]
-    screen = report.get("screen")
-    if screen:
-        sets = screen.get("evalsets") or {}
-        out += [
-            "",
-            "### Decontamination and near-duplicates",
-            "",
-            "Each image's perceptual hash was compared, before any model call, with the "
-            "images of every registered evaluation set and with the pool's earlier lines and "
-            f"the {screen.get('committed_runs', 0)} run(s) already in the dataset: within "
-            f"{screen.get('near_duplicate_distance')} of 64 bits is a match. An evaluation-set "
-            f"match ({screen.get('evalset_match')}) is quarantined `contaminated`; the same "
-            "question and answer on a near-duplicate image, `duplicate_item`.",
-            "",
-        ]
-        if sets:
-            out += ["| evaluation set | items quarantined |", "|---|---|"]
-            out += [f"| {name} | {n} |" for name, n in sets.items()]
-        else:
-            out.append("No evaluation set was registered.")
+        memory.append(line)
+    if not memory:
+        return []
+    return [
+        "The dataset remembers each family's task (rsieve.clean.profiles): a family "
+        "already in the dataset was judged with its profile as well as this pool's items.",
+        "",
+        *memory,
+    ]
+
+
+def _mcq_md(families: Mapping[str, Any]) -> list[str]:
+    rows = [
+        f"| {family} | "
+        + " | ".join(
+            str(fam["mcq"].get(k, 0)) for k in ("normalised", "lettered", "ambiguous", "none")
+        )
+        + " |"
+        for family, fam in families.items()
+        if fam.get("mcq")
+    ]
+    if not rows:
+        return []
+    return [
+        "### Multiple-choice normalisation",
+        "",
+        "| family | re-rendered | already lettered | ambiguous (left, flagged) | no options |",
+        "|---|---|---|---|---|",
+        *rows,
+    ]
+
+
+def _duplicates_md(families: Mapping[str, Any]) -> list[str]:
+    rows = [
+        f"| {family} | {fam['duplicate_items']} |"
+        for family, fam in families.items()
+        if fam.get("duplicate_items")
+    ]
+    if not rows:
+        return []
+    return [
+        "### Exact duplicates (same image sha256, same question; first kept)",
+        "",
+        "| family | quarantined |",
+        "|---|---|",
+        *rows,
+    ]
+
+
+def _refused_md(report: Mapping[str, Any]) -> list[str]:
+    if not report.get("files_refused"):
+        return []
+    return [
+        f"Files refused at upload: {len(report['files_refused'])} "
+        "(symbolic links leaving the pool folder, or images over the byte limit)."
+    ]
+
+
+def _screen_md(screen: Mapping[str, Any] | None) -> list[str]:
+    """Decontamination against the evaluation sets and near-duplicates of earlier items."""
+    if not screen:
+        return []
+    sets = screen.get("evalsets") or {}
+    out = [
+        "### Decontamination and near-duplicates",
+        "",
+        "Each image's perceptual hash was compared, before any model call, with the "
+        "images of every registered evaluation set and with the pool's earlier lines and "
+        f"the {screen.get('committed_runs', 0)} run(s) already in the dataset: within "
+        f"{screen.get('near_duplicate_distance')} of 64 bits is a match. An evaluation-set "
+        f"match ({screen.get('evalset_match')}) is quarantined `contaminated`; the same "
+        "question and answer on a near-duplicate image, `duplicate_item`.",
+        "",
+    ]
+    if not sets:
+        return [*out, "No evaluation set was registered."]
+    return [
+        *out,
+        "| evaluation set | items quarantined |",
+        "|---|---|",
+        *[f"| {name} | {n} |" for name, n in sets.items()],
+    ]
+
+
+def render_cleaning(report: Mapping[str, Any]) -> list[str]:
+    """Markdown lines for the card (and anyone reading runs/<run>/cleaning.json): the
+    per-family task-purity measurement, multiple-choice normalisation and duplicates, in
+    sections one blank line apart (a section with nothing to say left out)."""
+    families = report.get("families", {})
+    sections = [
+        _purity_md(report.get("policy", {}), families),
+        _profiles_md(families),
+        _mcq_md(families),
+        _duplicates_md(families),
+        _refused_md(report),
+        _screen_md(report.get("screen")),
+    ]
+    out: list[str] = []
+    for lines in sections:
+        if lines:
+            out += [*([""] if out else []), *lines]
     return out
