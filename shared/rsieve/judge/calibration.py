@@ -231,53 +231,15 @@ def summarise(
     parts = list(stops or [])
     out: dict[str, dict[str, Any]] = {}
     for family in sorted(set(items) | {f for part in parts for f in part}):
-        fam = [
-            (r, *record_state(r))
-            for r in recs
-            if r.probe.family == family and r.probe.item_id in kept.get(family, set())
-        ]
-        sides = {
-            "agreement": [x for x in fam if x[0].probe.expected == "CORRECT"],
-            "known_wrong": [x for x in fam if x[0].probe.expected == "WRONG"],
-        }
-        decided = {
-            side: [r for r, v, _ in xs if v in ("CORRECT", "WRONG")] for side, xs in sides.items()
-        }
-        states = {side: [v for _, v, _ in xs] for side, xs in sides.items()}
-        by_kind: dict[str, dict[str, int]] = {}
-        for kind in WRONG_KINDS:
-            of_kind = [r for r in decided["known_wrong"] if r.probe.kind == kind]
-            if of_kind:
-                by_kind[kind] = {
-                    "k": sum(r.verdict == "CORRECT" for r in of_kind),
-                    "n": len(of_kind),
-                }
-        causes = Counter(c for _, v, c in fam if v == "FAILED")
-        kinds: dict[str, str | None] = {}
-        for r, _, _ in fam:
-            kinds[r.model] = kinds.get(r.model) or r.model_kind
-        false_promotion = _rate(
-            sum(r.verdict == "CORRECT" for r in decided["known_wrong"]), len(decided["known_wrong"])
+        ids = kept.get(family, set())
+        entry = _family_summary(
+            [
+                (r, *record_state(r))
+                for r in recs
+                if r.probe.family == family and r.probe.item_id in ids
+            ],
+            items=len(ids),
         )
-        entry: dict[str, Any] = {
-            "items": len(kept.get(family, set())),
-            "sensitivity": _rate(
-                sum(r.verdict == "CORRECT" for r in decided["agreement"]), len(decided["agreement"])
-            ),
-            "false_promotion": false_promotion,
-            "false_promotion_by_kind": by_kind,
-            "probes": {side: len(xs) for side, xs in sides.items()},
-            "unsure": {side: vs.count("UNSURE") for side, vs in states.items()},
-            "failed": sum(vs.count("FAILED") for vs in states.values()),
-            "failed_by_probe": {side: vs.count("FAILED") for side, vs in states.items()},
-            "failure_causes": dict(sorted(causes.items())),
-            # Probes whose reply came from the verdict cache (no call made this run).
-            "reused": sum(r.reused for r, _, _ in fam),
-            "calibrated": false_promotion["n"] > 0,
-            "models": sorted({r.model for r, _, _ in fam}),
-            "model_kinds": dict(sorted(kinds.items())),
-            "template_sha256": sorted({r.template_sha256 for r, _, _ in fam}),
-        }
         if bound is not None:
             entry["bound"] = bound
             entry["held_back"] = _untrusted(entry, bound)
@@ -291,6 +253,55 @@ def summarise(
             out[family]["reason"] = stop_reason(stop, bound)
             out[family]["held_back"] = out[family]["held_back"] or stop.stop != "cleared"
     return out
+
+
+def _family_summary(
+    fam: list[tuple[CalibrationRecord, str, str | None]], *, items: int
+) -> dict[str, Any]:
+    """One family's figures (`summarise`) from its counted records, each with its verdict
+    and failure cause (`record_state`); `items`: how many items they probe."""
+    sides = {
+        "agreement": [x for x in fam if x[0].probe.expected == "CORRECT"],
+        "known_wrong": [x for x in fam if x[0].probe.expected == "WRONG"],
+    }
+    decided = {
+        side: [r for r, v, _ in xs if v in ("CORRECT", "WRONG")] for side, xs in sides.items()
+    }
+    states = {side: [v for _, v, _ in xs] for side, xs in sides.items()}
+    by_kind: dict[str, dict[str, int]] = {}
+    for kind in WRONG_KINDS:
+        of_kind = [r for r in decided["known_wrong"] if r.probe.kind == kind]
+        if of_kind:
+            by_kind[kind] = {
+                "k": sum(r.verdict == "CORRECT" for r in of_kind),
+                "n": len(of_kind),
+            }
+    causes = Counter(c for _, v, c in fam if v == "FAILED")
+    kinds: dict[str, str | None] = {}
+    for r, _, _ in fam:
+        kinds[r.model] = kinds.get(r.model) or r.model_kind
+    false_promotion = _rate(
+        sum(r.verdict == "CORRECT" for r in decided["known_wrong"]), len(decided["known_wrong"])
+    )
+    return {
+        "items": items,
+        "sensitivity": _rate(
+            sum(r.verdict == "CORRECT" for r in decided["agreement"]), len(decided["agreement"])
+        ),
+        "false_promotion": false_promotion,
+        "false_promotion_by_kind": by_kind,
+        "probes": {side: len(xs) for side, xs in sides.items()},
+        "unsure": {side: vs.count("UNSURE") for side, vs in states.items()},
+        "failed": sum(vs.count("FAILED") for vs in states.values()),
+        "failed_by_probe": {side: vs.count("FAILED") for side, vs in states.items()},
+        "failure_causes": dict(sorted(causes.items())),
+        # Probes whose reply came from the verdict cache (no call made this run).
+        "reused": sum(r.reused for r, _, _ in fam),
+        "calibrated": false_promotion["n"] > 0,
+        "models": sorted({r.model for r, _, _ in fam}),
+        "model_kinds": dict(sorted(kinds.items())),
+        "template_sha256": sorted({r.template_sha256 for r, _, _ in fam}),
+    }
 
 
 def _untrusted(entry: dict[str, Any], bound: float) -> bool:
