@@ -73,18 +73,8 @@ def _front(front_matter: Mapping[str, Any] | None) -> list[str]:
     return ["---", yaml.safe_dump(dict(front_matter), sort_keys=False).rstrip(), "---", ""]
 
 
-def render_pairs_card(
-    dataset: str,
-    run: str,
-    fmt: str,
-    rules: PairRules,
-    counts: Mapping[str, PairCounts],
-    rows: Mapping[str, int],
-    sampling: Mapping[str, Any],
-    *,
-    front_matter: Mapping[str, Any],
-) -> str:
-    """The dpo/kto export's README.md."""
+def _made_md(rules: PairRules) -> list[str]:
+    """What makes a sample chosen, rejected or format, and how a side is written."""
     rejected = (
         "refused by the verifier under the training rule, and called WRONG by the judge"
         if rules.rejected_requires == "judge_wrong"
@@ -96,12 +86,7 @@ def render_pairs_card(
         if rules.chosen_include_judged
         else " (judge promotions left out)"
     )
-    lines = [
-        *_front(front_matter),
-        f"# {dataset}: {fmt} export of run `{run}`",
-        "",
-        sampling_note(sampling),
-        "",
+    return [
         "## How the rows were made",
         "",
         f"- chosen: {chosen}"
@@ -115,57 +100,97 @@ def render_pairs_card(
             else "the answer alone on both sides."
         ),
     ]
-    if fmt == "dpo":
-        lines += [
-            "- pairs: every chosen x rejected sample of an item, less those whose answers "
-            "are the same under the item's protocol; at most "
-            f"{rules.max_pairs_per_item} per item (drawn with seed {rules.seed}). Chosen x "
-            "format samples go to `<Family>_format_pairs`.",
-            "",
-            "```python",
-            "import datasets",
-            "",
-            'pairs = datasets.load_dataset("path/to/this/folder")  # splits: ' + ", ".join(rows),
-            "```",
-            "",
-            "## Counts",
-            "",
-            "| family | items | with pairs | pairs | format pairs | same answer (dropped) "
-            "| over the cap (dropped) | no chosen | no rejected |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        for family, c in sorted(counts.items()):
-            lines.append(
-                f"| {_cell(family)} | {c.items} | {c.items_with_pairs} | {c.pairs} | "
-                f"{c.format_pairs} | {c.dropped_same_answer} | {c.dropped_over_cap} | "
-                f"{c.no_chosen} | {c.no_rejected} |"
-            )
-    else:
-        lines += [
-            "- one row per chosen (label true), rejected or format (label false) sample.",
-            "",
-            "## Counts",
-            "",
-            "| family | items | rows | no chosen | no rejected |",
-            "|---|---|---|---|---|",
-        ]
-        for family, c in sorted(counts.items()):
-            n = sum(v for k, v in c.samples.items() if k in ("chosen", "refused", "format"))
-            lines.append(f"| {_cell(family)} | {c.items} | {n} | {c.no_chosen} | {c.no_rejected} |")
-    lines += [
+
+
+def _dpo_md(
+    rules: PairRules, counts: Mapping[str, PairCounts], rows: Mapping[str, int]
+) -> list[str]:
+    """How pairs are drawn, how to load them, and the pairs per family."""
+    return [
+        "- pairs: every chosen x rejected sample of an item, less those whose answers "
+        "are the same under the item's protocol; at most "
+        f"{rules.max_pairs_per_item} per item (drawn with seed {rules.seed}). Chosen x "
+        "format samples go to `<Family>_format_pairs`.",
         "",
+        "```python",
+        "import datasets",
+        "",
+        'pairs = datasets.load_dataset("path/to/this/folder")  # splits: ' + ", ".join(rows),
+        "```",
+        "",
+        "## Counts",
+        "",
+        "| family | items | with pairs | pairs | format pairs | same answer (dropped) "
+        "| over the cap (dropped) | no chosen | no rejected |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *[
+            f"| {_cell(family)} | {c.items} | {c.items_with_pairs} | {c.pairs} | "
+            f"{c.format_pairs} | {c.dropped_same_answer} | {c.dropped_over_cap} | "
+            f"{c.no_chosen} | {c.no_rejected} |"
+            for family, c in sorted(counts.items())
+        ],
+    ]
+
+
+def _kto_md(counts: Mapping[str, PairCounts]) -> list[str]:
+    """What a row is, and the rows per family."""
+    lines = [
+        "- one row per chosen (label true), rejected or format (label false) sample.",
+        "",
+        "## Counts",
+        "",
+        "| family | items | rows | no chosen | no rejected |",
+        "|---|---|---|---|---|",
+    ]
+    for family, c in sorted(counts.items()):
+        n = sum(v for k, v in c.samples.items() if k in ("chosen", "refused", "format"))
+        lines.append(f"| {_cell(family)} | {c.items} | {n} | {c.no_chosen} | {c.no_rejected} |")
+    return lines
+
+
+def _roles_md(counts: Mapping[str, PairCounts]) -> list[str]:
+    """The samples per family and role, and what each excluded role means."""
+    lines = [
         "## Samples by role",
         "",
         "| family | role | samples |",
         "|---|---|---|",
+        *[
+            f"| {_cell(family)} | {role} | {n} |"
+            for family, c in sorted(counts.items())
+            for role, n in sorted(c.samples.items())
+        ],
     ]
-    for family, c in sorted(counts.items()):
-        for role, n in sorted(c.samples.items()):
-            lines.append(f"| {_cell(family)} | {role} | {n} |")
     used = sorted({r for c in counts.values() for r in c.samples} & set(EXCLUDED))
     if used:
         lines += ["", "Excluded samples (on neither side):", ""]
         lines += [f"- `{r}`: {EXCLUDED[r]}" for r in used]
+    return lines
+
+
+def render_pairs_card(
+    dataset: str,
+    run: str,
+    fmt: str,
+    rules: PairRules,
+    counts: Mapping[str, PairCounts],
+    rows: Mapping[str, int],
+    sampling: Mapping[str, Any],
+    *,
+    front_matter: Mapping[str, Any],
+) -> str:
+    """The dpo/kto export's README.md."""
+    lines = [
+        *_front(front_matter),
+        f"# {dataset}: {fmt} export of run `{run}`",
+        "",
+        sampling_note(sampling),
+        "",
+        *_made_md(rules),
+        *(_dpo_md(rules, counts, rows) if fmt == "dpo" else _kto_md(counts)),
+        "",
+        *_roles_md(counts),
+    ]
     return "\n".join(lines) + "\n"
 
 
