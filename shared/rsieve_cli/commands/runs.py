@@ -31,16 +31,17 @@ def audit(run_id: Run, as_json: AsJson = False) -> None:
     """Prove from storage that every item of RUN ended in exactly one place (exit 0 if so)."""
     from rsieve.dataset.audit import audit_run
     from rsieve.errors import NotFoundError
+    from services import runs
 
     ctx = shell.context()
     try:
-        ctx.spec(run_id)
+        runs.spec(ctx, run_id)
     except NotFoundError:
         console.print(
             f"[red]error:[/] no run {run_id!r} in s3://{ctx.settings.s3_bucket}/{keys.RUNS_PREFIX}"
         )
         raise typer.Exit(1) from None
-    index, outputs = ctx.load_run(run_id)
+    index, outputs = runs.load_run(ctx, run_id)
     if index is None:
         console.print(
             f"[red]error:[/] run {run_id} was never ingested; fix: rsieve reconcile {run_id}"
@@ -74,10 +75,11 @@ def audit(run_id: Run, as_json: AsJson = False) -> None:
 def reconcile(run_id: Run) -> None:
     """Enqueue again every shard of RUN whose next stage output is missing (safe any time)."""
     from rsieve.errors import NotFoundError
+    from services import runs
 
     ctx = shell.context()
     try:
-        plan = ctx.reconcile(run_id)
+        plan = runs.reconcile(ctx, run_id)
     except NotFoundError:
         console.print(f"[red]error:[/] no run {run_id!r}")
         raise typer.Exit(1) from None
@@ -179,89 +181,83 @@ def submit(
 
 FORMATS = ("card", "messages", "dpo", "kto", "rl")
 
+# `rsieve export`'s options, each with the formats it applies to.
+ExportTo = Annotated[
+    Path,
+    typer.Option(
+        "--to",
+        help="folder; the dataset goes to TO/<dataset> (messages: TO/<dataset>-messages; "
+        "dpo, kto, rl: TO/<run>-<format>[-<layout>])",
+    ),
+]
+ExportFormat = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        help="card: the dataset as published; messages: SFT rows in TRL's conversational "
+        "format; dpo: preference pairs; kto: one labelled row per sample; rl: a prompt set "
+        "with rewards (docs/training.md)",
+    ),
+]
+IncludeRejected = Annotated[
+    bool,
+    typer.Option(
+        "--include-rejected", help="messages: also a `rejected` split (the reference answers)"
+    ),
+]
+PairMode = Annotated[
+    str,
+    typer.Option(help="dpo, kto: `think` (reasoning inline) or `nothink` (the answer alone)"),
+]
+ChosenIncludeJudged = Annotated[
+    bool,
+    typer.Option(
+        "--chosen-include-judged",
+        help="dpo, kto: judge promotions of calibrated families may be chosen",
+    ),
+]
+RejectedRequires = Annotated[
+    str,
+    typer.Option(
+        help="dpo, kto: not_promoted (the judge did not call it CORRECT or UNSURE) or "
+        "judge_wrong (the judge called it WRONG)"
+    ),
+]
+MaxPairsPerItem = Annotated[int, typer.Option(min=1, help="dpo: pairs kept per item")]
+PairSeed = Annotated[int, typer.Option(help="dpo: the seed of the pairs' draw")]
+PassRateBand = Annotated[
+    tuple[float, float] | None,
+    typer.Option(help="rl: keep items whose pass rate lies strictly between LOW and HIGH"),
+]
+Layout = Annotated[str, typer.Option(help="rl: trl, verl or easyr1")]
+
 
 @friendly
 def export(
     run_id: Run,
-    to: Annotated[
-        Path,
-        typer.Option(
-            "--to",
-            help="folder; the dataset goes to TO/<dataset> (messages: TO/<dataset>-messages; "
-            "dpo, kto, rl: TO/<run>-<format>[-<layout>])",
-        ),
-    ],
-    fmt: Annotated[
-        str,
-        typer.Option(
-            "--format",
-            help="card: the dataset as published; messages: SFT rows in TRL's conversational "
-            "format; dpo: preference pairs; kto: one labelled row per sample; rl: a prompt set "
-            "with rewards (docs/training.md)",
-        ),
-    ] = "card",
-    include_rejected: Annotated[
-        bool,
-        typer.Option(
-            "--include-rejected", help="messages: also a `rejected` split (the reference answers)"
-        ),
-    ] = False,
-    mode: Annotated[
-        str,
-        typer.Option(help="dpo, kto: `think` (reasoning inline) or `nothink` (the answer alone)"),
-    ] = "think",
-    chosen_include_judged: Annotated[
-        bool,
-        typer.Option(
-            "--chosen-include-judged",
-            help="dpo, kto: judge promotions of calibrated families may be chosen",
-        ),
-    ] = False,
-    rejected_requires: Annotated[
-        str,
-        typer.Option(
-            help="dpo, kto: not_promoted (the judge did not call it CORRECT or UNSURE) or "
-            "judge_wrong (the judge called it WRONG)"
-        ),
-    ] = "not_promoted",
-    max_pairs_per_item: Annotated[int, typer.Option(min=1, help="dpo: pairs kept per item")] = 15,
-    pair_seed: Annotated[int, typer.Option(help="dpo: the seed of the pairs' draw")] = 0,
-    pass_rate_band: Annotated[
-        tuple[float, float] | None,
-        typer.Option(help="rl: keep items whose pass rate lies strictly between LOW and HIGH"),
-    ] = None,
-    layout: Annotated[str, typer.Option(help="rl: trl, verl or easyr1")] = "trl",
+    to: ExportTo,
+    fmt: ExportFormat = "card",
+    include_rejected: IncludeRejected = False,
+    mode: PairMode = "think",
+    chosen_include_judged: ChosenIncludeJudged = False,
+    rejected_requires: RejectedRequires = "not_promoted",
+    max_pairs_per_item: MaxPairsPerItem = 15,
+    pair_seed: PairSeed = 0,
+    pass_rate_band: PassRateBand = None,
+    layout: Layout = "trl",
 ) -> None:
     """Copy RUN's published dataset (Parquet, card, run_report.json, quarantine.jsonl), or
     write it for trainers: SFT (`messages`), preference optimisation (`dpo`, `kto`) or RL
     with verifiable rewards (`rl`)."""
-    from rsieve.adapters.exports import EmptyExport, export_dataset, export_messages
+    from rsieve.adapters.exports import export_dataset
 
-    if fmt not in FORMATS:
-        raise Failure(f"unknown format {fmt!r}", "use --format " + ", ".join(FORMATS))
-    if include_rejected and fmt != "messages":
-        raise Failure(
-            "--include-rejected applies to --format messages only",
-            "the card format always holds the rejected splits",
-        )
-    if pass_rate_band is not None and fmt != "rl":
-        raise Failure("--pass-rate-band applies to --format rl only")
+    _check_export_options(fmt, include_rejected=include_rejected, band=pass_rate_band)
     ctx = shell.context()
     spec = shell.published(ctx, run_id)
     if fmt == "card":
         target = export_dataset(ctx.store, spec.dataset, to)
     elif fmt == "messages":
-        try:
-            target = export_messages(
-                ctx.store,
-                spec.dataset,
-                to,
-                include_rejected=include_rejected,
-                group_rows=ctx.settings.parquet_row_group_rows,
-                shard_bytes=ctx.settings.parquet_shard_bytes,
-            )
-        except EmptyExport as exc:
-            raise Failure(str(exc), "add --include-rejected to export the rejected split") from exc
+        target = _export_messages(ctx, spec, to, include_rejected=include_rejected)
     else:
         target = _export_training(
             ctx,
@@ -277,6 +273,39 @@ def export(
             layout=layout,
         )
     typer.echo(str(target))
+
+
+def _check_export_options(
+    fmt: str, *, include_rejected: bool, band: tuple[float, float] | None
+) -> None:
+    """Refuse, before anything is read, a format rsieve has not and an option the format
+    does not take."""
+    if fmt not in FORMATS:
+        raise Failure(f"unknown format {fmt!r}", "use --format " + ", ".join(FORMATS))
+    if include_rejected and fmt != "messages":
+        raise Failure(
+            "--include-rejected applies to --format messages only",
+            "the card format always holds the rejected splits",
+        )
+    if band is not None and fmt != "rl":
+        raise Failure("--pass-rate-band applies to --format rl only")
+
+
+def _export_messages(ctx: Any, spec: Any, to: Path, *, include_rejected: bool) -> Path:
+    """The messages export: the dataset's rows in TRL's conversational format."""
+    from rsieve.adapters.exports import EmptyExport, export_messages
+
+    try:
+        return export_messages(
+            ctx.store,
+            spec.dataset,
+            to,
+            include_rejected=include_rejected,
+            group_rows=ctx.settings.parquet_row_group_rows,
+            shard_bytes=ctx.settings.parquet_shard_bytes,
+        )
+    except EmptyExport as exc:
+        raise Failure(str(exc), "add --include-rejected to export the rejected split") from exc
 
 
 def _export_training(
@@ -298,10 +327,10 @@ def _export_training(
     from rsieve.adapters.training_exports import export_preference, export_rl
     from rsieve.dataset.preference import PairRules
     from rsieve.dataset.rlsets import LAYOUTS, Band
+    from services import runs
 
     run = spec.run
-    shards = sorted(ctx.stored_shards(run, "judge"))
-    outcomes = (ctx.load(run, "judge", shard).outcomes for shard in shards)
+    outcomes = (out.outcomes for out in runs.stage_outputs(ctx, run, "judge"))
     common = {
         "dataset": spec.dataset,
         "run": run,
@@ -312,7 +341,7 @@ def _export_training(
         if fmt == "rl":
             if layout not in LAYOUTS:
                 raise Failure(f"unknown layout {layout!r}", "use --layout " + ", ".join(LAYOUTS))
-            policy = ctx.run_settings(run).training_policy()
+            policy = runs.run_settings(ctx, run).training_policy()
             return export_rl(
                 ctx.store,
                 outcomes,
