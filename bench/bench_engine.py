@@ -46,6 +46,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +61,9 @@ from bench.bench_pipeline import (
     submit,
     tree_cpu_s,
 )
-from rsieve_cli.local import processes, triton_server
-from rsieve_cli.local.ports import free_port
+from rsieve_cli.local import processes
 from rsieve_cli.local.stack import Stack
+from rsieve_cli.local.triton_server import RunningTriton, triton_on_free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -263,19 +264,11 @@ def accepted(settings: Any, dataset: str, run: str) -> int:
     return sum(int(f["accepted"]) for f in report["families"].values())
 
 
-def second_engine(stack: Stack, root: Path) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
-    ports = {k: free_port() for k in ("http", "grpc", "metrics")}
+def second_engine(stack: Stack, root: Path, exits: ExitStack) -> RunningTriton:
+    """A second Triton serving the engine beside the stack's, stopped when `exits` closes."""
     log = stack.logs / "triton-2.log"
-    p = triton_server.start_triton(
-        model_repository=root / "models",
-        http_port=ports["http"],
-        grpc_port=ports["grpc"],
-        metrics_port=ports["metrics"],
-        log=log,
-        models=[ENGINE],
-    )
-    triton_server.wait_triton(ports["http"], [ENGINE], 180, proc=p, log=log)
-    return p, ports
+    serving = triton_on_free_ports(root / "models", log=log, models=[ENGINE], stop_timeout_s=20)
+    return exits.enter_context(serving)
 
 
 def second_generator(stack: Stack, grpc_port: int) -> subprocess.Popen[bytes]:
@@ -321,7 +314,7 @@ def bench(
     print(f"engine: starting the stack in {root} ...", flush=True)
     stack = start_stack(root / "stack", models, env, {"RSIEVE_STANDIN_P_LOOP": LOOP_SHARE})
     out: dict[str, Any] = {}
-    extra: list[subprocess.Popen[bytes]] = []
+    extra = ExitStack()  # the second engine and its generator, stopped before the stack
     try:
         pids = service_pids(stack)
         print(f"engine: {items} items, one engine ...", flush=True)
@@ -368,17 +361,16 @@ def bench(
         out.update(gpu_tokens(one, four, tokens))
         if scale_out:
             print(f"engine: {items} items, two engines ...", flush=True)
-            triton2, ports = second_engine(stack, root / "stack")
-            extra.append(triton2)
-            gen2 = second_generator(stack, ports["grpc"])
-            extra.append(gen2)
+            triton2 = second_engine(stack, root / "stack", extra)
+            gen2 = second_generator(stack, triton2.grpc_port)
+            extra.callback(processes.stop, gen2, timeout=20)
             time.sleep(6)  # the second worker's start
             two = one_run(
                 stack,
                 pools[1],
                 items,
                 "bench-engine-2",
-                [stack.config.triton_metrics_port, ports["metrics"]],
+                [stack.config.triton_metrics_port, triton2.metrics_port],
                 {**pids, "generator-2": gen2.pid},
             )
             two.pop("settings")
@@ -387,8 +379,7 @@ def bench(
                 two["steady"]["items_per_s"] / one["steady"]["items_per_s"]
             )
     finally:
-        for p in reversed(extra):
-            processes.stop(p, timeout=20)
+        extra.close()
         stack.down()
     s = one["steady"]
     out["engine_saturation_ratio"] = min(s["running_ratio"], s["decode_ratio"])

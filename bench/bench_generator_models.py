@@ -18,14 +18,14 @@ import io
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from PIL import Image, ImageDraw
 
 from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel
-from rsieve_cli.local import processes, triton_server
-from rsieve_cli.local.ports import free_port
+from rsieve_cli.local.triton_server import RunningTriton, triton_on_free_ports
 from tests.checkpoints import build_tiny_vlm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,27 +46,17 @@ def png(text: str) -> bytes:
     return buf.getvalue()
 
 
-def _start(root: Path, models: list[str]) -> tuple[Any, str]:
+@contextmanager
+def _serve(root: Path, models: list[str]) -> Iterator[RunningTriton]:
     repo = root / "models"
     for name in models:
         shutil.copytree(MODELS[name], repo / name)
     env = {}
     if "vlm" in models:
         env["RSIEVE_HF_CHECKPOINT"] = str(build_tiny_vlm(root / "tiny-llava"))
-    http, grpc_port, metrics = (free_port() for _ in range(3))
-    log = root / "triton.log"
-    started = time.monotonic()
-    proc = triton_server.start_triton(
-        model_repository=repo,
-        http_port=http,
-        grpc_port=grpc_port,
-        metrics_port=metrics,
-        log=log,
-        env_extra=env,
-    )
-    triton_server.wait_triton(http, models, 180, proc=proc, log=log)
-    print(f"tritonserver with {', '.join(models)} ready in {time.monotonic() - started:.1f} s")
-    return proc, f"127.0.0.1:{grpc_port}"
+    with triton_on_free_ports(repo, log=root / "triton.log", ready=models, env_extra=env) as t:
+        print(f"tritonserver with {', '.join(models)} ready in {t.ready_s:.1f} s")
+        yield t
 
 
 def main() -> None:
@@ -83,8 +73,8 @@ def main() -> None:
     reqs = [ModelRequest(QUESTION, png(WORDS[i % len(WORDS)] + str(i))) for i in range(args.items)]
     rows = []
     with tempfile.TemporaryDirectory(prefix="rsieve-bench-gen-") as tmp:
-        proc, url = _start(Path(tmp), models)
-        try:
+        with _serve(Path(tmp), models) as triton:
+            url = triton.grpc_url
             for name in models:
                 budget = args.budget if name == "vlm" else None
                 model = TritonModel(url, name, max_inflight=args.inflight, max_new_tokens=budget)
@@ -95,8 +85,6 @@ def main() -> None:
                 good = [r for r in out if isinstance(r, ModelReply)]
                 tokens = sum(r.output_tokens or 0 for r in good)
                 rows.append((name, len(good), len(out) - len(good), elapsed, tokens))
-        finally:
-            processes.stop(proc)
     print(f"\n{args.items} word crops, {args.inflight} in flight, one client:")
     print(f"{'model':<10} {'items/s':>9} {'replies':>8} {'errors':>7} {'wall s':>8} {'tokens':>7}")
     for name, replies, errors, elapsed, tokens in rows:

@@ -56,7 +56,8 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -532,31 +533,22 @@ def guard_only(args: argparse.Namespace) -> None:
 # --- canaries through Triton (the original mode) ---------------------------------------------
 
 
-def _start(root: Path, checkpoint: Path) -> tuple[Any, str]:
-    from rsieve_cli.local import triton_server
-    from rsieve_cli.local.ports import free_port
+@contextmanager
+def _serve(root: Path, checkpoint: Path) -> Iterator[str]:
+    """judge-smollm2 served from a copy of its folder; its gRPC address."""
+    from rsieve_cli.local.triton_server import triton_on_free_ports
 
     repo = root / "models"
     shutil.copytree(ROOT / "deploy" / "triton" / "cpu" / MODEL, repo / MODEL)
-    http, grpc_port, metrics = (free_port() for _ in range(3))
+    env = {"RSIEVE_JUDGE_CHECKPOINT": str(checkpoint)}
     log = root / "triton.log"
-    started = time.monotonic()
-    proc = triton_server.start_triton(
-        model_repository=repo,
-        http_port=http,
-        grpc_port=grpc_port,
-        metrics_port=metrics,
-        log=log,
-        env_extra={"RSIEVE_JUDGE_CHECKPOINT": str(checkpoint)},
-    )
-    triton_server.wait_triton(http, [MODEL], 300, proc=proc, log=log)
-    print(f"judge-smollm2 ready in {time.monotonic() - started:.1f} s")
-    return proc, f"127.0.0.1:{grpc_port}"
+    with triton_on_free_ports(repo, log=log, ready=[MODEL], env_extra=env, timeout_s=300) as t:
+        print(f"judge-smollm2 ready in {t.ready_s:.1f} s")
+        yield t.grpc_url
 
 
 def triton_canaries(args: argparse.Namespace) -> None:
     from rsieve.adapters.model import TritonModel
-    from rsieve_cli.local import processes
     from rsieve_cli.local.checkpoints import smollm2_checkpoint
 
     t0 = time.monotonic()
@@ -565,8 +557,7 @@ def triton_canaries(args: argparse.Namespace) -> None:
     cases = load_canaries()
     results: dict[str, Any] = {"cases": len(cases), "budget": args.max_tokens}
     with tempfile.TemporaryDirectory() as tmp:
-        proc, url = _start(Path(tmp), checkpoint)
-        try:
+        with _serve(Path(tmp), checkpoint) as url:
             model = TritonModel(
                 url,
                 MODEL,
@@ -603,8 +594,6 @@ def triton_canaries(args: argparse.Namespace) -> None:
                 replies, wall = ask(model, prompts)
                 results[config] = canary_table(cases, replies, parse, wall)
                 print(config, json.dumps(results[config], ensure_ascii=False), flush=True)
-        finally:
-            processes.stop(proc)
     print(json.dumps(results, indent=1, ensure_ascii=False))
     args.out.write_text(json.dumps(results, indent=1, ensure_ascii=False))
 

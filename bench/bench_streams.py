@@ -37,6 +37,8 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +47,7 @@ from PIL import Image, ImageDraw, PngImagePlugin
 from bench.bench_engine import ENGINE, ENGINE_DIR, engine_metrics
 from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel
 from rsieve.generate.loops import LoopRule
-from rsieve_cli.local import processes, triton_server
-from rsieve_cli.local.ports import free_port
+from rsieve_cli.local.triton_server import RunningTriton, triton_on_free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "streams.json"
@@ -67,24 +68,13 @@ def _png(word: str) -> bytes:
     return buf.getvalue()
 
 
-def _start(root: Path, interval_ms: float) -> tuple[Any, str, int]:
+@contextmanager
+def _serve(root: Path, interval_ms: float) -> Iterator[RunningTriton]:
     repo = root / "models"
     shutil.copytree(ENGINE_DIR, repo / ENGINE)
-    http, grpc_port, metrics = (free_port() for _ in range(3))
-    log = root / "triton.log"
-    proc = triton_server.start_triton(
-        model_repository=repo,
-        http_port=http,
-        grpc_port=grpc_port,
-        metrics_port=metrics,
-        log=log,
-        env_extra={
-            "RSIEVE_STANDIN_STREAM_INTERVAL_MS": str(interval_ms),
-            "RSIEVE_STANDIN_P_LOOP": P_LOOP,
-        },
-    )
-    triton_server.wait_triton(http, [ENGINE], 180, proc=proc, log=log)
-    return proc, f"127.0.0.1:{grpc_port}", metrics
+    env = {"RSIEVE_STANDIN_STREAM_INTERVAL_MS": str(interval_ms), "RSIEVE_STANDIN_P_LOOP": P_LOOP}
+    with triton_on_free_ports(repo, log=root / "triton.log", ready=[ENGINE], env_extra=env) as t:
+        yield t
 
 
 def _counters(port: int) -> dict[str, float]:
@@ -216,13 +206,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rsieve-bench-streams-") as tmp:
         root = Path(tmp)
         tokenizer = str(build_tokenizer(root / "tokenizer", "qwen3_vl_thinking"))
-        proc, url, metrics = _start(root, args.interval_ms)
-        try:
+        with _serve(root, args.interval_ms) as triton:
+            url, metrics = triton.grpc_url, triton.metrics_port
             for mode in modes:
                 print(f"streams: {mode}, {args.items} items ...", flush=True)
                 results[mode] = one_mode(url, metrics, tokenizer, mode, args.items, args.inflight)
-        finally:
-            processes.stop(proc)
     report = {
         "modes": results,
         "conditions": {

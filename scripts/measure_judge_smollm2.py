@@ -19,9 +19,9 @@ from pathlib import Path
 
 from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel
 from rsieve.judge.verdicts import build_judge_prompt
-from rsieve_cli.local import checkpoints, processes, triton_server
-from rsieve_cli.local.ports import free_port
+from rsieve_cli.local import checkpoints
 from rsieve_cli.local.stack import JUDGE_CHECKPOINT_ENV, REPO_ROOT, SMOLLM2_MODEL
+from rsieve_cli.local.triton_server import triton_on_free_ports
 
 # (question, reference, candidate): real judge prompts, right and wrong candidates.
 CASES = [
@@ -56,45 +56,37 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     checkpoint = checkpoints.smollm2_checkpoint()
     print(f"checkpoint {checkpoint}: {time.monotonic() - t0:.1f} s (built or reused)")
-    http, grpc_port, metrics = (free_port() for _ in range(3))
-    with tempfile.TemporaryDirectory() as tmp:
-        log = Path(tmp) / "triton.log"
-        t0 = time.monotonic()
-        proc = triton_server.start_triton(
-            model_repository=REPO_ROOT / "deploy" / "triton" / "cpu",
-            http_port=http,
-            grpc_port=grpc_port,
-            metrics_port=metrics,
-            log=log,
-            env_extra={JUDGE_CHECKPOINT_ENV: str(checkpoint)},
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        triton_on_free_ports(
+            REPO_ROOT / "deploy" / "triton" / "cpu",
+            log=Path(tmp) / "triton.log",
             models=[SMOLLM2_MODEL],
-        )
-        try:
-            triton_server.wait_triton(http, [SMOLLM2_MODEL], 600, proc=proc, log=log)
-            print(f"Triton loaded {SMOLLM2_MODEL} in {time.monotonic() - t0:.1f} s")
-            model = TritonModel(
-                f"127.0.0.1:{grpc_port}", SMOLLM2_MODEL, max_new_tokens=BUDGET, timeout_s=900
-            )
-            requests = [ModelRequest(p) for p in prompts()]
-            for round_ in range(args.rounds):
+            env_extra={JUDGE_CHECKPOINT_ENV: str(checkpoint)},
+            timeout_s=600,
+            stop_timeout_s=20,
+        ) as triton,
+    ):
+        print(f"Triton loaded {SMOLLM2_MODEL} in {triton.ready_s:.1f} s")
+        model = TritonModel(triton.grpc_url, SMOLLM2_MODEL, max_new_tokens=BUDGET, timeout_s=900)
+        requests = [ModelRequest(p) for p in prompts()]
+        for round_ in range(args.rounds):
+            t0 = time.monotonic()
+            replies = model.generate_many(requests)
+            batch_s = time.monotonic() - t0
+            tokens = [r.input_tokens or 0 for r in replies if isinstance(r, ModelReply)]
+            one_s = []
+            for request in requests:
                 t0 = time.monotonic()
-                replies = model.generate_many(requests)
-                batch_s = time.monotonic() - t0
-                tokens = [r.input_tokens or 0 for r in replies if isinstance(r, ModelReply)]
-                one_s = []
-                for request in requests:
-                    t0 = time.monotonic()
-                    model.generate_many([request])
-                    one_s.append(time.monotonic() - t0)
-                print(
-                    f"round {round_ + 1}: a batch of {len(requests)} in {batch_s:.1f} s "
-                    f"({batch_s / len(requests):.2f} s a verdict); one at a time "
-                    f"{sum(one_s) / len(one_s):.2f} s a verdict; prompts of "
-                    f"{min(tokens, default=0)}-{max(tokens, default=0)} tokens; "
-                    f"load average {os.getloadavg()[0]:.2f}"
-                )
-        finally:
-            processes.stop(proc, 20)
+                model.generate_many([request])
+                one_s.append(time.monotonic() - t0)
+            print(
+                f"round {round_ + 1}: a batch of {len(requests)} in {batch_s:.1f} s "
+                f"({batch_s / len(requests):.2f} s a verdict); one at a time "
+                f"{sum(one_s) / len(one_s):.2f} s a verdict; prompts of "
+                f"{min(tokens, default=0)}-{max(tokens, default=0)} tokens; "
+                f"load average {os.getloadavg()[0]:.2f}"
+            )
     return 0
 
 

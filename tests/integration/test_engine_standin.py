@@ -36,8 +36,7 @@ from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel
 from rsieve.adapters.tokenizer import load_chat_template
 from rsieve.generate.loops import LoopRule
 from rsieve.generate.think import parse_output
-from rsieve_cli.local import processes, triton_server
-from rsieve_cli.local.ports import free_port
+from rsieve_cli.local.triton_server import triton_on_free_ports
 from tests.templates import build_tokenizer
 
 pytestmark = pytest.mark.integration
@@ -80,21 +79,10 @@ def serve(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> Iter
     pattern = r'(key: "max_num_seqs"\s*value: \{ string_value: ")256(")'
     assert re.search(pattern, text)
     config.write_text(re.sub(pattern, rf"\g<1>{SEQS}\g<2>", text))
-    http, grpc_port, metrics = (free_port() for _ in range(3))
-    log = root / "triton.log"
-    proc = triton_server.start_triton(
-        model_repository=repo,
-        http_port=http,
-        grpc_port=grpc_port,
-        metrics_port=metrics,
-        log=log,
-        env_extra=env,
-    )
-    try:
-        triton_server.wait_triton(http, [NAME], 60, proc=proc, log=log)
-        yield Server(f"127.0.0.1:{grpc_port}", f"http://127.0.0.1:{metrics}/metrics")
-    finally:
-        processes.stop(proc)
+    with triton_on_free_ports(
+        repo, log=root / "triton.log", ready=[NAME], env_extra=env, timeout_s=60
+    ) as triton:
+        yield Server(triton.grpc_url, triton.metrics_url)
 
 
 @pytest.fixture(scope="module")

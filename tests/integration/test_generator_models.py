@@ -21,8 +21,8 @@ from rsieve.adapters.tokenizer import load_chat_template
 from rsieve.errors import RetryableError
 from rsieve.generate.loops import LoopRule
 from rsieve.generate.think import parse_output
-from rsieve_cli.local import processes, triton_server
 from rsieve_cli.local.ports import free_port
+from rsieve_cli.local.triton_server import triton_on_free_ports
 from tests.checkpoints import build_tiny_vlm
 from tests.conftest import TRITON_MODELS
 from tests.templates import build_tokenizer
@@ -57,21 +57,9 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     repo = root / "models"
     for name in MODELS:
         shutil.copytree(TRITON_MODELS[name], repo / name)
-    http, grpc_port, metrics = (free_port() for _ in range(3))
-    log = root / "triton.log"
-    proc = triton_server.start_triton(
-        model_repository=repo,
-        http_port=http,
-        grpc_port=grpc_port,
-        metrics_port=metrics,
-        log=log,
-        env_extra={"RSIEVE_HF_CHECKPOINT": str(checkpoint), "RSIEVE_PROBE_DELAY_S": "0.3"},
-    )
-    try:
-        triton_server.wait_triton(http, MODELS, 180, proc=proc, log=log)
-        yield f"127.0.0.1:{grpc_port}"
-    finally:
-        processes.stop(proc)
+    env = {"RSIEVE_HF_CHECKPOINT": str(checkpoint), "RSIEVE_PROBE_DELAY_S": "0.3"}
+    with triton_on_free_ports(repo, log=root / "triton.log", ready=MODELS, env_extra=env) as triton:
+        yield triton.grpc_url
 
 
 @pytest.fixture(scope="module")

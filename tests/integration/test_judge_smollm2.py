@@ -24,9 +24,9 @@ from PIL import Image
 from tritonclient.grpc import model_config_pb2 as mc
 
 from rsieve.adapters.model import ModelReply, ModelRequest, TritonModel
-from rsieve_cli.local import checkpoints, processes, triton_server
-from rsieve_cli.local.ports import free_port
+from rsieve_cli.local import checkpoints
 from rsieve_cli.local.stack import JUDGE_CHECKPOINT_ENV, SMOLLM2_MODEL, StackConfig
+from rsieve_cli.local.triton_server import triton_on_free_ports
 from scripts.measure_judge_smollm2 import CASES, prompts
 from tests.conftest import TRITON_MODELS, triton_model_env
 
@@ -197,26 +197,17 @@ class Served:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     base = tmp_path_factory.mktemp("judge-smollm2")
     env = triton_model_env([SMOLLM2_MODEL])  # prepares (or reuses) the checkpoint folder
-    http, grpc_port, metrics = (free_port() for _ in range(3))
-    log = base / "triton.log"
-    t0 = time.monotonic()
     # The repository folder itself, as the local stack serves it: the symlinked model.py.
-    proc = triton_server.start_triton(
-        model_repository=CPU_REPO,
-        http_port=http,
-        grpc_port=grpc_port,
-        metrics_port=metrics,
-        log=log,
-        env_extra=env,
+    with triton_on_free_ports(
+        CPU_REPO,
+        log=base / "triton.log",
         models=[SMOLLM2_MODEL],
-    )
-    try:
-        triton_server.wait_triton(http, [SMOLLM2_MODEL], 300, proc=proc, log=log)
-        load_s = time.monotonic() - t0
-        print(f"\njudge-smollm2 loaded in {load_s:.1f}s (checkpoint cached)")
-        yield Served(f"127.0.0.1:{grpc_port}", http, load_s, proc.pid)
-    finally:
-        processes.stop(proc, 20)
+        env_extra=env,
+        timeout_s=300,
+        stop_timeout_s=20,
+    ) as triton:
+        print(f"\njudge-smollm2 loaded in {triton.ready_s:.1f}s (checkpoint cached)")
+        yield Served(triton.grpc_url, triton.http_port, triton.ready_s, triton.proc.pid)
 
 
 def judge(served: Served, **kwargs: object) -> TritonModel:

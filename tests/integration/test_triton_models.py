@@ -30,9 +30,10 @@ from botocore.config import Config
 from PIL import Image, ImageDraw, ImageFont
 from tritonclient.utils import InferenceServerException
 
-from rsieve_cli.local import processes, redis_server, seaweedfs, triton_server
+from rsieve_cli.local import processes, redis_server, seaweedfs
 from rsieve_cli.local.ports import free_port
 from rsieve_cli.local.replay import replay_key
+from rsieve_cli.local.triton_server import triton_on_free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -216,23 +217,12 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
         text.replace(marker, f'key: "replay_file"\n  value: {{ string_value: "{replay_file}" }}')
     )
 
-    http_port, grpc_port, metrics_port = (free_port() for _ in range(3))
-    log = base / "triton.log"
-    t0 = time.monotonic()
-    proc = triton_server.start_triton(
-        model_repository=repo,
-        http_port=http_port,
-        grpc_port=grpc_port,
-        metrics_port=metrics_port,
-        log=log,
-        models=MODELS,
-    )
-    try:
-        triton_server.wait_triton(http_port, MODELS, 180, proc=proc, log=log)
-        startup = time.monotonic() - t0
-        yield TritonServer(f"127.0.0.1:{grpc_port}", http_port, replay_file, log, startup)
-    finally:
-        processes.stop(proc, 20)
+    with triton_on_free_ports(
+        repo, log=base / "triton.log", models=MODELS, stop_timeout_s=20
+    ) as triton:
+        yield TritonServer(
+            triton.grpc_url, triton.http_port, replay_file, triton.log, triton.ready_s
+        )
 
 
 @pytest.fixture()

@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 from rsieve_cli.local.ports import HOST
-from rsieve_cli.local.processes import check_alive, popen
+from rsieve_cli.local.processes import popen
+from rsieve_cli.local.ready import wait_ready
 
 __all__ = ["API_KEY_ENV", "main", "start_llama_judge", "wait_llama_judge"]
 
@@ -246,23 +247,25 @@ def wait_llama_judge(
     """Return when the judge server lists ``alias`` at /v1/models (the model is loaded)."""
     import httpx
 
-    deadline = time.monotonic() + timeout
-    last = "no answer"
-    while time.monotonic() < deadline:
-        check_alive(proc, "the llama.cpp judge server", log)
-        try:
-            r = httpx.get(
-                f"http://{HOST}:{port}/v1/models",
-                headers={"Authorization": f"Bearer {api_key}"},
-                timeout=2.0,
-            )
-            if r.status_code == 200 and alias in {m.get("id") for m in r.json().get("data", [])}:
-                return
-            last = f"HTTP {r.status_code}"
-        except (httpx.HTTPError, ValueError) as exc:
-            last = repr(exc)
-        time.sleep(0.1)
-    raise TimeoutError(f"the judge server on {HOST}:{port} not ready after {timeout}s: {last}")
+    def listed() -> str | None:
+        r = httpx.get(
+            f"http://{HOST}:{port}/v1/models",
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=2.0,
+        )
+        if r.status_code == 200 and alias in {m.get("id") for m in r.json().get("data", [])}:
+            return None
+        return f"HTTP {r.status_code}"
+
+    wait_ready(
+        listed,
+        timeout_s=timeout,
+        what=f"the judge server on {HOST}:{port}",
+        errors=(httpx.HTTPError, ValueError),
+        proc=proc,
+        proc_name="the llama.cpp judge server",
+        log=log,
+    )
 
 
 if __name__ == "__main__":

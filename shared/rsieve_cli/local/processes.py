@@ -73,9 +73,14 @@ def stop(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> int | N
         return None
 
 
+def log_tail(log: Path | None, chars: int = 4000) -> str:
+    """The end of a launcher's log: why a service did not come up is usually in its last lines."""
+    if log is None or not Path(log).exists():
+        return ""
+    return Path(log).read_text(errors="replace")[-chars:]
+
+
 def check_alive(proc: subprocess.Popen[bytes] | None, what: str, log: Path | None) -> None:
     if proc is not None and proc.poll() is not None:
-        tail = ""
-        if log is not None and Path(log).exists():
-            tail = Path(log).read_text(errors="replace")[-4000:]
+        tail = log_tail(log)
         raise RuntimeError(f"{what} exited with code {proc.returncode}; log tail:\n{tail}")

@@ -6,11 +6,11 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 from rsieve_cli.local.ports import HOST
-from rsieve_cli.local.processes import check_alive, popen
+from rsieve_cli.local.processes import popen
+from rsieve_cli.local.ready import wait_ready
 
 
 def _redis_binary() -> str:
@@ -53,18 +53,18 @@ def wait_redis(
     port: int, timeout: float = 30.0, *, proc: subprocess.Popen[bytes] | None = None
 ) -> None:
     """Return when Redis on 127.0.0.1:``port`` answers PING (not while it loads its AOF)."""
-    deadline = time.monotonic() + timeout
-    last = "no answer"
-    while time.monotonic() < deadline:
-        check_alive(proc, "redis-server", None)
-        try:
-            with socket.create_connection((HOST, port), timeout=1.0) as sock:
-                sock.sendall(b"PING\r\n")
-                reply = sock.recv(64)
-            if reply.startswith(b"+PONG"):
-                return
-            last = reply.decode(errors="replace").strip()
-        except OSError as exc:
-            last = repr(exc)
-        time.sleep(0.05)
-    raise TimeoutError(f"redis on {HOST}:{port} not ready after {timeout}s: {last}")
+
+    def pong() -> str | None:
+        with socket.create_connection((HOST, port), timeout=1.0) as sock:
+            sock.sendall(b"PING\r\n")
+            reply = sock.recv(64)
+        return None if reply.startswith(b"+PONG") else reply.decode(errors="replace").strip()
+
+    wait_ready(
+        pong,
+        timeout_s=timeout,
+        what=f"redis on {HOST}:{port}",
+        errors=(OSError,),
+        proc=proc,
+        proc_name="redis-server",
+    )

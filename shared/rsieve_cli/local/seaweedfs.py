@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 from rsieve_cli.local.ports import HOST, free_port_with_offset, free_ports, port_is_free
-from rsieve_cli.local.processes import check_alive, popen
+from rsieve_cli.local.processes import popen
+from rsieve_cli.local.ready import wait_ready
 
 _WEED_PORTS_FILE = ".rsieve-weed-ports.json"
 _WEED_PORT_NAMES = (
@@ -169,29 +170,30 @@ def wait_s3(
         ),
     )
     key = f".rsieve-ready/{os.getpid()}-{time.monotonic_ns()}"
-    deadline = time.monotonic() + timeout
-    last = "no answer"
+
+    def round_trip() -> str | None:
+        try:
+            client.head_bucket(Bucket=bucket)
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if code not in {"404", "NoSuchBucket", "NotFound"}:
+                raise
+            client.create_bucket(Bucket=bucket)
+        client.put_object(Bucket=bucket, Key=key, Body=b"ready")
+        body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        if body != b"ready":
+            return f"read back {body!r}"
+        client.delete_object(Bucket=bucket, Key=key)
+        return None
+
     try:
-        while time.monotonic() < deadline:
-            check_alive(proc, "weed mini", None)
-            try:
-                try:
-                    client.head_bucket(Bucket=bucket)
-                except ClientError as exc:
-                    code = str(exc.response.get("Error", {}).get("Code", ""))
-                    if code in {"404", "NoSuchBucket", "NotFound"}:
-                        client.create_bucket(Bucket=bucket)
-                    else:
-                        raise
-                client.put_object(Bucket=bucket, Key=key, Body=b"ready")
-                body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
-                if body == b"ready":
-                    client.delete_object(Bucket=bucket, Key=key)
-                    return
-                last = f"read back {body!r}"
-            except (BotoCoreError, ClientError) as exc:
-                last = repr(exc)
-            time.sleep(0.2)
+        wait_ready(
+            round_trip,
+            timeout_s=timeout,
+            what=f"S3 at {endpoint} (bucket {bucket})",
+            errors=(BotoCoreError, ClientError),
+            proc=proc,
+            proc_name="weed mini",
+        )
     finally:
         client.close()
-    raise TimeoutError(f"S3 at {endpoint} (bucket {bucket}) not ready after {timeout}s: {last}")

@@ -28,6 +28,7 @@ from rsieve_cli.local.checkpoints import (
     smollm2_checkpoint,
 )
 from rsieve_cli.local.ports import free_port
+from rsieve_cli.local.ready import wait_ready
 
 __all__ = [
     "JUDGE_CHECKPOINT_ENV",
@@ -250,23 +251,39 @@ class Stack:
 
     # -- up / down -----------------------------------------------------------------------
     def up(self, timeout: float = 180.0) -> None:
-        c = self.config
+        """Start what is not running and wait until it serves: the backends (Redis, S3,
+        Triton, the judge's server), then the workers, beat and the API on them; `timeout`
+        for each wait. What runs already is reused."""
         for folder in (self.dir / "pids", self.logs):
             folder.mkdir(parents=True, exist_ok=True)
+        self._save_config()
+        started = self._start_backends()
+        self._wait_backends(started, timeout)
+        env = {**os.environ, **self.config.env()}
+        for service in [*SERVICES, *self._beat(), "api"]:
+            if self.pid(service) is None:
+                self._record(service, self._start_service(service, env))
+        self._wait_api(timeout)
+
+    def _save_config(self) -> None:
         saved = self.dir / "config.json"  # holds the stack's secrets: its owner reads it
         saved.touch(mode=0o600)
         saved.chmod(0o600)
-        saved.write_text(json.dumps(asdict(c), default=str, indent=1))
-        # Redis, S3 and Triton need nothing of each other: all three are started, then
-        # waited for (a stack starts in the slowest of their times, not in their sum).
-        redis_proc = s3_proc = triton_proc = None
+        saved.write_text(json.dumps(asdict(self.config), default=str, indent=1))
+
+    def _start_backends(self) -> dict[str, subprocess.Popen[bytes]]:
+        """The backends not running yet, started and recorded, none waited for: they need
+        nothing of each other, so a stack starts in the slowest of their times, not in their
+        sum (the judge's server loads while Triton does, both take seconds)."""
+        c = self.config
+        started: dict[str, subprocess.Popen[bytes]] = {}
         if self.pid("redis") is None:
-            redis_proc = redis_server.start_redis(
+            started["redis"] = redis_server.start_redis(
                 state_dir=self.dir / "redis", port=c.redis_port, log=self.logs / "redis.log"
             )
-            self._record("redis", redis_proc)
+            self._record("redis", started["redis"])
         if self.pid("s3") is None:
-            s3_proc = p = seaweedfs.start_s3(
+            started["s3"] = seaweedfs.start_s3(
                 state_dir=self.dir / "s3",
                 port=c.s3_port,
                 bucket=c.bucket,
@@ -274,13 +291,11 @@ class Stack:
                 secret_key=c.secret_key,
                 log=self.logs / "s3.log",
             )
-            self._record("s3", p)
-        # The judge server loads while Triton does (both take seconds), waited for after.
-        judge, judge_proc = c.llama_judge, None
-        if judge and self.pid("judge-server") is None:
-            judge_proc = llama_judge.start_llama_judge(
-                model=LLAMA_JUDGES[judge](),
-                alias=judge,
+            self._record("s3", started["s3"])
+        if c.llama_judge and self.pid("judge-server") is None:
+            started["judge-server"] = llama_judge.start_llama_judge(
+                model=LLAMA_JUDGES[c.llama_judge](),
+                alias=c.llama_judge,
                 port=c.judge_port,
                 api_key=c.judge_key,
                 log=self.logs / "judge-server.log",
@@ -289,9 +304,9 @@ class Stack:
                 # restores the warmed-up slots instead of reading the template again.
                 kv_dir=MODELS_DIR / "judge-kv",
             )
-            self._record("judge-server", judge_proc)
+            self._record("judge-server", started["judge-server"])
         if self.pid("triton") is None:
-            triton_proc = triton_server.start_triton(
+            started["triton"] = triton_server.start_triton(
                 model_repository=c.model_repository,
                 http_port=c.triton_http_port,
                 grpc_port=c.triton_grpc_port,
@@ -300,61 +315,65 @@ class Stack:
                 env_extra=self.triton_env(),
                 models=c.triton_models,
             )
-            self._record("triton", triton_proc)
-        if redis_proc is not None:
-            redis_server.wait_redis(c.redis_port, timeout, proc=redis_proc)
-        if s3_proc is not None:
+            self._record("triton", started["triton"])
+        return started
+
+    def _wait_backends(self, started: dict[str, subprocess.Popen[bytes]], timeout: float) -> None:
+        """Wait for each backend `_start_backends` started, failing at once if it exits."""
+        c = self.config
+        if "redis" in started:
+            redis_server.wait_redis(c.redis_port, timeout, proc=started["redis"])
+        if "s3" in started:
             seaweedfs.wait_s3(
                 f"http://127.0.0.1:{c.s3_port}",
                 c.access_key,
                 c.secret_key,
                 c.bucket,
                 timeout,
-                proc=s3_proc,
+                proc=started["s3"],
             )
-        if triton_proc is not None:
+        if "triton" in started:
             triton_server.wait_triton(
                 c.triton_http_port,
                 c.triton_models,
                 timeout,
-                proc=triton_proc,
+                proc=started["triton"],
                 log=self.logs / "triton.log",
             )
-        if judge_proc is not None and judge:
+        if "judge-server" in started and c.llama_judge:
             llama_judge.wait_llama_judge(
                 c.judge_port,
                 c.judge_key,
-                judge,
+                c.llama_judge,
                 timeout,
-                proc=judge_proc,
+                proc=started["judge-server"],
                 log=self.logs / "judge-server.log",
             )
-        env = {**os.environ, **c.env()}
-        for service in [*SERVICES, *self._beat(), "api"]:
-            if self.pid(service) is None:
-                log = (self.logs / f"{service}.log").open("ab")
-                argv = (
-                    [
-                        sys.executable,
-                        "-m",
-                        "services.cleaner.beat",
-                        "--schedule",
-                        str(self.dir / "beat-schedule"),
-                    ]
-                    if service == "beat"
-                    else [sys.executable, "-m", f"services.{service}"]
-                )
-                p = subprocess.Popen(
-                    argv,
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                    cwd=REPO_ROOT,
-                )
-                self._record(service, p)
-        self._wait_api(timeout)
+
+    def _start_service(self, service: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """One of the stack's own processes: a worker (`python -m services.<service>`), beat
+        (its schedule in the state folder) or the API, logging to logs/<service>.log."""
+        argv = (
+            [
+                sys.executable,
+                "-m",
+                "services.cleaner.beat",
+                "--schedule",
+                str(self.dir / "beat-schedule"),
+            ]
+            if service == "beat"
+            else [sys.executable, "-m", f"services.{service}"]
+        )
+        log = (self.logs / f"{service}.log").open("ab")
+        return subprocess.Popen(
+            argv,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=REPO_ROOT,
+        )
 
     def triton_env(self) -> dict[str, str]:
         """Triton's extra environment: ``triton_env``, plus RSIEVE_JUDGE_CHECKPOINT when the
@@ -370,22 +389,22 @@ class Stack:
         return env
 
     def _wait_api(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        url = f"http://127.0.0.1:{self.config.api_port}/healthz"
+
+        def answers() -> str | None:
             try:
-                if (
-                    httpx.get(
-                        f"http://127.0.0.1:{self.config.api_port}/healthz", timeout=2
-                    ).status_code
-                    == 200
-                ):
-                    return
-            except httpx.HTTPError:
-                pass
+                status = httpx.get(url, timeout=2).status_code
+            except httpx.HTTPError as exc:
+                missing = repr(exc)
+            else:
+                if status == 200:
+                    return None
+                missing = f"HTTP {status}"
             if self.pid("api") is None:
                 raise RuntimeError(f"the API exited; see {self.logs / 'api.log'}")
-            time.sleep(0.2)
-        raise TimeoutError("the API did not answer /healthz")
+            return missing
+
+        wait_ready(answers, timeout_s=timeout, what=f"the API at {url}", log=self.logs / "api.log")
 
     def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 20.0) -> None:
         self.stop_all([name], sig, timeout)

@@ -15,11 +15,14 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-from rsieve_cli.local.ports import HOST
-from rsieve_cli.local.processes import check_alive, popen
+from rsieve_cli.local.ports import HOST, free_ports
+from rsieve_cli.local.processes import popen, stop
+from rsieve_cli.local.ready import wait_ready
 
 _STUB_PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -155,22 +158,79 @@ def wait_triton(
     client = httpclient.InferenceServerClient(
         url=f"{HOST}:{http_port}", connection_timeout=2.0, network_timeout=5.0
     )
-    deadline = time.monotonic() + timeout
-    last = "no answer"
+
+    def serving() -> str | None:
+        if not client.is_server_ready():
+            return "server not ready"
+        waiting = [m for m in models if not client.is_model_ready(m)]
+        return f"models not ready: {waiting}" if waiting else None
+
     try:
-        while time.monotonic() < deadline:
-            check_alive(proc, "tritonserver", log)
-            try:
-                if client.is_server_ready():
-                    waiting = [m for m in models if not client.is_model_ready(m)]
-                    if not waiting:
-                        return
-                    last = f"models not ready: {waiting}"
-                else:
-                    last = "server not ready"
-            except Exception as exc:  # noqa: BLE001 - connection refused, reset, timeouts
-                last = repr(exc)
-            time.sleep(0.25)
+        wait_ready(
+            serving,
+            timeout_s=timeout,
+            what=f"triton on {HOST}:{http_port}",
+            # connection refused, reset, timeouts
+            errors=(Exception,),
+            proc=proc,
+            proc_name="tritonserver",
+            log=log,
+        )
     finally:
         client.close()
-    raise TimeoutError(f"triton on {HOST}:{http_port} not ready after {timeout}s: {last}")
+
+
+@dataclass(frozen=True)
+class RunningTriton:
+    """A Triton `triton_on_free_ports` started: its process, ports and log."""
+
+    proc: subprocess.Popen[bytes]
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    log: Path
+    ready_s: float  # from the start to every awaited model ready
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{HOST}:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{HOST}:{self.metrics_port}/metrics"
+
+
+@contextmanager
+def triton_on_free_ports(
+    model_repository: Path,
+    *,
+    log: Path,
+    ready: Sequence[str] | None = None,
+    models: Sequence[str] | None = None,
+    env_extra: dict[str, str] | None = None,
+    timeout_s: float = 180.0,
+    stop_timeout_s: float = 10.0,
+) -> Iterator[RunningTriton]:
+    """A Triton of its own, as the tests and benchmarks run one beside (or without) a
+    stack: ``start_triton`` on three free ports, waited for until ``ready`` (by default
+    ``models``) are ready, stopped when the block ends however it ends. ``models``: load
+    only these (None: the whole repository). A server that exits or never comes up fails
+    with its log's tail."""
+    http_port, grpc_port, metrics_port = free_ports(3)
+    started = time.monotonic()
+    proc = start_triton(
+        model_repository=model_repository,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        log=log,
+        env_extra=env_extra,
+        models=models,
+    )
+    try:
+        awaited = list(ready if ready is not None else models or [])
+        wait_triton(http_port, awaited, timeout_s, proc=proc, log=log)
+        ready_s = time.monotonic() - started
+        yield RunningTriton(proc, http_port, grpc_port, metrics_port, Path(log), ready_s)
+    finally:
+        stop(proc, stop_timeout_s)
