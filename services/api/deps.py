@@ -8,8 +8,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from services.context import Context
-from services.worker import bootstrap
+from services.common import Context, bootstrap
 
 __all__ = ["Authorised", "Ctx", "context"]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from rsieve.adapters.metrics import JsonFormatter
 from rsieve.settings import Settings
-from services.worker import bootstrap
+from services.common import bootstrap
 
 
 def beat_schedule(settings: Settings) -> dict[str, Any]:

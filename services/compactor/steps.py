@@ -56,7 +56,7 @@ from rsieve.run.partitions import (
     sorted_lines,
 )
 from rsieve.schemas import STAGES, Outcome, Quarantined
-from services.context import Context
+from services.common import Context
 
 EXAMPLES = 3  # rows per split shown on the card
 
