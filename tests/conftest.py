@@ -71,6 +71,7 @@ _TIER_MODULES = {
     "unit/test_k8s_manifests.py": ("deploy",),
     "unit/test_k8s_watch.py": ("deploy",),
     "unit/test_models_chat.py": ("model",),
+    "unit/test_purity_embedder.py": ("model",),
     "unit/test_trainer_collation.py": ("model",),
     "unit/test_training_loop_trainers.py": ("model",),
     "unit/test_verl_layout.py": ("model",),

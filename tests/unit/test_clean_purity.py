@@ -90,24 +90,6 @@ def test_multiple_choice_with_options_is_on_task() -> None:
     assert got.rule_of_line == {1: "template_on", 2: "unsettled"}
 
 
-def test_real_embedding_model_separates_general_vqa() -> None:
-    from rsieve.adapters.embedder import load_embedder
-
-    paraphrases = [
-        "Copy the lettering of this crop.",
-        "Give the lettering shown here.",
-        "Key in the lettering from this crop.",
-        "Provide the exact lettering in this crop.",
-    ]
-    qs = [PurityQuestion(i + 1, paraphrases[i % 4]) for i in range(24)]
-    qs += [PurityQuestion(100 + i, q) for i, q in enumerate(GENERAL_VQA[3:])]
-    got = measure_purity(
-        "Lettering", "anls", qs, threshold=0.05, min_items=20, embed=load_embedder()
-    )
-    assert got.dropped_lines == [100, 101, 102]
-    assert got.by_rule == {"embedding_off": 3, "embedding_on": 24}
-
-
 def _line(i: int, **kw: object) -> dict[str, object]:
     sha = hashlib.sha256(str(kw.get("image", "a.png")).encode()).hexdigest()
     rec = {

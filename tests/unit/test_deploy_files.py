@@ -1068,7 +1068,10 @@ def test_api_healthcheck_asks_healthz() -> None:
         port = server.server_address[1]
         ok = healthcheck(api.pid, RSIEVE_API_URL=f"http://0.0.0.0:{port}")
         assert ok.returncode == 0, ok.stderr
+        # Closed, not only stopped: a socket still listening would be asked until the
+        # check's own 5 s timeout.
         server.shutdown()
+        server.server_close()
         down = healthcheck(api.pid, RSIEVE_API_URL=f"http://0.0.0.0:{port}")
         assert down.returncode == 1 and "unhealthy" in down.stderr
     finally:

@@ -79,22 +79,41 @@ def test_prefetch_is_the_open_shards_plus_one_while_hungry(feeder: Feeder) -> No
     assert _until(lambda: qos.value == 1)
 
 
-def test_intake_waits_for_room_one_shard_at_a_time(feeder: Feeder) -> None:
+class WatchedFeeder(Feeder):
+    """A feeder that says when a shard asked for room and was refused: proof that intake
+    looked and waited, with no number of seconds."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings, registry=None)
+        self.refused = threading.Event()
+
+    @property
+    def hungry(self) -> bool:
+        room = super().hungry
+        if not room:
+            self.refused.set()
+        return room
+
+
+def test_intake_waits_for_room_one_shard_at_a_time() -> None:
+    feeder = WatchedFeeder(Settings(max_inflight=4))
     entered: list[int] = []
 
     def take(n: int) -> None:
         with feeder.intake(4) as arrived:
             entered.append(n)
-            time.sleep(0.2)
             arrived()
 
-    first = feeder.intake(4)
-    first.__enter__()  # 4 pending: the share is full
-    waiter = threading.Thread(target=take, args=(2,))
-    waiter.start()
-    time.sleep(0.1)
-    assert entered == []  # no room
-    first.__exit__(None, None, None)  # its items reached the gate (and were answered)
-    waiter.join(2)
-    assert entered == [2]
-    assert feeder.pending == 0 and feeder.open == 0
+    try:
+        first = feeder.intake(4)
+        first.__enter__()  # 4 pending: the share is full
+        waiter = threading.Thread(target=take, args=(2,))
+        waiter.start()
+        assert _until(lambda: feeder.refused.is_set() or bool(entered))
+        assert feeder.refused.is_set() and entered == []  # it asked, found no room, waits
+        first.__exit__(None, None, None)  # its items reached the gate (and were answered)
+        waiter.join(2)
+        assert entered == [2]
+        assert feeder.pending == 0 and feeder.open == 0
+    finally:
+        feeder.close()
