@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     from rsieve.adapters.storage import S3Store
     from rsieve.dataset.audit import audit_run
     from rsieve_cli.client import upload, wait_for_run
-    from services.common import bootstrap
+    from services.worker import bootstrap
 
     figures: dict[str, Any] = {}
     failures: list[str] = []

@@ -18,18 +18,18 @@ from rsieve.rewards import INTERFACES, Parity, disagreements
 from rsieve_cli.shell import context
 
 if TYPE_CHECKING:
-    from services.common import Context
+    from services.runs import StageContext
 
 SHOWN = 20  # differing samples printed per run
 
 
-def run_parity(ctx: Context, run: str) -> Parity:
+def run_parity(ctx: StageContext, run: str) -> Parity:
     """Every judged sample of `run` under the run's own training rules."""
-    policy = ctx.run_settings(run).training_policy()
+    from services import runs
+
+    policy = runs.run_settings(ctx, run).training_policy()
     outcomes = [
-        outcome
-        for shard in sorted(ctx.stored_shards(run, "judge"))
-        for outcome in ctx.load(run, "judge", shard).outcomes
+        outcome for out in runs.stage_outputs(ctx, run, "judge") for outcome in out.outcomes
     ]
     return disagreements(outcomes, lambda item: policy.rule_for(item.family, item.protocol))
 

@@ -36,10 +36,10 @@ from rsieve.schemas import ShardOutput
 from rsieve.settings import Settings
 from services.api.submission import submit
 from services.cleaner.tasks import register as c
-from services.common import bootstrap
 from services.compactor.tasks import register as k
 from services.judge.tasks import register as j
 from services.verifier.tasks import register as v
+from services.worker import bootstrap
 from tests.fakes import MemoryStore, Sent
 
 print("rsieve from", rsieve.__file__, file=sys.stderr)

@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 from pydantic import ValidationError
@@ -28,17 +28,16 @@ from rsieve.errors import NotFoundError
 from rsieve.generate.generation import ModelInfo, ModelReply
 from rsieve.generate.progress import ShardProgress, asked_digest, resumed
 from rsieve.run.limits import ewma, limit_ceiling, shard_time_limit
-
-if TYPE_CHECKING:
-    from services.common import Context
+from rsieve.schemas import STAGE_TASKS
+from services.stage_context import StageContext
 
 log = logging.getLogger("rsieve")
 
 # The tasks whose limit follows their model's pace, by the stage whose pace it is.
-PACED = {"rsieve.generate": "generate", "rsieve.judge": "judge"}
+PACED = {STAGE_TASKS[stage]: stage for stage in ("generate", "judge")}
 
 
-def observe_pace(ctx: Context, stage: str, seconds: float, items: int) -> None:
+def observe_pace(ctx: StageContext, stage: str, seconds: float, items: int) -> None:
     """One more observation of `stage`'s pace: `items` answered in `seconds`. Never fails
     the shard (Redis down: not recorded)."""
     if items <= 0 or seconds <= 0:
@@ -55,7 +54,7 @@ def observe_pace(ctx: Context, stage: str, seconds: float, items: int) -> None:
         log.warning("pace of %s not recorded: %s", stage, exc)
 
 
-def pace(ctx: Context, stage: str) -> float | None:
+def pace(ctx: StageContext, stage: str) -> float | None:
     """`stage`'s observed seconds per item; None when none was observed."""
     try:
         value = ctx.redis.get(redis_keys.pace(stage))
@@ -64,7 +63,7 @@ def pace(ctx: Context, stage: str) -> float | None:
         return None
 
 
-def time_limit(ctx: Context, task: str, kwargs: dict[str, Any]) -> int | None:
+def time_limit(ctx: StageContext, task: str, kwargs: dict[str, Any]) -> int | None:
     """The hard time limit of `task` sent with `kwargs`: for a generate or judge shard, from
     its stage's pace and its lines; None (the app's task_time_limit_s) for any other."""
     stage, lines = PACED.get(task), kwargs.get("lines")
@@ -88,7 +87,7 @@ class Progress:
     each batch returns (from any thread)."""
 
     def __init__(
-        self, ctx: Context, run: str, stage: str, shard: str, identities: Sequence[str]
+        self, ctx: StageContext, run: str, stage: str, shard: str, identities: Sequence[str]
     ) -> None:
         self.ctx, self.run, self.stage, self.shard = ctx, run, stage, shard
         self.key = keys.progress(run, stage, shard)

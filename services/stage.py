@@ -1,6 +1,7 @@
 """The stage task machinery every service's tasks run on: the base task class (late acks,
 transient failures retried with backoff, Redis unreachable requeues the shard, metrics of
-every task) and per-item poison isolation (ItemGuard). services/common.py wires them."""
+every task) and per-item poison isolation (ItemGuard). Typed against StageContext
+(services/stage_context.py); services/context.py wires them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import os
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import redis
 from celery import Celery
@@ -27,12 +28,10 @@ from rsieve.run.failures import (
     bisect,
     stage_error_detail,
 )
-from rsieve.schemas import Quarantined, ShardOutput
+from rsieve.schemas import STAGE_TASKS, Quarantined, ShardOutput
 from services.liveness import Held
 from services.progress import PACED
-
-if TYPE_CHECKING:
-    from services.common import Context
+from services.stage_context import StageContext
 
 log = logging.getLogger("rsieve")
 
@@ -69,7 +68,7 @@ class StageTask(Held):
 
     # The Context that registered the task (Context.task passes it); None on a task made
     # without one, which then fails as Celery's tasks do.
-    rsieve_ctx: Context | None = None
+    rsieve_ctx: StageContext | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         ctx, run = self.rsieve_ctx, kwargs.get("run")
@@ -79,7 +78,7 @@ class StageTask(Held):
                 return None
             return super().__call__(*args, **kwargs)
         except CorruptOutputError as exc:
-            # What it read was moved aside and its stage sent again (Context.redo), which
+            # What it read was moved aside and its stage sent again (services.outputs.redo), which
             # sends this stage again after it: this delivery ends here, acked, not failed.
             log.warning("%s: %s; its stage is redone", self.name, exc)
             return None
@@ -96,7 +95,7 @@ class StageTask(Held):
                 raise
             return self._failed(ctx, run, kwargs, exc)
 
-    def _failed(self, ctx: Context, run: str, kwargs: dict[str, Any], exc: Exception) -> None:
+    def _failed(self, ctx: StageContext, run: str, kwargs: dict[str, Any], exc: Exception) -> None:
         """A try that raised (a transient error past its own retries included): tried again
         with backoff up to `stage_error_retries` times, then once more with its items
         isolated (ItemGuard); past that, or when every item failed, the run stops."""
@@ -212,7 +211,7 @@ def _safely(fn: Callable[[], Any]) -> None:
         log.warning("metrics not recorded: %s", exc)
 
 
-def observe_shard(ctx: Context, out: ShardOutput) -> None:
+def observe_shard(ctx: StageContext, out: ShardOutput) -> None:
     """Counters and run progress for a stored stage output; quarantines logged by item."""
     _safely(lambda: ctx.metrics.record_shard(out))
     for q in out.quarantined:
@@ -225,7 +224,7 @@ def observe_shard(ctx: Context, out: ShardOutput) -> None:
 # --- failures: errors counted per run, a stopped run ------------------------------------
 # Redis, per run: tries that raised by task and shard; why the run stopped (its flag, read
 # by every task); which task and shard stopped it (for status). runs/<run>/failed.json is
-# the record that outlives Redis. `Context.reconcile` (`rsieve reconcile`) clears them all.
+# the record that outlives Redis. `services.runs.reconcile` (`rsieve reconcile`) clears them all.
 
 
 def error_field(task: str, kwargs: dict[str, Any]) -> str:
@@ -237,7 +236,7 @@ def error_field(task: str, kwargs: dict[str, Any]) -> str:
     return f"{task}:{rest}"
 
 
-def record_error(ctx: Context, run: str, field: str) -> int:
+def record_error(ctx: StageContext, run: str, field: str) -> int:
     """Count one more try of `field` that raised; how many have."""
     pipe = ctx.redis.pipeline(transaction=False)
     pipe.hincrby(redis_keys.run_errors(run), field, 1)
@@ -245,11 +244,11 @@ def record_error(ctx: Context, run: str, field: str) -> int:
     return int(pipe.execute()[0])
 
 
-def errors_of(ctx: Context, run: str, field: str) -> int:
+def errors_of(ctx: StageContext, run: str, field: str) -> int:
     return int(ctx.redis.hget(redis_keys.run_errors(run), field) or 0)
 
 
-def stopped(ctx: Context, run: str) -> bool:
+def stopped(ctx: StageContext, run: str) -> bool:
     """Whether the run is stopped; False while Redis cannot say (the task then meets the
     outage where it needs Redis, and its shard is requeued as for any outage)."""
     try:
@@ -258,7 +257,7 @@ def stopped(ctx: Context, run: str) -> bool:
         return False
 
 
-def stop_run(ctx: Context, failure: RunFailure) -> None:
+def stop_run(ctx: StageContext, failure: RunFailure) -> None:
     """The run stops: its record stored, its flag set (every task of it is skipped until it
     is resumed), counted and logged."""
     ctx.store.put(
@@ -278,7 +277,7 @@ def stop_run(ctx: Context, failure: RunFailure) -> None:
     log.error("run %s stopped: %s", failure.run, failure.reason())
 
 
-def clear_stop(ctx: Context, run: str) -> None:
+def clear_stop(ctx: StageContext, run: str) -> None:
     """What a resume clears: the run's stop, its failed record and its counted errors."""
     ctx.redis.delete(
         redis_keys.run_stopped(run), redis_keys.run_failed(run), redis_keys.run_errors(run)
@@ -301,7 +300,7 @@ class ItemGuard:
     `stage_error` with the stage, the exception and the rsieve version. When every item
     raises, the shard's failure is not the items': EveryItemFailed stops the run."""
 
-    def __init__(self, ctx: Context, task: str, run: str, shard: str) -> None:
+    def __init__(self, ctx: StageContext, task: str, run: str, shard: str) -> None:
         self._ctx = ctx
         self._redis = ctx.redis
         self.task, self.run_id, self.shard = task, run, shard
@@ -309,7 +308,7 @@ class ItemGuard:
         delivered = redis_keys.deliveries(task, run, shard)
         self.deliveries = int(self._redis.incr(delivered))
         self._redis.expire(delivered, redis_keys.KEPT_S)
-        raised = errors_of(ctx, run, error_field(f"rsieve.{task}", {"shard": shard}))
+        raised = errors_of(ctx, run, error_field(STAGE_TASKS[task], {"shard": shard}))
         # A delivery that raised came back by a retry, not by a dead worker: only the rest
         # count towards max_deliveries.
         self.crashing = self.deliveries - raised > ctx.settings.max_deliveries
@@ -326,7 +325,7 @@ class ItemGuard:
         return EveryItemFailed(
             RunFailure(
                 run=self.run_id,
-                task=f"rsieve.{self.task}",
+                task=STAGE_TASKS[self.task],
                 shard=self.shard,
                 error=type(exc).__name__,
                 message=" ".join(str(exc).split())[:DETAIL_MAX_CHARS],

@@ -1,4 +1,4 @@
-"""Fakes for `services.common.bootstrap` (unit tests of the services' logic, no stack):
+"""Fakes for `services.worker.bootstrap` (unit tests of the services' logic, no stack):
 an in-memory object store that keeps the `ObjectStore` protocol, and a recorder of the
 tasks a stage enqueues. Redis is fakeredis's."""
 

@@ -1,6 +1,6 @@
 """The one in-process stack of the suite's fast tier (docs/testing.md): every service's
 registered task (cleaner, generator, verifier, judge, compactor) and the API's `submit`,
-wired by the one bootstrap (`services.common.bootstrap`) with fakes: an in-memory object
+wired by the one bootstrap (`services.worker.bootstrap`) with fakes: an in-memory object
 store (tests/fakes.py), fakeredis, a recorder of what each stage enqueues, and models
 given in Python. `run` drives a pool through ingest, clean, generate, verify, judge and
 compaction by draining what the stages enqueue, in order, as the workers would.
@@ -30,11 +30,12 @@ from rsieve.settings import Settings
 from rsieve_cli.local.replay import replay_key
 from services.api.submission import submit
 from services.cleaner.tasks import register as clean_tasks
-from services.common import Context, bootstrap
 from services.compactor.tasks import register as compact_tasks
+from services.context import Context
 from services.generator.tasks import register as generate_tasks
 from services.judge.tasks import register as judge_tasks
 from services.verifier.tasks import register as verify_tasks
+from services.worker import bootstrap
 from tests.fakes import MemoryStore, Sent
 
 STAGES = ("clean", "generate", "verify", "judge")

@@ -8,7 +8,8 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from services.common import Context, bootstrap
+from services.context import Context
+from services.worker import bootstrap
 
 __all__ = ["Authorised", "Ctx", "context"]
 

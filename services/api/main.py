@@ -15,7 +15,7 @@ from rsieve.errors import CorruptOutputError, NotFoundError, PermanentError, Ret
 from rsieve.settings import API_TOKEN_MIN_CHARS, api_token_problem, get_settings
 from services.api.asgi import Authorise, BodyLimit, SecurityHeaders, UploadSlots, page_csp
 from services.api.routes import datasets, ops, review, runs
-from services.common import Context
+from services.context import Context
 
 __all__ = ["create_app"]
 

@@ -10,7 +10,7 @@ from typing import Any
 from rsieve import keys
 from rsieve.errors import NotFoundError
 from rsieve.schemas import ImageRef, Outcome, ShardOutput
-from services.common import Context
+from services.context import Context
 
 # --- review -------------------------------------------------------------------------------
 

@@ -9,7 +9,6 @@ services/api/submission.py; the review page's data services/api/reviews.py."""
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections import Counter
 from typing import Any, Literal
@@ -22,12 +21,10 @@ from rsieve.adapters.holdings import Holdings
 from rsieve.adapters.metrics import progress
 from rsieve.errors import NotFoundError
 from rsieve.run.holdings import run_liveness, stage_eta
-from rsieve.schemas import DATASET_PATTERN, STAGES, RunSpec
+from rsieve.run.submission import is_run_id
+from rsieve.schemas import STAGES, RunSpec
 from services.api.models import StageProgress
-from services.common import Context
-
-RUN_PATTERN = re.compile(DATASET_PATTERN.removesuffix("$") + r"-[0-9a-f]{12}$")  # run_id
-
+from services.context import Context
 
 WRITE_ONCE_KEPT = 4096  # write-once objects an API process keeps in memory
 
@@ -43,7 +40,7 @@ def _write_once(ctx: Context, key: str) -> bytes:
 
 
 def spec(ctx: Context, run: str) -> RunSpec:
-    if not RUN_PATTERN.match(run):
+    if not is_run_id(run):
         raise HTTPException(404, f"no run {run!r}")
     try:
         return RunSpec.model_validate_json(_write_once(ctx, keys.run_spec(run)))

@@ -23,7 +23,7 @@ from rsieve.run.packs import INDEX as PACK_INDEX
 from rsieve.run.packs import INDEX_BUCKETS, index_bucket_key, read_index
 from rsieve.run.submission import ITEMS, REFUSED, digest_of
 from rsieve.run.watch import COMPLETE
-from services.common import Context
+from services.context import Context
 
 
 def submit(

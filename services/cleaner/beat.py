@@ -13,7 +13,7 @@ from typing import Any
 
 from rsieve.adapters.metrics import JsonFormatter
 from rsieve.settings import Settings
-from services.common import bootstrap
+from services.worker import bootstrap
 
 
 def beat_schedule(settings: Settings) -> dict[str, Any]:

@@ -52,7 +52,7 @@ from rsieve.run.submission import ITEMS, REFUSED
 from rsieve.schemas import ImageRef
 from services.cleaner.screen import load_screen
 from services.cleaner.sources import pack_index, resolver
-from services.common import Context
+from services.context import Context
 
 __all__ = [
     "ROUNDS",

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from rsieve import keys
 from rsieve.clean.decontam import EvalSet, Screen, read_dataset_keys
-from services.common import Context
+from services.context import Context
 
 
 def load_screen(

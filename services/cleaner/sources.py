@@ -18,7 +18,7 @@ from rsieve.clean.provenance import Resolution, SourceRef
 from rsieve.errors import NotFoundError, PermanentError
 from rsieve.run.packs import INDEX, PackIndex, read_index
 from rsieve.settings import Settings
-from services.common import Context
+from services.context import Context
 
 __all__ = ["StackResolver", "pack_index", "resolver"]
 

@@ -16,7 +16,7 @@ from rsieve import keys, redis_keys
 from rsieve.adapters.metrics import progress
 from rsieve.dataset.audit import stalled
 from rsieve.schemas import STAGES
-from services.common import Context
+from services.context import Context
 from services.stage import stopped
 
 log = logging.getLogger("rsieve")

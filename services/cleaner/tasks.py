@@ -23,7 +23,7 @@ from services.cleaner import ingest as ingest_steps
 from services.cleaner.sources import resolver
 from services.cleaner.sweep import register_sweep
 from services.cleaner.watch import register_watch
-from services.common import Context
+from services.context import Context
 
 
 def register(ctx: Context) -> None:

@@ -20,7 +20,7 @@ from rsieve.clean.cleaning import pool_image_path
 from rsieve.errors import ConflictError, PermanentError
 from rsieve.run.submission import RECORD_SUFFIXES
 from rsieve.run.watch import COMPLETE, TAKEN, pool_folders, readiness, watch_prefix
-from services.common import Context
+from services.context import Context
 
 log = logging.getLogger("rsieve")
 
@@ -102,7 +102,7 @@ def _take(ctx: Context, folder: str, sizes: dict[str, int]) -> dict[str, Any]:
         except PermanentError as exc:  # not a pool: taken once, with the reason
             return marker | {"error": str(exc)[:500]}
     pool_sha, dataset = pool_uri.rstrip("/").rsplit("/", 1)[1], s.watch_dataset
-    try:  # as POST /runs: the same id, the same dataset check (services.common.create_run)
+    try:  # as POST /runs: the same id, the same dataset check (services.runs.create_run)
         run = ctx.create_run(
             pool_uri=pool_uri,
             pool_sha256=pool_sha,

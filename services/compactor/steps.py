@@ -56,7 +56,7 @@ from rsieve.run.partitions import (
     sorted_lines,
 )
 from rsieve.schemas import STAGES, Outcome, Quarantined
-from services.common import Context
+from services.context import Context
 
 EXAMPLES = 3  # rows per split shown on the card
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from rsieve import keys, redis_keys
 from rsieve.errors import CorruptOutputError
-from services.common import Context
 from services.compactor import steps
+from services.context import Context
 
 
 def register(ctx: Context) -> None:

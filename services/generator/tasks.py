@@ -14,13 +14,14 @@ short of waiting work.
 A worker that dies (a crash, SIGKILL) takes its open shards with it: their messages are
 unacked and come back after the visibility timeout; an item that kills the worker each time
 is isolated by ItemGuard after `max_deliveries`. Redis restarted or unreachable mid-shard:
-the shard goes back to the queue (StageTask, services/common.py).
+the shard goes back to the queue (StageTask, services/stage.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from rsieve import keys
 from rsieve.adapters.model import ModelInfo, ModelRequest
@@ -44,16 +45,17 @@ from rsieve.judge.cascade import verify_generation
 from rsieve.schemas import Generation, Item, Quarantined, ShardOutput
 from rsieve.settings import Settings
 from rsieve.verify import TrainingPolicy
-from services.common import Context
+from services.context import Context
 from services.generator.feeder import Feeder, Intake
 from services.progress import Progress
+from services.stage import ItemGuard
+
+Entry = tuple[tuple[Item, PreparedImage], Draw | None]  # one sample: the item, its draw
+Answer = ModelReply | Quarantined | Exception
 
 
 def _passed(
-    entry: tuple[tuple[Item, PreparedImage], Draw | None],
-    reply: ModelReply | Quarantined | Exception,
-    info: ModelInfo | None,
-    policy: TrainingPolicy,
+    entry: Entry, reply: Answer, info: ModelInfo | None, policy: TrainingPolicy
 ) -> bool | None:
     """Whether a sample passed the verifier, as the verifier will judge it (adaptive
     best-of-n stops on it); None when its call failed."""
@@ -69,108 +71,155 @@ def register(ctx: Context) -> None:
     ctx.app.steps["consumer"].add(Intake)
     preload_chat_template(ctx.settings.generator_tokenizer)
 
-    def prepared(data: bytes | None) -> PreparedImage | ImageError | None:
-        """The bytes the model gets; re-encoded ones are stored content-addressed, so
-        what the model saw can be fetched by its hash."""
-        s = ctx.settings
-        if data is None:
-            return None
-        try:
-            image = prepare_image(data, max_side=s.image_max_side, max_pixels=s.image_max_pixels)
-        except ImageError as exc:
-            return exc
-        if image.reencoded and not ctx.store.exists(keys.image(image.sha256)):
-            ctx.store.put(keys.image(image.sha256), image.data, content_type="image/png")
-        return image
-
-    def ask_blind(
-        s: Settings, model: AsyncModel, generations: list[Generation]
-    ) -> list[Generation]:
-        """The blind pass (rsieve.judge.blind): the accepted items asked again without
-        their image, through the same gate. Not stored as progress: a redelivery asks
-        them again."""
-        asks = blind_asks(generations, s.training_policy(), s.circular)
-        if not asks:
-            return generations
-        requests = [ModelRequest(a.generation.item.question, None, a.generation.seed) for a in asks]
-        replies = feeder.run(model.generate_many_async(requests))
-        passes = blind_passes(asks, replies, s.training_policy(), s.blind_policy)
-        return with_blind(generations, passes)
-
     @ctx.task("rsieve.generate")
     def generate(run: str, shard: str, lines: int) -> None:
         if not ctx.done(run, "generate", shard):
             with feeder.intake(lines) as arrived:
-                out, progress = generate_shard(run, shard, lines, arrived)
+                out, progress = generate_shard(ctx, feeder, run, shard, lines, arrived)
             ctx.save(out)
             progress.clear()
         ctx.next("rsieve.verify", run=run, shard=shard, lines=lines)
 
-    def generate_shard(
-        run: str, shard: str, lines: int, arrived: Callable[[], None]
-    ) -> tuple[ShardOutput, Progress]:
-        s = ctx.run_settings(run)  # the run's own sampling (best-of-n)
-        items = ctx.load(run, "clean", shard).items
-        # A few ranged reads of the pool's packs: the model waits on this between shards.
-        raw = ctx.images(items)
-        ready, quarantined = ready_items(
-            items, {sha: prepared(raw.get(sha)) for sha in {i.image_sha256 for i in items}}
+
+def prepared(ctx: Context, data: bytes | None) -> PreparedImage | ImageError | None:
+    """The bytes the model gets; re-encoded ones are stored content-addressed, so
+    what the model saw can be fetched by its hash."""
+    s = ctx.settings
+    if data is None:
+        return None
+    try:
+        image = prepare_image(data, max_side=s.image_max_side, max_pixels=s.image_max_pixels)
+    except ImageError as exc:
+        return exc
+    if image.reencoded and not ctx.store.exists(keys.image(image.sha256)):
+        ctx.store.put(keys.image(image.sha256), image.data, content_type="image/png")
+    return image
+
+
+def ask_blind(
+    feeder: Feeder, s: Settings, model: AsyncModel, generations: list[Generation]
+) -> list[Generation]:
+    """The blind pass (rsieve.judge.blind): the accepted items asked again without
+    their image, through the same gate. Not stored as progress: a redelivery asks
+    them again."""
+    asks = blind_asks(generations, s.training_policy(), s.circular)
+    if not asks:
+        return generations
+    requests = [ModelRequest(a.generation.item.question, None, a.generation.seed) for a in asks]
+    replies = feeder.run(model.generate_many_async(requests))
+    passes = blind_passes(asks, replies, s.training_policy(), s.blind_policy)
+    return with_blind(generations, passes)
+
+
+def generate_shard(
+    ctx: Context, feeder: Feeder, run: str, shard: str, lines: int, arrived: Callable[[], None]
+) -> tuple[ShardOutput, Progress]:
+    """One shard generated: its items' images read and prepared, every sample asked
+    (`ShardAsking`, round by round as adaptive best-of-n decides), recorded, and the blind
+    pass asked of what passed."""
+    s = ctx.run_settings(run)  # the run's own sampling (best-of-n)
+    items = ctx.load(run, "clean", shard).items
+    # A few ranged reads of the pool's packs: the model waits on this between shards.
+    raw = ctx.images(items)
+    ready, quarantined = ready_items(
+        items, {sha: prepared(ctx, raw.get(sha)) for sha in {i.image_sha256 for i in items}}
+    )
+
+    def on_ready(info: ModelInfo) -> None:
+        feeder.sized(engine_url(s, "generator"), info)
+        arrived()
+
+    model = ctx.generator_model(feeder.gate, on_ready, s)
+    asked, draws = sampled(ready, s.samples, s.seed, s.circular)  # best-of-n
+    entries = list(zip(asked, draws, strict=True))
+    # What a redelivery of this shard may reuse: the replies an earlier delivery stored
+    # as its batches returned (services/progress.py); only the rest is asked.
+    progress = Progress(
+        ctx,
+        run,
+        "generate",
+        shard,
+        [f"{i.line}:{i.id}:{im.sha256}:{d.seed if d else ''}" for (i, im), d in entries],
+    )
+    guard = partial(ctx.guard, "generate", run, shard)  # one per round asked
+    asking = ShardAsking(guard, feeder, model, entries, progress)
+    replies = asking.rounds(s, len(ready))
+    order = sorted(replies)
+    info = model.info or progress.info  # nothing left to ask: what answered before
+    generations, failed = record_generations(
+        [entries[k][0] for k in order],
+        [replies[k] for k in order],
+        info,
+        [entries[k][1] for k in order],
+    )
+    if s.blind_pass:
+        generations = ask_blind(feeder, s, model, generations)
+    out = ShardOutput(
+        run=run,
+        shard=shard,
+        stage="generate",
+        lines=lines,
+        generations=generations,
+        quarantined=quarantined + failed,
+    )
+    return out, progress
+
+
+class ShardAsking:
+    """One delivery's asking of a shard's samples (`entries`) through the feeder's gate:
+    replies stored as each batch returns (`progress`), items isolated by the shard's
+    guard (`guard` makes one per round asked, as each counts a delivery), rounds decided by
+    adaptive best-of-n (`rounds`)."""
+
+    def __init__(
+        self,
+        guard: Callable[[], ItemGuard],
+        feeder: Feeder,
+        model: AsyncModel,
+        entries: list[Entry],
+        progress: Progress,
+    ) -> None:
+        self.guard, self.feeder, self.model = guard, feeder, model
+        self.entries, self.progress = entries, progress
+
+    async def ask(self, positions: list[int]) -> list[ModelReply | Exception]:
+        # One request per item and round: its samples, answered with vLLM's `n` where
+        # the engine takes it (one prefill), else back to back.
+        answers = await self.model.generate_many_async(round_requests(self.entries, positions))
+        await asyncio.to_thread(self.progress.record, positions, answers, self.model.info)
+        return answers
+
+    async def ask_all(self, positions: Sequence[int], batch: int) -> list[ModelReply | Exception]:
+        # Every batch in flight at once (created in order: FIFO at the gate), each
+        # stored as it returns.
+        tasks = [asyncio.ensure_future(self.ask(part)) for part in batches(positions, batch)]
+        try:
+            got = await asyncio.gather(*tasks)
+        except BaseException:
+            # One batch failed (the shard is retried): the others stop, as one call's
+            # requests do, and free their slots at the gate.
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        return [answer for part in got for answer in part]
+
+    def answer(self, positions: list[int], batch: int) -> dict[int, Answer]:
+        found = self.guard().batch(
+            positions,
+            lambda part: self.feeder.run(self.ask_all(part, batch)),
+            poisoned=lambda k: poisoned_item(self.entries[k][0][0]),
+            key=lambda k: self.entries[k][0][0].line,
         )
+        return dict(zip(positions, found, strict=True))
 
-        def on_ready(info: ModelInfo) -> None:
-            feeder.sized(engine_url(s, "generator"), info)
-            arrived()
-
-        model = ctx.generator_model(feeder.gate, on_ready, s)
-        asked, draws = sampled(ready, s.samples, s.seed, s.circular)  # best-of-n
-        entries = list(zip(asked, draws, strict=True))
-        counts = [max(1, s.samples)] * len(ready)  # each item's samples, laid out in order
+    def rounds(self, s: Settings, items: int) -> dict[int, Answer]:
+        """Every sample's reply, by position: the stored ones reused, the rest asked round
+        by round until adaptive best-of-n (s: the run's settings) asks nothing more."""
+        entries, progress, model = self.entries, self.progress, self.model
+        counts = [max(1, s.samples)] * items  # each item's samples, laid out in order
         rule, policy = adaptive_of(s), s.training_policy()
-        # What a redelivery of this shard may reuse: the replies an earlier delivery stored
-        # as its batches returned (services/progress.py); only the rest is asked.
-        progress = Progress(
-            ctx,
-            run,
-            "generate",
-            shard,
-            [f"{i.line}:{i.id}:{im.sha256}:{d.seed if d else ''}" for (i, im), d in entries],
-        )
-
-        async def ask(positions: list[int]) -> list[ModelReply | Exception]:
-            # One request per item and round: its samples, answered with vLLM's `n` where
-            # the engine takes it (one prefill), else back to back.
-            answers = await model.generate_many_async(round_requests(entries, positions))
-            await asyncio.to_thread(progress.record, positions, answers, model.info)
-            return answers
-
-        async def ask_all(positions: Sequence[int]) -> list[ModelReply | Exception]:
-            # Every batch in flight at once (created in order: FIFO at the gate), each
-            # stored as it returns.
-            tasks = [
-                asyncio.ensure_future(ask(part))
-                for part in batches(positions, s.progress_batch_items)
-            ]
-            try:
-                got = await asyncio.gather(*tasks)
-            except BaseException:
-                # One batch failed (the shard is retried): the others stop, as one call's
-                # requests do, and free their slots at the gate.
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                raise
-            return [answer for part in got for answer in part]
-
-        def answer(positions: list[int]) -> dict[int, ModelReply | Quarantined | Exception]:
-            found = ctx.guard("generate", run, shard).batch(
-                positions,
-                lambda part: feeder.run(ask_all(part)),
-                poisoned=lambda k: poisoned_item(entries[k][0][0]),
-                key=lambda k: entries[k][0][0].line,
-            )
-            return dict(zip(positions, found, strict=True))
-
-        replies: dict[int, ModelReply | Quarantined | Exception] = dict(progress.replies)
+        replies: dict[int, Answer] = dict(progress.replies)
         verdicts: dict[int, bool | None] = {}
         stale = progress.reused and progress.info is not None
         while True:
@@ -192,21 +241,5 @@ def register(ctx: Context) -> None:
                 if entries[k][0][0].line not in poisoned
             ]
             if not todo:
-                break
-            replies |= answer(todo)
-        order = sorted(replies)
-        asked = [entries[k][0] for k in order]
-        draws = [entries[k][1] for k in order]
-        info = model.info or progress.info  # nothing left to ask: what answered before
-        generations, failed = record_generations(asked, [replies[k] for k in order], info, draws)
-        if s.blind_pass:
-            generations = ask_blind(s, model, generations)
-        out = ShardOutput(
-            run=run,
-            shard=shard,
-            stage="generate",
-            lines=lines,
-            generations=generations,
-            quarantined=quarantined + failed,
-        )
-        return out, progress
+                return replies
+            replies |= self.answer(todo, s.progress_batch_items)

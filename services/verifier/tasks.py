@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rsieve.judge.cascade import verify_generation
 from rsieve.schemas import Generation, Outcome, Quarantined, ShardOutput
-from services.common import Context
+from services.context import Context
 
 
 def register(ctx: Context) -> None:

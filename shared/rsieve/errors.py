@@ -43,7 +43,7 @@ class ConflictError(PermanentError):
 class CorruptOutputError(RsieveError):
     """A stored stage output that is not what its writer stored (rsieve.envelope). Raised
     once the object is moved aside and the writer's stage is sent again for its shard
-    (services/common.py, Context.redo): the task that read it ends, not fails; the redo
+    (services/outputs.py, redo): the task that read it ends, not fails; the redo
     sends the stages after it again."""
 
     def __init__(self, key: str, reason: str, detail: str) -> None:

@@ -18,6 +18,7 @@ __all__ = [
     "MODEL_KINDS",
     "QUARANTINE_REASONS",
     "REJECT_REASONS",
+    "STAGE_TASKS",
     "TASK_QUEUES",
     "THINKING_MODES",
     "TRACE_CHECKS",
@@ -136,6 +137,8 @@ REJECT_REASONS: dict[str, str] = {
 Stage = Literal["ingest", "clean", "generate", "verify", "judge", "compact"]
 # The stages that store one output per shard, in pipeline order.
 STAGES: tuple[str, ...] = ("clean", "generate", "verify", "judge")
+# The task that does each of them for one shard: what a plan sends, what a guard counts.
+STAGE_TASKS: dict[str, str] = {stage: f"rsieve.{stage}" for stage in STAGES}
 # Every queued task and the queue it runs on, which is also the stage whose progress it is
 # part of (rsieve.adapters.queues routes by it; status counts by it).
 TASK_QUEUES: dict[str, str] = {

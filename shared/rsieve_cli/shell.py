@@ -1,6 +1,7 @@
 """What every command of the command line stands on: where the local stack is, the
-settings and the Context it reaches the stack with, the API call, and one-line errors
-(`error: <what>; fix: <how>`, exit 1, never a traceback)."""
+settings and the context it reaches the stack with (services.runs.connect: the run logic
+it drives as the services do), the API call, and one-line errors (`error: <what>; fix:
+<how>`, exit 1, never a traceback)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from rsieve.errors import CorruptOutputError, NotFoundError, RetryableError, Rsi
 if TYPE_CHECKING:  # imported where used: the command line starts without them
     from rsieve.settings import Settings
     from rsieve_cli.local.stack import Stack
-    from services.common import Context
+    from services.runs import StageContext
 
 console = Console(stderr=True)
 
@@ -48,10 +49,12 @@ def settings() -> Settings:
     return Settings()
 
 
-def context() -> Context:
-    from services.common import bootstrap
+def context() -> StageContext:
+    """The bucket, Redis and queues the services use, for the commands that drive a run's
+    logic through services.runs (reconcile, reading its sealed outputs)."""
+    from services.runs import connect
 
-    return bootstrap(settings())
+    return connect(settings())
 
 
 class Failure(Exception):
@@ -119,10 +122,12 @@ def api(method: str, path: str, **kwargs: Any) -> Any:
     return resp.json()
 
 
-def spec_or_fail(ctx: Context, run_id: str) -> Any:
+def spec_or_fail(ctx: StageContext, run_id: str) -> Any:
     """RUN's spec, or a Failure naming where it was looked for."""
+    from services import runs
+
     try:
-        return ctx.spec(run_id)
+        return runs.spec(ctx, run_id)
     except NotFoundError:
         raise Failure(
             f"no run {run_id!r} in s3://{ctx.settings.s3_bucket}/{keys.RUNS_PREFIX}",
@@ -130,7 +135,7 @@ def spec_or_fail(ctx: Context, run_id: str) -> Any:
         ) from None
 
 
-def published(ctx: Context, run_id: str) -> Any:
+def published(ctx: StageContext, run_id: str) -> Any:
     """RUN's spec once the run is committed to its dataset, else a Failure."""
     from rsieve.adapters.exports import run_manifest
 

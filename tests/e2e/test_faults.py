@@ -21,7 +21,7 @@ from rsieve.dataset.audit import audit_run
 from rsieve.run.failures import RunFailure
 from rsieve_cli.client import api_request, submit, wait_for_run
 from rsieve_cli.local.stack import SERVICES, Stack
-from services.common import bootstrap
+from services.worker import bootstrap
 from tests.conftest import stack_settings
 from tests.e2e.faults import (
     REDIS_GONE,

@@ -17,7 +17,7 @@ import redis
 from rsieve.adapters.holdings import Holdings
 from rsieve_cli.client import api_request
 from rsieve_cli.local.stack import Stack
-from services.common import bootstrap
+from services.worker import bootstrap
 from tests.conftest import stack_settings
 from tests.e2e.cli import run_cli
 from tests.e2e.faults import stopped_holding

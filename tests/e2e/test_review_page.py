@@ -143,7 +143,7 @@ def test_reviews_count_in_the_card_at_the_next_compaction(
 ) -> None:
     import time
 
-    from services.common import bootstrap
+    from services.worker import bootstrap
 
     stack, run, _ = finished
     settings = stack_settings(stack)

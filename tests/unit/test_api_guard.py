@@ -14,7 +14,7 @@ import pytest
 
 from rsieve.settings import Settings, api_token_problem
 from services.api.main import create_app
-from services.common import bootstrap
+from services.worker import bootstrap
 from tests.fakes import MemoryStore, Sent
 
 TOKEN = "5d1e9b3f7a2c4e6081b3d5f7092a4c6e8b0d2f41"

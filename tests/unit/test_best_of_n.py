@@ -29,7 +29,7 @@ from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest, sing
 from rsieve.schemas import ShardOutput
 from rsieve.settings import Settings
 from rsieve.verify import canonical
-from services.common import Context
+from services.context import Context
 from tests.e2e.pools import picture
 from tests.fakes import MemoryStore
 from tests.fakestack import FakeStack

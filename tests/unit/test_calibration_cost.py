@@ -30,8 +30,8 @@ from rsieve.judge.probes import (
 from rsieve.run.shards import shard_label
 from rsieve.schemas import Outcome, RunSpec, ShardOutput
 from rsieve.settings import Settings
-from services.common import bootstrap
 from services.judge.tasks import register as judge_tasks
+from services.worker import bootstrap
 from tests.fakes import MemoryStore, Sent
 from tests.unit._records import accepted, make_item
 

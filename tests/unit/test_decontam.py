@@ -17,7 +17,7 @@ from rsieve.clean.decontam import EvalSet, Screen, answer_key, build_evalset, qu
 from rsieve.hashindex import hash_hex, parse_hash
 from rsieve.run.packs import image_phash
 from rsieve.settings import Settings
-from services.common import bootstrap
+from services.worker import bootstrap
 from tests.fakes import MemoryStore, Sent
 
 H = "f0f0f0f0f0f0f0f0"

@@ -36,7 +36,7 @@ OUT = ShardOutput(
 
 
 def read(data: bytes) -> ShardOutput | CorruptOutput:
-    """What a reader does (services/common.py, Context.opened): the seal, then the model."""
+    """What a reader does (services/outputs.py, opened): the seal, then the model."""
     opened = open_envelope(data)
     if isinstance(opened, CorruptOutput):
         return opened

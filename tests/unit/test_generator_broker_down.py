@@ -14,9 +14,9 @@ from rsieve.errors import RetryableError
 from rsieve.schemas import ShardOutput
 from rsieve.settings import Settings
 from rsieve_cli.local.ports import free_port
-from services.common import bootstrap
 from services.generator.tasks import register
 from services.stage import BROKER_DOWN
+from services.worker import bootstrap
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,7 @@ from services.api import submission as api_submission
 from services.api.submission import submit
 from services.cleaner import ingest as ingest_steps
 from services.cleaner.tasks import register as clean_tasks
-from services.common import bootstrap
+from services.worker import bootstrap
 from tests.fakes import MemoryStore, Sent
 from tests.unit.test_decontam import _bytes, _sign
 

@@ -29,11 +29,12 @@ from rsieve.schemas import ShardOutput
 from rsieve.settings import Settings
 from services.api.submission import submit
 from services.cleaner.tasks import register as clean_tasks
-from services.common import Context, bootstrap
 from services.compactor.tasks import register as compact_tasks
+from services.context import Context
 from services.judge.ask import ask_once
 from services.judge.tasks import register as judge_tasks
 from services.verifier.tasks import register as verify_tasks
+from services.worker import bootstrap
 from tests.fakes import MemoryStore, Sent
 from tests.unit._records import make_generation, make_item
 from tests.unit.test_services_with_fakes import fake_generate, run_task

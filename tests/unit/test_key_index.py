@@ -26,7 +26,7 @@ from rsieve.compact.keyindex import (
     merged,
     present,
 )
-from services.common import Context
+from services.context import Context
 from tests.e2e.pools import picture
 from tests.fakes import MemoryStore
 from tests.fakestack import FakeStack

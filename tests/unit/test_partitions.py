@@ -262,12 +262,12 @@ def test_a_fan_out_is_sent_again_by_its_own_message_redelivered(
 ) -> None:
     """A coordinator whose worker dies while sending comes back with the same message id
     and sends again; another message's call does not (Context.send_once)."""
-    import services.common as common
+    import services.fanout as fanout
 
     ctx = Stack().ctx
     for message, sends in (("m1", True), ("m2", False), ("m1", True), (None, False)):
-        monkeypatch.setattr(common, "delivery_id", lambda m=message: m)
+        monkeypatch.setattr(fanout, "delivery_id", lambda m=message: m)
         assert ctx.send_once(redis_keys.compact_sent("r", "g0")) is sends, message
-    monkeypatch.setattr(common, "delivery_id", lambda: None)
+    monkeypatch.setattr(fanout, "delivery_id", lambda: None)
     assert ctx.send_once(redis_keys.compact_sent("r", "g1")) is True
     assert ctx.send_once(redis_keys.compact_sent("r", "g1")) is False

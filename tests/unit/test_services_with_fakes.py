@@ -31,10 +31,11 @@ from rsieve.schemas import ShardOutput
 from rsieve.settings import Settings
 from services.api.submission import submit
 from services.cleaner.tasks import register as clean_tasks
-from services.common import Context, bootstrap
 from services.compactor.tasks import register as compact_tasks
+from services.context import Context
 from services.judge.tasks import register as judge_tasks
 from services.verifier.tasks import register as verify_tasks
+from services.worker import bootstrap
 from tests.fakes import MemoryStore, Sent
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -345,7 +346,7 @@ def test_an_export_rechecks_from_its_files_alone_and_a_tampered_decision_shows(
 
 
 def test_a_watched_folder_and_post_runs_create_runs_one_way(tmp_path: Path) -> None:
-    """services.common.Context.create_run is the only way a run is made: a folder the
+    """services.runs.create_run is the only way a run is made: a folder the
     watcher takes and the same pool submitted as POST /runs does give the same run, written
     once; and the watcher now refuses a dataset made with other sampling, as the API does
     (before, only the API checked it)."""
@@ -394,12 +395,12 @@ def test_a_watched_folder_and_post_runs_create_runs_one_way(tmp_path: Path) -> N
 
 
 def test_a_contexts_caches_are_its_own_and_bounded() -> None:
-    """API caches live on the Context (services.common.BoundedCache), not in module globals:
+    """API caches live on the Context (services.cache.BoundedCache), not in module globals:
     two contexts never share entries, a full cache drops its least recently used entry, and
     readers on many threads never see a missing or partial one."""
     import threading
 
-    from services.common import BoundedCache
+    from services.cache import BoundedCache
 
     a = bootstrap(Settings(), store=MemoryStore(), redis_client=fakeredis.FakeRedis(), send=Sent())
     b = bootstrap(Settings(), store=MemoryStore(), redis_client=fakeredis.FakeRedis(), send=Sent())

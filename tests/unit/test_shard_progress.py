@@ -241,7 +241,7 @@ def test_the_worker_s_send_carries_the_limit(monkeypatch: pytest.MonkeyPatch) ->
 
     from rsieve.adapters.queues import make_celery
     from rsieve.settings import Settings
-    from services.common import bootstrap
+    from services.worker import bootstrap
     from tests.fakes import MemoryStore
 
     settings = Settings(task_time_limit_s=600, shard_time_limit_max_s=890)

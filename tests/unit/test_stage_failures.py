@@ -286,10 +286,10 @@ def test_a_shard_killed_at_its_time_limit_is_sent_again_with_a_limit_from_its_pa
     from celery.exceptions import TimeLimitExceeded
 
     from rsieve.settings import Settings
-    from services.common import bootstrap
     from services.judge.tasks import register as judge_tasks
     from services.progress import observe_pace, time_limit
     from services.verifier.tasks import register as verifier_tasks
+    from services.worker import bootstrap
     from tests.fakes import MemoryStore, Sent
 
     sent = Sent()

@@ -15,7 +15,7 @@ from rsieve.settings import Settings
 from services.api.submission import submit
 from services.cleaner.sweep import DONE, sweep
 from services.cleaner.tasks import register as clean_tasks
-from services.common import bootstrap
+from services.worker import bootstrap
 from tests.fakes import MemoryStore, Sent
 
 ROOT = Path(__file__).resolve().parents[2]

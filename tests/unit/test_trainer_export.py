@@ -264,11 +264,10 @@ def test_the_export_command_writes_either_format(
     import rsieve_cli.shell as shell
 
     ctx = SimpleNamespace(
-        store=store,
-        settings=Settings(parquet_row_group_rows=2, parquet_shard_bytes=1 << 20),
-        spec=lambda run: SimpleNamespace(dataset=DATASET),
+        store=store, settings=Settings(parquet_row_group_rows=2, parquet_shard_bytes=1 << 20)
     )
     monkeypatch.setattr(shell, "context", lambda: ctx)
+    monkeypatch.setattr(shell, "spec_or_fail", lambda ctx, run: SimpleNamespace(dataset=DATASET))
     runner = CliRunner()
     out = runner.invoke(cli.app, ["export", "run-2", "--to", str(tmp_path), "--format", "messages"])
     assert out.exit_code == 0, out.output

@@ -27,7 +27,7 @@ from rsieve.rewards import decode, disagreements, factory_accepts
 from rsieve.rewards.verl import compute_score
 from rsieve.schemas import Outcome
 from rsieve_cli.commands.runs import _export_training
-from services.common import Context
+from services.context import Context
 from tests.unit._records import accepted, failed, judged, make_item
 from tests.unit.test_best_of_n import StochasticStandIn, make_pool, pipeline
 

@@ -13,6 +13,7 @@ from fastapi import APIRouter, File, Form, HTTPException, Query, UploadFile
 from pydantic import ValidationError
 
 from rsieve import keys
+from rsieve.dataset.commit import review_tally
 from rsieve.judge.calibration import CalibrationShard, summarise
 from rsieve.schemas import DATASET_PATTERN
 from services.api import reviews, runs, submission
@@ -28,7 +29,6 @@ from services.api.models import (
     RunSummary,
     Sampling,
 )
-from services.stage import clear_stop
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 Offset = Annotated[int, Query(ge=0)]
@@ -188,18 +188,15 @@ def calibration(run: str, ctx: Authorised) -> dict[str, Any]:
         bound=s.judge_false_promotion_bound,
         stops=[shard.stops for shard in shards],
     )
-    human: dict[str, dict[str, int]] = {}
-    for r in reviews.reviews(ctx, run).values():
-        fam = human.setdefault(r.get("family") or "(unknown)", {"confirmed": 0, "wrong": 0})
-        fam[r["verdict"]] += 1
+    human = review_tally(reviews.reviews(ctx, run).values())
     return {"run": run, "records": len(records), "families": families, "human_review": human}
 
 
 @router.post("/{run}/resume", status_code=202)
-def resume(run: str, ctx: Authorised) -> dict[str, str]:
-    """Re-enqueue the run from ingest; every stage skips the shards it already wrote. A
-    stopped run is resumed (its stop and counted errors cleared)."""
+def resume(run: str, ctx: Authorised) -> dict[str, Any]:
+    """Enqueue every shard's next missing stage, as `rsieve reconcile` does (the one
+    resume: services.runs.reconcile). A stopped run is resumed (its stop and counted errors
+    cleared). `enqueued`: each task sent and its arguments beside the run."""
     runs.spec(ctx, run)
-    clear_stop(ctx, run)
-    ctx.next("rsieve.ingest", run=run)
-    return {"run": run}
+    plan = ctx.reconcile(run)
+    return {"run": run, "enqueued": [[task, kwargs] for task, kwargs in plan]}

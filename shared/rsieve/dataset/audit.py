@@ -11,16 +11,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsieve.schemas import QUARANTINE_REASONS, REJECT_REASONS, STAGES, Generation, ShardOutput
+from rsieve.schemas import (
+    QUARANTINE_REASONS,
+    REJECT_REASONS,
+    STAGE_TASKS,
+    STAGES,
+    Generation,
+    ShardOutput,
+)
 
 __all__ = ["STAGES", "AuditResult", "audit_run", "plan_reconcile"]
-
-_TASK = {
-    "clean": "rsieve.clean",
-    "generate": "rsieve.generate",
-    "verify": "rsieve.verify",
-    "judge": "rsieve.judge",
-}
 
 
 @dataclass
@@ -180,7 +180,7 @@ def plan_reconcile(
     for shard, lines in index["shards"].items():
         for stage in STAGES:
             if shard not in present.get(stage, set()):
-                plan.append((_TASK[stage], {"shard": shard, "lines": lines}))
+                plan.append((STAGE_TASKS[stage], {"shard": shard, "lines": lines}))
                 break
     if not plan and not compacted:
         plan.append(("rsieve.compact", {}))

@@ -41,6 +41,7 @@ __all__ = [
     "partition_summary",
     "qa_entries",
     "quarantine_listing",
+    "review_tally",
     "run_models",
     "run_spec",
     "settle",
@@ -213,15 +214,24 @@ def split_families(manifest: dict[str, Any], families: set[str]) -> dict[str, st
     }
 
 
-def human_review(reviews: Iterable[dict[str, Any]]) -> tuple[dict[str, dict[str, int]], str]:
-    """People's calls on judge promotions (the review page) for every run in the dataset,
-    counted at compaction time (a review made later counts at the next compaction): the
-    counts per family and their markdown."""
+def review_tally(reviews: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """People's calls on judge promotions (the review page) per family: how many they
+    confirmed and how many they called wrong. A review with any other verdict is skipped
+    (its family still listed), so one stored by another version never stops the count:
+    the card (`human_review`) and the API's calibration both count with this."""
     counts: dict[str, dict[str, int]] = {}
     for review in reviews:
         fam = counts.setdefault(review.get("family") or "(unknown)", {"confirmed": 0, "wrong": 0})
         if review.get("verdict") in fam:
             fam[review["verdict"]] += 1
+    return counts
+
+
+def human_review(reviews: Iterable[dict[str, Any]]) -> tuple[dict[str, dict[str, int]], str]:
+    """People's calls on judge promotions (the review page) for every run in the dataset,
+    counted at compaction time (a review made later counts at the next compaction): the
+    counts per family (`review_tally`) and their markdown."""
+    counts = review_tally(reviews)
     if not counts:
         return counts, "\n\nNo judge promotion has been reviewed by a person yet."
     rows = [f"| {f} | {c['confirmed']} | {c['wrong']} |" for f, c in sorted(counts.items())]

@@ -86,7 +86,7 @@ class ModelInfo:
 
 class Model(Protocol):
     """What a stage asks of a model: rsieve.adapters.model.TritonModel, or a fake given to
-    `services.common.bootstrap`. `info` is what answered, known once it was asked."""
+    `services.worker.bootstrap`. `info` is what answered, known once it was asked."""
 
     info: ModelInfo | None
 
@@ -95,7 +95,7 @@ class Model(Protocol):
 
 class AsyncModel(Protocol):
     """What the generator asks of its model: answers on the feeder's loop (the adapters'
-    TritonModel and OpenAIModel, or a fake given to `services.common.bootstrap`)."""
+    TritonModel and OpenAIModel, or a fake given to `services.worker.bootstrap`)."""
 
     info: ModelInfo | None
 

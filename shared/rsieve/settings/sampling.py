@@ -1,7 +1,7 @@
 """What a submission may choose for its own run (POST /runs `sampling`, `rsieve run
 --samples`): the generator's sampling and what best-of-n keeps (docs/sampling.md). The
 run's spec records them and every stage reads them from there
-(services.common.Context.run_settings)."""
+(services.runs.run_settings)."""
 
 from __future__ import annotations
 

@@ -100,12 +100,11 @@ def _blind_policy(spec: dict[str, Any]) -> str | None:
 
 def recheck_run(run_id: str, as_json: bool) -> None:
     from rsieve.judge.cascade import recheck_outcomes
+    from services import runs
 
     ctx = shell.context()
     shell.spec_or_fail(ctx, run_id)
-    outputs = [
-        ctx.load(run_id, "verify", shard) for shard in sorted(ctx.stored_shards(run_id, "verify"))
-    ]
+    outputs = list(runs.stage_outputs(ctx, run_id, "verify"))
     if not outputs:
         raise Failure(
             f"run {run_id} has no verifier output yet",
