@@ -166,12 +166,13 @@ def test_an_upload_beyond_the_free_slots_is_429_before_its_body_is_read() -> Non
         }
 
     async def go() -> tuple[list[dict[str, Any]], list[dict[str, Any]], int, int]:
-        release = asyncio.Event()
+        release, reading = asyncio.Event(), asyncio.Event()
         first_sent: list[dict[str, Any]] = []
         second_sent: list[dict[str, Any]] = []
         second_reads = 0
 
         async def slow_body() -> dict[str, Any]:
+            reading.set()  # the slot is taken before the body is read
             await release.wait()
             return {"type": "http.request", "body": b"", "more_body": False}
 
@@ -184,7 +185,7 @@ def test_an_upload_beyond_the_free_slots_is_429_before_its_body_is_read() -> Non
             into.append(message)
 
         first = asyncio.create_task(app(scope(), slow_body, lambda m: record(first_sent, m)))
-        await asyncio.sleep(0.05)  # the first holds the slot, waiting for its body
+        await asyncio.wait_for(reading.wait(), 10)  # the first holds the slot, reading
         await app(scope(), second_body, lambda m: record(second_sent, m))
         release.set()
         await first
