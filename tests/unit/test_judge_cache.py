@@ -265,11 +265,11 @@ def _run_pool(context: Context, sent: Sent, uri: str, dataset: str) -> str:
 
 def test_the_second_run_of_a_pool_asks_the_judge_nothing(tmp_path: Path) -> None:
     from rsieve.adapters.exports import export_dataset
-    from rsieve.adapters.pools import upload_pool
+    from tests.fakestack import upload_once
 
     store, judge = MemoryStore(), TableJudge()
     context, sent = _context(store, judge)
-    uri = upload_pool(store, ROOT / "examples" / "pool")
+    uri = upload_once(store, ROOT / "examples" / "pool")
     first = _run_pool(context, sent, uri, "one")
     asked = len(judge.prompts)
     assert list(store.list(CACHE_PREFIX))  # the verdicts are stored outside runs/

@@ -17,7 +17,6 @@ import pyarrow.parquet as pq
 import pytest
 from fastapi import HTTPException
 
-from rsieve.adapters.pools import upload_pool
 from rsieve.dataset.audit import audit_run
 from rsieve.generate.generation import (
     ModelInfo,
@@ -37,6 +36,7 @@ from services.judge.tasks import register as judge_tasks
 from services.verifier.tasks import register as verify_tasks
 from services.worker import bootstrap
 from tests.fakes import MemoryStore, Sent
+from tests.fakestack import upload_once
 
 ROOT = Path(__file__).resolve().parents[2]
 JUDGE = ModelInfo(name="table-judge", version="1", interface="rsieve", kind="test")
@@ -125,7 +125,7 @@ def test_the_example_pool_through_every_stage_but_the_model(
     ctx: tuple[Context, MemoryStore, Sent, TableJudge],
 ) -> None:
     context, store, sent, table = ctx
-    uri = upload_pool(store, ROOT / "examples" / "pool")
+    uri = upload_once(store, ROOT / "examples" / "pool")
     run = submit(context, uri, "fakes")
     assert sent.tasks == [("rsieve.ingest", {"run": run})]
 
@@ -195,7 +195,7 @@ def test_a_rejection_the_judge_calls_correct_is_promoted_and_wrong_stays_rejecte
     ctx: tuple[Context, MemoryStore, Sent, TableJudge],
 ) -> None:
     context, store, sent, table = ctx
-    uri = upload_pool(store, ROOT / "examples" / "pool")
+    uri = upload_once(store, ROOT / "examples" / "pool")
     run = submit(context, uri, "fakes")
     run_task(context, "rsieve.ingest", run=run)
     kw = next(kw for task, kw in sent.tasks if task == "rsieve.clean")
@@ -224,7 +224,7 @@ def test_the_run_id_comes_from_the_pools_content_never_from_its_marker(
     from services.api.submission import stored_pool_digest
 
     context, store, _sent, _table = ctx
-    uri = upload_pool(store, ROOT / "examples" / "pool")
+    uri = upload_once(store, ROOT / "examples" / "pool")
     prefix = uri.split("/", 3)[3]
     marker = store.get(prefix + "_complete").decode()
     assert stored_pool_digest(context, prefix) == marker  # the uploader's digest, recomputed
@@ -247,7 +247,7 @@ def test_a_pool_written_without_packs_is_digested_from_its_objects(
     from services.api.submission import stored_pool_digest
 
     context, store, _sent, _table = ctx
-    uri = upload_pool(store, ROOT / "examples" / "pool")
+    uri = upload_once(store, ROOT / "examples" / "pool")
     prefix = uri.split("/", 3)[3]
     by_hand = "by-hand/"
     index = json.loads(store.get(prefix + "_packs/index.json"))
@@ -307,7 +307,7 @@ def test_an_export_rechecks_from_its_files_alone_and_a_tampered_decision_shows(
     from rsieve_cli.commands.recheck import recheck_folder
 
     context, store, sent, _ = ctx
-    run = submit(context, upload_pool(store, ROOT / "examples" / "pool"), "fakes")
+    run = submit(context, upload_once(store, ROOT / "examples" / "pool"), "fakes")
     run_task(context, "rsieve.ingest", run=run)
     for kw in [kw for task, kw in sent.tasks if task == "rsieve.clean"]:
         run_task(context, "rsieve.clean", **kw)
@@ -368,7 +368,7 @@ def test_a_watched_folder_and_post_runs_create_runs_one_way(tmp_path: Path) -> N
     assert [kw for task, kw in sent.tasks if task == "rsieve.ingest"] == [{"run": run}]
     spec = store.get(f"runs/{run}/run.json")
     # The same pool through POST /runs: the same run, nothing written again, not re-queued.
-    assert submit(context, upload_pool(store, pool), "watched") == run
+    assert submit(context, upload_once(store, pool), "watched") == run
     assert store.get(f"runs/{run}/run.json") == spec
     assert len([1 for task, _ in sent.tasks if task == "rsieve.ingest"]) == 1
     # A dataset whose rows carry the best-of-n fields refuses a one-sample run, both ways.
@@ -377,7 +377,7 @@ def test_a_watched_folder_and_post_runs_create_runs_one_way(tmp_path: Path) -> N
         json.dumps({"dataset": "sampled", "sampled": True}).encode(),
     )
     with pytest.raises(HTTPException) as refused:
-        submit(context, upload_pool(store, pool), "sampled")
+        submit(context, upload_once(store, pool), "sampled")
     assert refused.value.status_code == 409 and "best-of-n" in str(refused.value.detail)
     other = bootstrap(
         settings.model_copy(update={"watch_dataset": "sampled"}),

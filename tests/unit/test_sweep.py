@@ -9,7 +9,6 @@ from pathlib import Path
 
 import fakeredis
 
-from rsieve.adapters.pools import upload_pool
 from rsieve.dataset.audit import stalled
 from rsieve.settings import Settings
 from services.api.submission import submit
@@ -17,6 +16,7 @@ from services.cleaner.sweep import DONE, sweep
 from services.cleaner.tasks import register as clean_tasks
 from services.worker import bootstrap
 from tests.fakes import MemoryStore, Sent
+from tests.fakestack import upload_once
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,7 +37,7 @@ def test_a_run_whose_messages_were_lost_is_reconciled() -> None:
         send=sent,
     )
     clean_tasks(ctx)
-    run = submit(ctx, upload_pool(store, ROOT / "examples" / "pool"), "swept")
+    run = submit(ctx, upload_once(store, ROOT / "examples" / "pool"), "swept")
     ctx.app.tasks["rsieve.ingest"](run=run)
     first = next(kw for task, kw in sent.tasks if task == "rsieve.clean")
     ctx.app.tasks["rsieve.clean"](**first)
