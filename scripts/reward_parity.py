@@ -6,7 +6,8 @@ completion was cut at the length limit. Exit 1 on any disagreement.
 
     .venv/bin/python -m scripts.reward_parity RUN [RUN ...]
 
-Reads the stack's object storage as the command line does (`rsieve_cli.shell.context`).
+Reads the stack the command line reaches (`rsieve_cli.shell.settings`) through the
+services' own context, as a worker would.
 """
 
 from __future__ import annotations
@@ -15,21 +16,27 @@ import sys
 from typing import TYPE_CHECKING
 
 from rsieve.rewards import INTERFACES, Parity, disagreements
-from rsieve_cli.shell import context
+from rsieve_cli.shell import settings
 
 if TYPE_CHECKING:
-    from services.runs import StageContext
+    from services.context import Context
 
 SHOWN = 20  # differing samples printed per run
 
 
-def run_parity(ctx: StageContext, run: str) -> Parity:
-    """Every judged sample of `run` under the run's own training rules."""
-    from services import runs
+def context() -> Context:
+    from services.worker import bootstrap
 
-    policy = runs.run_settings(ctx, run).training_policy()
+    return bootstrap(settings())
+
+
+def run_parity(ctx: Context, run: str) -> Parity:
+    """Every judged sample of `run` under the run's own training rules."""
+    policy = ctx.run_settings(run).training_policy()
     outcomes = [
-        outcome for out in runs.stage_outputs(ctx, run, "judge") for outcome in out.outcomes
+        outcome
+        for shard in sorted(ctx.stored_shards(run, "judge"))
+        for outcome in ctx.load(run, "judge", shard).outcomes
     ]
     return disagreements(outcomes, lambda item: policy.rule_for(item.family, item.protocol))
 
