@@ -121,7 +121,7 @@ def _bare_requests(model: TritonModel, reqs: list[ModelRequest]) -> list[Any]:
 
     out = []
     for req in reqs:
-        _, inputs, names = model._vllm_inputs(req, stream=True)
+        _, inputs, names = model.vllm_inputs(req, stream=True)
         request = _get_inference_request(
             model_name=ENGINE,
             inputs=inputs,

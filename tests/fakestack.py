@@ -27,7 +27,7 @@ from rsieve.adapters.exports import export_dataset
 from rsieve.adapters.gate import EngineGate
 from rsieve.adapters.pools import upload_pool
 from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest, singles
-from rsieve.schemas import ShardOutput
+from rsieve.schemas import STAGE_TASKS, ShardOutput
 from rsieve.settings import Settings
 from rsieve_cli.local.replay import replay_key
 from services.api.submission import submit
@@ -200,7 +200,7 @@ class FakeStack:
         for task, args in list(self.sent.tasks):
             if task == "rsieve.clean" and args["run"] == run:
                 for stage in STAGES:
-                    self.task(f"rsieve.{stage}", **args)
+                    self.task(STAGE_TASKS[stage], **args)
         self.done = len(self.sent.tasks)
         return run
 

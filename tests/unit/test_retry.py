@@ -7,14 +7,8 @@ import asyncio
 import pytest
 
 from rsieve.adapters import model, openai_compat, openai_wire, triton_wire
-from rsieve.adapters.retry import ItemError, Transient, backoff_wait, retrying
+from rsieve.adapters.retry import ItemError, Transient, retrying
 from rsieve.errors import RetryableError
-
-
-def test_backoff_doubles_and_never_undercuts_the_server() -> None:
-    assert [backoff_wait(0.5, a) for a in range(4)] == [0.5, 1.0, 2.0, 4.0]
-    assert backoff_wait(0.5, 0, asked_s=3.0) == 3.0
-    assert backoff_wait(2.0, 1, asked_s=3.0) == 4.0
 
 
 def test_a_transient_failure_is_asked_again_then_given_up_as_retryable() -> None:

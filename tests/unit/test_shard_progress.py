@@ -21,7 +21,7 @@ from rsieve.envelope import CorruptOutput, open_envelope
 from rsieve.generate.generation import ModelInfo, ModelReply, singles
 from rsieve.generate.progress import ShardProgress, asked_digest, batches, resumed, to_ask
 from rsieve.run.limits import ewma, limit_ceiling, shard_time_limit
-from rsieve.schemas import STAGES
+from rsieve.schemas import STAGE_TASKS, STAGES
 from services.progress import observe_pace, pace, time_limit
 from tests.fakestack import FakeStack
 from tests.unit.test_best_of_n import StochasticStandIn, make_pool
@@ -78,7 +78,7 @@ def through(stack: FakeStack, run: str, last: str) -> dict[str, Any]:
     stack.drain("rsieve.ingest")
     (args,) = shards_sent(stack, "rsieve.clean")
     for stage in STAGES[: STAGES.index(last)] if last in STAGES else STAGES:
-        stack.task(f"rsieve.{stage}", **args)
+        stack.task(STAGE_TASKS[stage], **args)
     return args
 
 

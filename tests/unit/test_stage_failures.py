@@ -22,7 +22,7 @@ from rsieve.backoff import backoff_s
 from rsieve.dataset.audit import audit_run
 from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest, singles
 from rsieve.run.failures import RunFailure, bisect, stage_error_detail
-from rsieve.schemas import ShardOutput
+from rsieve.schemas import STAGE_TASKS, ShardOutput
 from services.cleaner.sweep import sweep
 from services.stage import stopped
 from tests.fakestack import FakeStack
@@ -184,7 +184,7 @@ def generated(stack: FakeStack, tmp_path: Path, dataset: str) -> tuple[str, dict
     stack.drain("rsieve.ingest")
     (args,) = shard_args(stack, run)
     for stage in ("clean", "generate"):
-        stack.task(f"rsieve.{stage}", **args)
+        stack.task(STAGE_TASKS[stage], **args)
     return run, args
 
 
@@ -234,7 +234,7 @@ def test_a_generator_batch_that_raises_is_bisected_to_the_one_bad_item(tmp_path:
     isolating = reader.batches[3:]
     assert isolating[0] == ITEMS and len(isolating) < 2 * ITEMS
     for stage in ("verify", "judge"):
-        stack.task(f"rsieve.{stage}", **args)
+        stack.task(STAGE_TASKS[stage], **args)
     stack.task("rsieve.compact", run=run)
     stack.drain()
     assert audit(stack, run).ok

@@ -336,7 +336,7 @@ class TritonModel:
         assert self.info is not None
         if self.info.interface != "vllm":
             return await self._rsieve(client, reqs)
-        chat, inputs, names = self._vllm_inputs(reqs[0], stream=self.loops.on)
+        chat, inputs, names = self.vllm_inputs(reqs[0], stream=self.loops.on)
         if self.loops.on:
             return [await streams.streamed(inputs, names, chat, self.loops, self.timeout_s)]
         return await streams.whole(inputs, names, reqs[0], chat, self.timeout_s)
@@ -363,10 +363,11 @@ class TritonModel:
         )
         return rsieve_replies(result, names, users)
 
-    def _vllm_inputs(
+    def vllm_inputs(
         self, req: ModelRequest, *, stream: bool
     ) -> tuple[RenderedChat, list[grpcclient.InferInput], list[str]]:
-        """The rendered chat, the inputs and the output names of one vLLM request."""
+        """The rendered chat, the inputs and the output names of one vLLM request (what
+        `generate_many` sends; bench/bench_streams.py sends it with a bare client)."""
         assert self.info is not None and self.served is not None
         assert self.template is not None  # _describe refuses the vLLM interface without
         chat = self.template.render(

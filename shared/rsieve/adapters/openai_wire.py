@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import email.utils
-import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rsieve.adapters.retry import ItemError, Transient
-from rsieve.generate.generation import ModelInfo, ModelReply
+from rsieve.generate.generation import ModelInfo, ModelReply, sent_sha256
 from rsieve.generate.loops import LoopWatch
 from rsieve.generate.think import CLOSE, LOOP_FINISH, OPEN
 from rsieve.images import image_mime
@@ -242,7 +241,7 @@ def completion_reply(data: Any, raw: str, user: str, latency: float) -> ModelRep
         input_tokens=_int(usage.get("prompt_tokens")),
         output_tokens=_int(usage.get("completion_tokens")),
         latency_s=latency,
-        prompt_sent_sha256=_sha256(user),
+        prompt_sent_sha256=sent_sha256(user),
         user_text=user,
     )
 
@@ -401,13 +400,9 @@ def streamed_reply(got: StreamRead, user: str, latency: float) -> ModelReply:
         input_tokens=got.prompt_tokens,
         output_tokens=output_tokens,
         latency_s=latency,
-        prompt_sent_sha256=_sha256(user),
+        prompt_sent_sha256=sent_sha256(user),
         user_text=user,
     )
-
-
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _int(value: object) -> int | None:

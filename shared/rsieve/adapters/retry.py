@@ -20,7 +20,7 @@ from typing import TypeVar
 from rsieve import backoff
 from rsieve.errors import RetryableError
 
-__all__ = ["ItemError", "Transient", "backoff_wait", "retrying"]
+__all__ = ["ItemError", "Transient", "retrying"]
 
 T = TypeVar("T")
 
@@ -35,12 +35,6 @@ class Transient(Exception):
 
 class ItemError(Exception):
     """The model answered, and this item's reply is unusable: the item's own result."""
-
-
-def backoff_wait(backoff_s: float, attempt: int, asked_s: float = 0.0) -> float:
-    """rsieve.backoff.backoff_s counted from try 0: kept only while rsieve.adapters.model and
-    openai_compat still import it (their readiness loops are moving to `retrying`)."""
-    return backoff.backoff_s(attempt + 1, backoff_s, asked_s=asked_s)
 
 
 async def retrying(

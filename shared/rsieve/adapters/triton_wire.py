@@ -10,7 +10,6 @@ rsieve.adapters.vllm_wire. deploy/triton/README.md describes both interfaces.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -22,7 +21,7 @@ from tritonclient.utils import InferenceServerException
 
 from rsieve.adapters.retry import ItemError
 from rsieve.generate.chat import ChatTemplate
-from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest
+from rsieve.generate.generation import ModelInfo, ModelReply, ModelRequest, sent_sha256
 
 __all__ = [
     "MalformedReply",
@@ -81,10 +80,6 @@ def tensor(name: str, values: list[Any], shape: list[int], dtype: str) -> grpccl
     np_type = np.object_ if dtype == "BYTES" else np.bool_
     out.set_data_from_numpy(np.array(values, dtype=np_type).reshape(shape))
     return out
-
-
-def sent_sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ images, asks the model and stores the result; `rsieve.adapters.model` speaks to 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -30,6 +31,12 @@ __all__ = [
     "sampled",
     "singles",
 ]
+
+
+def sent_sha256(text: str) -> str:
+    """The hash a reply records of the prompt text as it went on the wire (every adapter's,
+    so two servers' replies to one prompt carry one hash)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
