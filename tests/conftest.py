@@ -159,12 +159,44 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return GroupScheduling(config, log)
 
 
+def _path_tiers(path: Path) -> set[str]:
+    """The tiers a module or folder under tests/ has by its path alone."""
+    tiers = set(_TIER_MODULES.get(path.relative_to(TESTS).as_posix(), ()))
+    if "e2e" in path.relative_to(TESTS).parts:
+        tiers.add("stack")
+    return tiers
+
+
+_MARK_WORDS = re.compile(r"\w+|\S")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Not even imported: a module whose tiers by path `-m` deselects, when
+    `-m` names only tiers. `make test-fast` then imports no e2e or integration module and
+    assertion-rewrites none (about 1.5 s a process). A test can gain one tier beyond its
+    path's, `stack` through `start_stack`: the module is kept if that would select it."""
+    expression = config.getoption("markexpr", "")
+    if not expression or not collection_path.is_relative_to(TESTS):
+        return None
+    words = _MARK_WORDS.findall(expression)
+    if not set(words) <= {*TIERS, "and", "or", "not", "(", ")"}:
+        return None
+    if not collection_path.is_file():  # a folder's modules may have tiers of their own
+        return None
+    tiers = _path_tiers(collection_path)
+
+    def selects(present: set[str]) -> bool:
+        python = " ".join(str(w in present) if w in TIERS else w for w in words)
+        return bool(eval(python, {"__builtins__": {}}))  # only True/False, and, or, not
+
+    return None if selects(tiers) or selects(tiers | {"stack"}) else True
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_start_rank)  # stable: within a group, and among the rest, as collected
     for item in items:
-        path = item.path
-        tiers = set(_TIER_MODULES.get(path.relative_to(TESTS).as_posix(), ()))
-        if "e2e" in path.parts or "start_stack" in getattr(item, "fixturenames", ()):
+        tiers = _path_tiers(item.path)
+        if "start_stack" in getattr(item, "fixturenames", ()):
             tiers.add("stack")
         for tier in sorted(tiers):
             item.add_marker(getattr(pytest.mark, tier))
