@@ -141,7 +141,7 @@ def generate_shard(
         shard,
         [f"{i.line}:{i.id}:{im.sha256}:{d.seed if d else ''}" for (i, im), d in entries],
     )
-    guard = partial(ctx.guard, "generate", run, shard)  # one per round asked
+    guard = partial(ctx.guard, "generate", run, shard)  # made by the first round asked
     asking = ShardAsking(guard, feeder, model, entries, progress)
     replies = asking.rounds(s, len(ready))
     order = sorted(replies)
@@ -168,8 +168,10 @@ def generate_shard(
 class ShardAsking:
     """One delivery's asking of a shard's samples (`entries`) through the feeder's gate:
     replies stored as each batch returns (`progress`), items isolated by the shard's
-    guard (`guard` makes one per round asked, as each counts a delivery), rounds decided by
-    adaptive best-of-n (`rounds`)."""
+    guard, rounds decided by adaptive best-of-n (`rounds`). The guard is made once, when
+    the first round is asked: it counts a delivery, and the rounds of one delivery are one
+    (a guard a round made a shard of more rounds than `max_deliveries` look like one that
+    kept killing its worker, and asked it item by item)."""
 
     def __init__(
         self,
@@ -179,8 +181,15 @@ class ShardAsking:
         entries: list[Entry],
         progress: Progress,
     ) -> None:
-        self.guard, self.feeder, self.model = guard, feeder, model
+        self._new_guard, self.feeder, self.model = guard, feeder, model
         self.entries, self.progress = entries, progress
+        self._guard: ItemGuard | None = None
+
+    @property
+    def guard(self) -> ItemGuard:
+        if self._guard is None:
+            self._guard = self._new_guard()
+        return self._guard
 
     async def ask(self, positions: list[int]) -> list[ModelReply | Exception]:
         # One request per item and round: its samples, answered with vLLM's `n` where
@@ -205,7 +214,7 @@ class ShardAsking:
         return [answer for part in got for answer in part]
 
     def answer(self, positions: list[int], batch: int) -> dict[int, Answer]:
-        found = self.guard().batch(
+        found = self.guard.batch(
             positions,
             lambda part: self.feeder.run(self.ask_all(part, batch)),
             poisoned=lambda k: poisoned_item(self.entries[k][0][0]),

@@ -13,6 +13,7 @@ import json
 import math
 import random
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from rsieve import redis_keys
 from rsieve.adapters.gate import EngineGate
 from rsieve.compact.rows import FEATURES, SAMPLE_FIELDS
 from rsieve.compact.settle import dataset_conflict
@@ -490,3 +492,38 @@ def test_an_item_isolated_by_the_verifier_is_accounted_by_its_quarantine(
     index = json.loads(ctx.store.get(f"runs/{run}/shards.json"))
     result = audit_run(index, outs)
     assert result.ok, result.problems
+
+
+class CountsCalls(StochasticStandIn):
+    """The stand-in, counting its calls: a round asked in batches is one call a batch, a
+    round asked item by item one call an item."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__(p)
+        self.calls = 0
+
+    async def generate_many_async(
+        self, requests: Sequence[ModelRequest]
+    ) -> list[ModelReply | Exception]:
+        self.calls += 1
+        return await super().generate_many_async(requests)
+
+
+def test_adaptive_rounds_are_one_delivery_and_stay_batched(tmp_path: Path) -> None:
+    """The rounds adaptive best-of-n asks are one delivery of the shard (ItemGuard counts a
+    delivery per task call, not per round): with `max_deliveries` 1 a shard asked in four
+    rounds is still asked a batch at a time, never item by item as a shard that keeps
+    killing its worker is."""
+    pool = make_pool(tmp_path / "pool", count=24)
+    model = CountsCalls(P)
+    ctx, _, run, _ = pipeline(pool, model, samples=8, temperature=0.7, max_deliveries=1)
+    shards = json.loads(ctx.store.get(f"runs/{run}/shards.json"))["shards"]
+    assert len(shards) == 1
+    shard = next(iter(shards))
+    per_item = Counter(g.item.id for g in ctx.load(run, "generate", shard).generations)
+    rounds = math.ceil(max(per_item.values()) / 2)  # two samples a round
+    assert rounds >= 3  # the rounds past the first are past max_deliveries
+    assert int(ctx.redis.get(redis_keys.deliveries("generate", run, shard))) == 1
+    batch = ctx.settings.progress_batch_items  # samples a call
+    asked = [sum(2 for n in per_item.values() if n > 2 * r) for r in range(rounds)]
+    assert asked[-1] > 2 and model.calls == sum(math.ceil(n / batch) for n in asked)
