@@ -50,8 +50,8 @@ bench: $(STAMP) ## performance suite (about 9 min): prints tables, writes bench/
 bench-scale: $(STAMP) ## pipeline cost against pool size (20,000 and 200,000 items): writes bench/scale.json
 	$(PY) -m bench.bench_scale
 
-test-fast: $(STAMP) ## the tests that start no service and run no model (the edit-test loop, about a minute)
-	$(PY) -m pytest -q -m "not (stack or triton or model or deploy or browser)"
+test-fast: $(STAMP) ## the tests that start no service and run no model, on TEST_WORKERS workers (the edit-test loop, 85 s on 2 shared cores)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder -m "not (stack or triton or model or deploy or browser)"
 
 test-unit: $(STAMP) ## tests/unit only (a minute; includes kubectl, TRL and tiny-model tests)
 	$(PY) -m pytest -q tests/unit
