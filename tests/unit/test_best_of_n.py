@@ -523,7 +523,7 @@ def test_adaptive_rounds_are_one_delivery_and_stay_batched(tmp_path: Path) -> No
     per_item = Counter(g.item.id for g in ctx.load(run, "generate", shard).generations)
     rounds = math.ceil(max(per_item.values()) / 2)  # two samples a round
     assert rounds >= 3  # the rounds past the first are past max_deliveries
-    assert int(ctx.redis.get(redis_keys.deliveries("generate", run, shard))) == 1
+    assert ctx.redis.get(redis_keys.deliveries("generate", run, shard)) == b"1"
     batch = ctx.settings.progress_batch_items  # samples a call
     asked = [sum(2 for n in per_item.values() if n > 2 * r) for r in range(rounds)]
     assert asked[-1] > 2 and model.calls == sum(math.ceil(n / batch) for n in asked)
