@@ -42,7 +42,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -273,16 +272,7 @@ def second_engine(stack: Stack, root: Path, exits: ExitStack) -> RunningTriton:
 
 def second_generator(stack: Stack, grpc_port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, **stack.config.env(), "RSIEVE_TRITON_GRPC_URL": f"127.0.0.1:{grpc_port}"}
-    log = (stack.logs / "generator-2.log").open("ab")
-    return subprocess.Popen(
-        [sys.executable, "-m", "services.generator"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-        cwd=ROOT,
-    )
+    return stack.start_service("generator", env, log_name="generator-2")
 
 
 def bench(

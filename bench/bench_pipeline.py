@@ -409,17 +409,7 @@ def scale_out(stack: Stack, settings: Any, run: str) -> dict[str, Any]:
     index = json.loads(S3Store(settings).get(f"runs/{run}/shards.json"))
     shards = dict(index["shards"])
     one = verify_pass(stack, settings, run, shards)
-    env = {**os.environ, **stack.config.env()}
-    log = (stack.logs / "verifier-2.log").open("ab")
-    extra = subprocess.Popen(
-        [sys.executable, "-m", "services.verifier"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-        cwd=ROOT,
-    )
+    extra = stack.start_service("verifier", log_name="verifier-2")
     try:
         time.sleep(8)  # the second worker's start (imports, broker connection)
         two = verify_pass(stack, settings, run, shards)

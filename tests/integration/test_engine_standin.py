@@ -250,10 +250,17 @@ def test_continuous_batching_is_capped_and_measured(
         got = ask(model, [ModelRequest(f"Item {i}.", png("X", tokens=15)) for i in range(12)])
     finally:
         elapsed = time.monotonic() - start
-        time.sleep(0.15)  # the loop publishes on going idle
+        # The loop publishes on going idle: the sampler runs until it has.
+        after = settled(
+            server,
+            lambda m: (
+                m["rsieve_standin_running"] == 0
+                and m["rsieve_standin_finished_total"] - before["rsieve_standin_finished_total"]
+                >= 12
+            ),
+        )
         stop.set()
         sampler.join()
-    after = scrape(server.metrics)
     assert all(r.output_tokens == 15 for r in got)
     assert elapsed >= 3 * 15 * STEP_S * 0.95
     running = [s["rsieve_standin_running"] for s in seen]

@@ -262,7 +262,7 @@ class Stack:
         env = {**os.environ, **self.config.env()}
         for service in [*SERVICES, *self._beat(), "api"]:
             if self.pid(service) is None:
-                self._record(service, self._start_service(service, env))
+                self._record(service, self.start_service(service, env))
         self._wait_api(timeout)
 
     def _save_config(self) -> None:
@@ -350,9 +350,14 @@ class Stack:
                 log=self.logs / "judge-server.log",
             )
 
-    def _start_service(self, service: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    def start_service(
+        self, service: str, env: dict[str, str] | None = None, *, log_name: str | None = None
+    ) -> subprocess.Popen[bytes]:
         """One of the stack's own processes: a worker (`python -m services.<service>`), beat
-        (its schedule in the state folder) or the API, logging to logs/<service>.log."""
+        (its schedule in the state folder) or the API, logging to logs/<log_name or
+        service>.log; `env` by default the stack's (the benches start a second worker
+        of a service by it, with an environment of their own)."""
+        env = env if env is not None else {**os.environ, **self.config.env()}
         argv = (
             [
                 sys.executable,
@@ -364,7 +369,7 @@ class Stack:
             if service == "beat"
             else [sys.executable, "-m", f"services.{service}"]
         )
-        log = (self.logs / f"{service}.log").open("ab")
+        log = (self.logs / f"{log_name or service}.log").open("ab")
         return subprocess.Popen(
             argv,
             env=env,
