@@ -16,7 +16,7 @@ from typing import Any, Literal
 from fastapi import HTTPException
 
 from rsieve import keys
-from rsieve.adapters.exports import run_file_key, run_manifest
+from rsieve.adapters.committed import run_file_key, run_manifest
 from rsieve.adapters.holdings import Holdings
 from rsieve.adapters.metrics import progress
 from rsieve.errors import NotFoundError

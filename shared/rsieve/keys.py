@@ -385,5 +385,6 @@ def example_image(sha256: str, ext: str) -> str:
 
 def commit_file(run: str, name: str) -> str:
     """A commit's README.md, run_report.json, quarantine.jsonl or run_spec.json (a dataset
-    of one run from before commits/ has them at its top only: exports.run_file_key)."""
+    of one run from before commits/ has them at its top only:
+    rsieve.adapters.committed.run_file_key)."""
     return f"commits/{run}/{name}"

@@ -137,7 +137,7 @@ def spec_or_fail(ctx: StageContext, run_id: str) -> Any:
 
 def published(ctx: StageContext, run_id: str) -> Any:
     """RUN's spec once the run is committed to its dataset, else a Failure."""
-    from rsieve.adapters.exports import run_manifest
+    from rsieve.adapters.committed import run_manifest
 
     spec = spec_or_fail(ctx, run_id)
     if run_manifest(ctx.store, spec.dataset, run_id) is None:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from rsieve.adapters.gate import EngineGate
-from rsieve.compact.rows import assemble_rows, split_kinds
+from rsieve.compact.rows import assemble_rows
+from rsieve.compact.splits import split_kinds
 from rsieve.dataset.audit import audit_run
 from rsieve.dataset.card import _blind_md
 from rsieve.dataset.recheck import recheck_entries

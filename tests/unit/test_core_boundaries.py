@@ -166,3 +166,31 @@ def test_the_layering_detector_sees_a_later_stage() -> None:
         ("dataset", "card.py"), {"rsieve.judge.verdicts", "rsieve.compact.rows", "rsieve.verify"}
     )
     assert not layering_violations(("judge", "cascade.py"), {"rsieve.judge", "pydantic"})
+
+
+# What a process of a service imports as it starts: `datasets` (with pandas, about 0.8 s
+# of CPU) only where rows or exports are written. Every worker of every stack the suite
+# starts, and every worker a deployment scales out, pays what its import costs.
+HEAVY = ("datasets", "pandas", "torch", "transformers")
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "services.cleaner.tasks",
+        "services.cleaner.beat",
+        "services.generator.tasks",
+        "services.verifier.tasks",
+        "services.judge.tasks",
+        "services.api.main",
+    ],
+)
+def test_a_service_that_writes_no_rows_does_not_import_datasets(module: str) -> None:
+    import subprocess
+    import sys
+
+    probe = f"import sys, {module}; print(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.split() == [], f"{module} imports {out.stdout.strip()}"

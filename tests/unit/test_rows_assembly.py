@@ -8,14 +8,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from rsieve.compact.rows import (
-    FEATURES,
-    SPLIT_KINDS,
-    assemble_rows,
-    canonical_reference,
-    passed_text,
-    split_name,
-)
+from rsieve.compact.rows import FEATURES, assemble_rows
+from rsieve.compact.splits import SPLIT_KINDS, canonical_reference, passed_text, split_name
 from tests.unit._records import POOL_URI, accepted, failed, judged, make_item, sha
 
 

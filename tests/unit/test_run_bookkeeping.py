@@ -12,7 +12,8 @@ import pytest
 from fastapi import HTTPException
 
 from rsieve import keys, redis_keys
-from rsieve.dataset.commit import human_review, review_tally
+from rsieve.dataset.commit import human_review
+from rsieve.judge.calibration import review_tally
 from rsieve.run.submission import RUN_PATTERN, is_run_id, run_id
 from rsieve.schemas import RunSpec
 from rsieve.settings import Settings

@@ -7,7 +7,8 @@ import dataclasses
 
 import pytest
 
-from rsieve.compact.rows import assemble_rows, split_kinds
+from rsieve.compact.rows import assemble_rows
+from rsieve.compact.splits import split_kinds
 from rsieve.compact.traces import (
     LengthBand,
     TraceLimits,

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from rsieve.compact.rows import assemble_rows, target_variant
+from rsieve.compact.rows import assemble_rows
+from rsieve.compact.splits import target_variant
 from rsieve.dataset.recheck import recheck_entries
 from rsieve.dataset.report import finish_report, report_part
 from rsieve.judge.cascade import (

@@ -13,8 +13,7 @@ from fastapi import APIRouter, File, Form, HTTPException, Query, UploadFile
 from pydantic import ValidationError
 
 from rsieve import keys
-from rsieve.dataset.commit import review_tally
-from rsieve.judge.calibration import CalibrationShard, summarise
+from rsieve.judge.calibration import CalibrationShard, review_tally, summarise
 from rsieve.schemas import DATASET_PATTERN
 from services.api import reviews, runs, submission
 from services.api.archive import ArchiveError, extract_pool

@@ -32,8 +32,6 @@ __all__ = [
     "SplitWriter",
     "export_dataset",
     "export_messages",
-    "run_file_key",
-    "run_manifest",
 ]
 
 _CHUNK = 16 << 20  # bytes per ranged read when a shard is copied to a local file
@@ -57,24 +55,6 @@ def export_dataset(store: ObjectStore, dataset: str, dest: Path) -> Path:
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     return target
-
-
-def run_manifest(store: ObjectStore, dataset: str, run: str) -> dict[str, Any] | None:
-    """The dataset's manifest if `run` is committed in it (one run or a growing dataset's
-    `runs`), else None."""
-    try:
-        manifest = json.loads(store.get(keys.manifest(dataset)))
-    except FileNotFoundError:
-        return None
-    committed = manifest.get("runs") or [manifest.get("run")]
-    return dict(manifest) if run in committed else None
-
-
-def run_file_key(store: ObjectStore, dataset: str, run: str, name: str) -> str:
-    """Where a committed run's README.md, run_report.json or quarantine.jsonl is stored:
-    under commits/<run>/ (growing datasets), else at the dataset's top (one run)."""
-    key = keys.dataset_file(dataset, keys.commit_file(run, name))
-    return key if store.exists(key) else keys.dataset_file(dataset, name)
 
 
 class SplitWriter:

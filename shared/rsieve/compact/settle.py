@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from rsieve.compact.rows import passed_text, target_variant
+from rsieve.compact.splits import passed_text, target_variant
 from rsieve.judge.cascade import needs_judge
 from rsieve.schemas import Outcome, Quarantined, Samples
 from rsieve.verify import canonical, verify

@@ -25,12 +25,17 @@ from rsieve.clean.profiles import (
     profiles_of,
 )
 from rsieve.compact.compaction import dedupe, qa_key
-from rsieve.compact.rows import split_name
 from rsieve.compact.settle import samples_saved
+from rsieve.compact.splits import split_name
 from rsieve.compact.traces import LengthBand, TraceLimits, gate_outcome
 from rsieve.dataset.card import render_card
 from rsieve.dataset.report import finish_report, report_part
-from rsieve.judge.calibration import hold_back, promotions_listing, render_calibration_markdown
+from rsieve.judge.calibration import (
+    hold_back,
+    promotions_listing,
+    render_calibration_markdown,
+    review_tally,
+)
 from rsieve.schemas import Outcome, Quarantined, RunSpec
 
 __all__ = [
@@ -41,7 +46,6 @@ __all__ = [
     "partition_summary",
     "qa_entries",
     "quarantine_listing",
-    "review_tally",
     "run_models",
     "run_spec",
     "settle",
@@ -212,19 +216,6 @@ def split_families(manifest: dict[str, Any], families: set[str]) -> dict[str, st
         s: known.get(s, s.rsplit("_RS_", 1)[0].removesuffix("_rejected"))
         for s in manifest["splits"]
     }
-
-
-def review_tally(reviews: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    """People's calls on judge promotions (the review page) per family: how many they
-    confirmed and how many they called wrong. A review with any other verdict is skipped
-    (its family still listed), so one stored by another version never stops the count:
-    the card (`human_review`) and the API's calibration both count with this."""
-    counts: dict[str, dict[str, int]] = {}
-    for review in reviews:
-        fam = counts.setdefault(review.get("family") or "(unknown)", {"confirmed": 0, "wrong": 0})
-        if review.get("verdict") in fam:
-            fam[review["verdict"]] += 1
-    return counts
 
 
 def human_review(reviews: Iterable[dict[str, Any]]) -> tuple[dict[str, dict[str, int]], str]:

@@ -7,7 +7,7 @@ What a sample is to a pair (`sample_role`), in the factory's words:
 
 - `chosen`: accepted by the verifier under the run's training rule (never a benchmark
   pass that training refuses), and, in `think` mode, a trace that passed the trace gate
-  (the sample would be a `_RS_think` entry: `rsieve.compact.rows.split_kinds`); a judge
+  (the sample would be a `_RS_think` entry: `rsieve.compact.splits.split_kinds`); a judge
   promotion only with `chosen_include_judged`, and then only in a family whose judge
   cleared calibration.
 - `refused`: scored and refused by the verifier, and nothing promoted it. A refused answer
@@ -39,8 +39,8 @@ from typing import Any, Literal
 
 import datasets
 
-from rsieve.compact.rows import passed_text, split_kinds, split_name, target_variant
 from rsieve.compact.settle import same_answer
+from rsieve.compact.splits import passed_text, split_kinds, split_name, target_variant
 from rsieve.compact.traces import LengthBand, TraceLimits, gate_outcome
 from rsieve.rewards import factory_accepts
 from rsieve.schemas import Outcome

@@ -10,8 +10,8 @@ variant that passed. `recheck_entries` recomputes, for each entry:
   as such) and training acceptance under the entry's recorded rule (accepted, variant;
   a near miss in an accepted split without a judge promotion is a difference);
 - the training target: an accepted entry's `answer` is the form that passed
-  (`rsieve.compact.rows.passed_text`), and the shown reference is the canonical one
-  (`rsieve.compact.rows.canonical_reference`);
+  (`rsieve.compact.splits.passed_text`), and the shown reference is the canonical one
+  (`rsieve.compact.splits.canonical_reference`);
 - the judge hold-back: from the run report's calibration figures (k of n known-wrong
   probes the judge called CORRECT) and the bound in run_spec.json, which families may
   promote by the judge (`rsieve.judge.calibration`'s rule, Wilson 95% upper bound recomputed),
@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsieve.compact.rows import canonical_reference, passed_text
+from rsieve.compact.splits import canonical_reference, passed_text
 from rsieve.compact.traces import (
     TRACE_CHECKS_VERSION,
     AskedEntry,

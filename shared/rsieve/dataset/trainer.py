@@ -26,7 +26,7 @@ from typing import Any
 import datasets
 import yaml
 
-from rsieve.compact.rows import SPLIT_KINDS, split_name
+from rsieve.compact.splits import SPLIT_KINDS, split_name
 
 __all__ = [
     "MESSAGES_FEATURES",
@@ -40,7 +40,7 @@ __all__ = [
     "trainer_split",
 ]
 
-# Card split kind (rsieve.compact.rows.SPLIT_KINDS) -> the trainer export's split.
+# Card split kind (rsieve.compact.splits.SPLIT_KINDS) -> the trainer export's split.
 TRAINER_SPLITS = {"RS_think": "think", "RS_nothink": "nothink", "rejected": "rejected"}
 
 MESSAGES_FEATURES = datasets.Features(

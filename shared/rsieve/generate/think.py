@@ -13,7 +13,7 @@ The three cases a checkpoint's thinking mode leads to (rsieve.generate.chat, doc
   on): reasoning is the block, the answer what follows it;
 - no think tags at all (a checkpoint without a thinking mode, or one that skipped it): the
   reasoning is None and the whole output is the answer. Such an answer is scored like any
-  other; if accepted it goes to `_RS_nothink` only (`rsieve.compact.rows.split_kinds`), and the
+  other; if accepted it goes to `_RS_nothink` only (`rsieve.compact.splits.split_kinds`), and the
   report counts it (`reasoning`, `accepted_without_reasoning`);
 - a `<think>` that never closes: `truncated_reasoning`, never scored.
 

@@ -12,7 +12,7 @@ language-shortcut rate). Pure: the generator's shell sends the requests.
 - `with_blind`: every sample of an item with its `BlindPass`.
 
 What an answerable item does is the run's `blind_policy`, recorded in each BlindPass:
-`keep` (flagged), `nothink` (rsieve.compact.rows.split_kinds keeps it out of `_RS_think`)
+`keep` (flagged), `nothink` (rsieve.compact.splits.split_kinds keeps it out of `_RS_think`)
 or `drop` (rsieve.judge.cascade.verify_generation rejects it, `answerable_without_image`).
 """
 

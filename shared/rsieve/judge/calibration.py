@@ -44,6 +44,7 @@ __all__ = [
     "promotions_listing",
     "record_state",
     "render_calibration_markdown",
+    "review_tally",
     "summarise",
     "untrusted_families",
     "wilson",
@@ -492,3 +493,16 @@ def render_calibration_markdown(
             + ".",
         ]
     return "\n".join([*out, ""])
+
+
+def review_tally(reviews: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """People's calls on judge promotions (the review page) per family: how many they
+    confirmed and how many they called wrong. A review with any other verdict is skipped
+    (its family still listed), so one stored by another version never stops the count:
+    the card (`human_review`) and the API's calibration both count with this."""
+    counts: dict[str, dict[str, int]] = {}
+    for review in reviews:
+        fam = counts.setdefault(review.get("family") or "(unknown)", {"confirmed": 0, "wrong": 0})
+        if review.get("verdict") in fam:
+            fam[review["verdict"]] += 1
+    return counts

@@ -47,7 +47,7 @@ def recheck_folder(folder: Path) -> dict[str, Any]:
     """Read an exported dataset's rows and reports, recheck them (rsieve.dataset.recheck)."""
     import pyarrow.parquet as pq
 
-    from rsieve.compact.rows import SPLIT_KINDS, split_name
+    from rsieve.compact.splits import SPLIT_KINDS, split_name
     from rsieve.dataset.recheck import RecheckResult, recheck_entries
 
     shards = sorted((folder / "data").glob("*.parquet"))

@@ -323,7 +323,8 @@ def _export_training(
     layout: str,
 ) -> Path:
     """The dpo, kto and rl exports: the run's judged outcomes, shard by shard."""
-    from rsieve.adapters.exports import EmptyExport, run_file_key
+    from rsieve.adapters.committed import run_file_key
+    from rsieve.adapters.exports import EmptyExport
     from rsieve.adapters.training_exports import export_preference, export_rl
     from rsieve.dataset.preference import PairRules
     from rsieve.dataset.rlsets import LAYOUTS, Band
@@ -381,7 +382,7 @@ def _export_training(
 @friendly
 def card(run_id: Run) -> None:
     """Print RUN's dataset card (README.md: rules, constants, counts, calibration)."""
-    from rsieve.adapters.exports import run_file_key
+    from rsieve.adapters.committed import run_file_key
 
     ctx = shell.context()
     spec = shell.published(ctx, run_id)
