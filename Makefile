@@ -42,7 +42,7 @@ test: $(STAMP) ## the whole suite on TEST_WORKERS workers (real Redis, SeaweedFS
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
 	@# The DejaVu fonts scripts/make_example_pool.py draws with (test_example_pool regenerates it).
 	@test -f /usr/share/fonts/truetype/dejavu/DejaVuSerifCondensed-Italic.ttf || { apt-get update -qq && apt-get install -y -qq fonts-dejavu-core fonts-dejavu-extra; }
-	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
+	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=20
 
 bench: $(STAMP) ## performance suite (about 9 min): prints tables, writes bench/results.json
 	$(PY) -m bench.bench_pipeline
@@ -50,7 +50,7 @@ bench: $(STAMP) ## performance suite (about 9 min): prints tables, writes bench/
 bench-scale: $(STAMP) ## pipeline cost against pool size (20,000 and 200,000 items): writes bench/scale.json
 	$(PY) -m bench.bench_scale
 
-test-fast: $(STAMP) ## the tests that start no service and run no model, on TEST_WORKERS workers (the edit-test loop, 85 s on 2 shared cores)
+test-fast: $(STAMP) ## the tests that start no service and run no model, on TEST_WORKERS workers (the edit-test loop, under a minute on 2 cores)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder -m "not (stack or triton or model or deploy or browser)"
 
 test-unit: $(STAMP) ## tests/unit only (a minute; includes kubectl, TRL and tiny-model tests)
