@@ -6,6 +6,7 @@ requeued; the run completes and its audit holds."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 import redis
 
+from rsieve import redis_keys
 from rsieve.adapters.holdings import Holdings
 from rsieve_cli.client import api_request
 from rsieve_cli.local.stack import Stack
@@ -78,10 +80,37 @@ def test_generator_killed_with_shards_in_flight_gets_them_back_within_a_minute(
     # requeued too, and its redelivery finds its output stored).
     held -= ctx.stored_shards(run, "generate")
     assert held, "every held shard finished before the kill"
+
     stack.up()  # a new generator worker
 
-    # Until every held shard is generated again: status seen orphaned, then requeued.
-    saw_pending = False
+    # Status shows the shards orphaned from the dead holder's lapse (its heartbeat key's
+    # TTL) until a watcher's next tick requeues them: a window of 0 to heartbeat_s, which a
+    # poll can miss. So the workers whose watchers could requeue them are frozen from just
+    # before the lapse until status has shown it: about a second, far less than their own
+    # heartbeats' lapse, so none of them is taken for dead.
+    client = redis.Redis.from_url(settings.redis_url)
+    dead = {h.holder for h in holding if h.task == "rsieve.generate"}
+    lapse_at = time.monotonic() + max(client.pttl(redis_keys.holder(d)) for d in dead) / 1000
+    time.sleep(max(0.0, lapse_at - 1.0 - time.monotonic()))
+    names = ("cleaner", "generator", "verifier", "judge", "compactor")
+    watchers = [pid for n in names if (pid := stack.pid(n))]
+    for pid in watchers:
+        os.killpg(pid, signal.SIGSTOP)
+    try:
+        saw_pending = False
+        while not saw_pending:
+            assert time.monotonic() < lapse_at + 10, "status never showed the orphaned shards"
+            status = api_request(settings, "GET", f"/runs/{run}").json()
+            saw_pending = any(
+                f["orphaned"] and f["shard"] in held
+                for f in status["in_flight"].get("generate", [])
+            )
+            time.sleep(0.05)
+    finally:
+        for pid in watchers:
+            os.killpg(pid, signal.SIGCONT)
+
+    # Until every held shard is generated again: requeued, then stored.
     requeued: set[str] = set()
     back_after: float | None = None
     while back_after is None:
@@ -91,9 +120,6 @@ def test_generator_killed_with_shards_in_flight_gets_them_back_within_a_minute(
             f"again {BACK_WITHIN_S:.0f} s after the kill (requeued: {sorted(requeued)})"
         )
         status = api_request(settings, "GET", f"/runs/{run}").json()
-        saw_pending |= any(
-            f["orphaned"] and f["shard"] in held for f in status["in_flight"].get("generate", [])
-        )
         requeued |= {o["shard"] for o in status["orphaned"] if o["requeued"]}
         if held <= ctx.stored_shards(run, "generate"):
             back_after = elapsed
